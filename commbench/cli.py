@@ -1,0 +1,64 @@
+"""The `commbench` command line: dispatches to commbench.commands.<name>."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from commbench import __version__
+from commbench.errors import CommbenchError
+
+# subcommand -> module under commbench.commands (kept in the order `--help` shows them)
+COMMANDS = {
+    "run": "run",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line (no usage dump) on bad input."""
+
+    def error(self, message: str):  # noqa: D102 - argparse hook
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="commbench",
+        description="Measure collectives (NCCL/gloo) the nccl-tests way, map the machine, and plan training layouts.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"commbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(f"commbench.commands.{module_name}")
+        doc = (module.__doc__ or "").strip()
+        command = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=doc or module.HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(command)
+        command.set_defaults(handler=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except CommbenchError as exc:
+        print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"commbench {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Results data: the versioned schema, run directories, and readers for other tools' output."""

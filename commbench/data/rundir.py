@@ -1,0 +1,172 @@
+"""Run directories: created exclusively, written atomically, read tolerantly.
+
+Writers never modify a file in place: each write goes to a temporary file in the same directory
+and is renamed over the old one, so a reader (the dashboard, a second process) sees either the
+previous complete file or the new complete file, even if the writer is killed mid-write.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from commbench.data.schema import RECORD_FIELDS, SCHEMA_VERSION, Record, RunInfo
+from commbench.errors import CommbenchError
+
+RUN_FILE = "run.json"
+RECORDS_JSONL = "records.jsonl"
+RECORDS_CSV = "records.csv"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id(prefix: str = "") -> str:
+    """Sortable by time, unique across hosts and concurrent runs: 20261130-101500-host-a1b2c3."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{prefix}{stamp}-{host}-{secrets.token_hex(3)}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def records_to_csv(records: list[dict]) -> str:
+    extra = sorted({key for rec in records for key in rec} - set(RECORD_FIELDS))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=RECORD_FIELDS + extra, lineterminator="\n")
+    writer.writeheader()
+    for rec in records:
+        writer.writerow({key: "" if value is None else value for key, value in rec.items()})
+    return buffer.getvalue()
+
+
+class RunWriter:
+    """Owns one run directory. Only rank 0 of a run creates one."""
+
+    def __init__(self, out_dir: str | Path, info: RunInfo):
+        self.root = Path(out_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / info.run_id
+        try:
+            self.path.mkdir()  # exclusive: two runs never share (or clobber) a directory
+        except FileExistsError:
+            raise CommbenchError(f"run directory {self.path} already exists; pick another --run-id") from None
+        self.info = info
+        self.records: list[dict] = []
+        self.write_info()
+        self._write_records()
+
+    def write_info(self) -> None:
+        atomic_write_text(self.path / RUN_FILE, self.info.model_dump_json(indent=2) + "\n")
+
+    def add_records(self, records: list[Record]) -> None:
+        self.records.extend(rec.model_dump() for rec in records)
+        self._write_records()
+
+    def _write_records(self) -> None:
+        lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
+        atomic_write_text(self.path / RECORDS_JSONL, lines)
+        atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records))
+
+    def finish(self, complete: bool, reason: str | None = None) -> None:
+        self.info.complete = complete
+        self.info.reason = reason
+        self.info.finished = utc_now()
+        self.write_info()
+
+
+@dataclass
+class Run:
+    """A run directory as read back: what was valid, and warnings about what was not."""
+
+    path: Path
+    info: RunInfo
+    records: list[dict]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.info.run_id
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run directory, keeping every valid record; raises CommbenchError if run.json is unusable."""
+    path = Path(path)
+    warnings: list[str] = []
+    run_file = path / RUN_FILE
+    try:
+        raw = json.loads(run_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CommbenchError(f"{path}: not a run directory (no {RUN_FILE})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CommbenchError(f"{run_file}: unreadable ({exc})") from None
+    if not isinstance(raw, dict):
+        raise CommbenchError(f"{run_file}: expected a JSON object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        warnings.append(f"{run_file}: schema_version {version!r}, this commbench reads {SCHEMA_VERSION}; fields may be missing")
+    try:
+        info = RunInfo.model_validate(raw)
+    except ValidationError as exc:
+        raise CommbenchError(f"{run_file}: invalid ({_first_error(exc)})") from None
+    records = _read_records(path / RECORDS_JSONL, warnings)
+    if not info.complete:
+        warnings.append(f"{path.name}: run not complete" + (f" ({info.reason})" if info.reason else ""))
+    return Run(path=path, info=info, records=records, warnings=warnings + info.warnings)
+
+
+def _read_records(path: Path, warnings: list[str]) -> list[dict]:
+    records: list[dict] = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        warnings.append(f"{path}: missing, no records")
+        return records
+    bad = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(Record.model_validate(json.loads(line)).model_dump())
+        except (json.JSONDecodeError, ValidationError, TypeError) as exc:
+            bad += 1
+            if bad <= 3:
+                warnings.append(f"{path.name} line {number}: skipped ({_first_error(exc)})")
+    if bad > 3:
+        warnings.append(f"{path.name}: {bad} bad lines skipped in all")
+    return records
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"]) or "record"
+        return f"{where}: {err['msg']}"
+    return str(exc).splitlines()[0]
+
+
+def list_runs(results_dir: str | Path) -> list[Path]:
+    """Every directory under results_dir (one level, or one more for grouped runs) holding a run.json."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        return []
+    found = [p.parent for p in root.glob(f"*/{RUN_FILE}")] + [p.parent for p in root.glob(f"*/*/{RUN_FILE}")]
+    return sorted(set(found))

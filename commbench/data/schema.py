@@ -1,0 +1,91 @@
+"""The one results schema shared by every writer and reader.
+
+A run directory `<out>/<run_id>/` holds:
+  run.json       RunInfo: who ran what, where, with which software; `complete` is false until
+                 the run ends well, and `reason` says why it did not.
+  records.jsonl  one Record per line: one (op, scope, group size, size, dtype, in/out-of-place) row.
+  records.csv    the same records, columns in Record field order.
+Both record files are rewritten atomically after each size, so a reader never sees half a row.
+
+Version history (bump SCHEMA_VERSION and note it here when a field changes meaning or goes away;
+adding an optional field keeps the version):
+  1  first release.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Scope = Literal["world", "intra", "inter", "pair"]
+
+
+class Record(BaseModel):
+    """One measured row, comparable with one nccl-tests row (one column group of it)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    op: str = Field(description="collective: all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv, broadcast, pingpong")
+    scope: Scope = Field("world", description="which ranks form a group: world, intra (one group per node), inter (one rank per node), pair")
+    group_size: int = Field(description="ranks in one communicator (n in the busbw factor)")
+    n_groups: int = Field(1, description="groups measured at the same time (intra/inter scopes)")
+    size_bytes: int = Field(description="nccl-tests 'size': max(send, receive) bytes of one rank")
+    count: int = Field(description="nccl-tests 'count': elements passed to the collective call")
+    dtype: str = Field(description="element type, nccl-tests spelling: float, half, bfloat16, double, int32 ...")
+    redop: str = Field("none", description="reduction op (sum) or 'none'")
+    root: int = Field(-1, description="root rank for rooted ops, else -1")
+    in_place: bool = Field(description="output buffer is the input buffer")
+    direction: Literal["uni", "bi"] | None = Field(None, description="pingpong only: one way at a time, or both ranks sending at once")
+    iters: int = Field(description="timed iterations per rank")
+    warmup: int = Field(0, description="untimed warm-up iterations before timing")
+    timer: Literal["cuda_event", "host", "imported"] = Field("host", description="what measured each iteration")
+    time_us: float = Field(description="reported per-op time (us): median over iterations of the slowest rank")
+    time_us_p10: float
+    time_us_p90: float
+    time_us_min: float
+    time_us_max: float
+    cv: float = Field(description="coefficient of variation (stdev/mean) of the per-iteration times")
+    time_us_mean_nccl: float | None = Field(None, description="nccl-tests' figure: mean per-op time averaged over ranks")
+    algbw_gbps: float = Field(description="size_bytes / time_us, GB/s = 1e9 B/s")
+    busbw_gbps: float = Field(description="algbw x the op's busbw factor for group_size")
+    busbw_factor: float
+    wrong: int = Field(0, description="wrong elements found by the correctness check, summed over ranks; -1 = not checked")
+    slowest_rank: int | None = Field(None, description="global rank whose median time was reported")
+
+
+class NodeInfo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    hostname: str
+    node_id: int
+    ranks: list[int]
+    local_ranks: list[int]
+
+
+class RunInfo(BaseModel):
+    """run.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    kind: Literal["sweep", "overlap", "pairwise", "import", "trace"] = "sweep"
+    source: str = Field("commbench", description="commbench, or the tool a run was imported from (nccl-tests)")
+    created: str = Field(description="ISO-8601 UTC time the run started")
+    finished: str | None = None
+    backend: str
+    world_size: int
+    nodes: list[NodeInfo] = []
+    args: dict = {}
+    versions: dict = {}
+    env: dict = Field({}, description="NCCL_*, GLOO_*, TORCH_* and launcher variables seen by rank 0")
+    topology: dict | None = None
+    complete: bool = False
+    reason: str | None = Field(None, description="why the run is not complete (an error, a lost rank, an interrupt)")
+    warnings: list[str] = []
+
+
+RECORD_FIELDS: list[str] = list(Record.model_fields)
