@@ -12,6 +12,11 @@ from commbench.errors import CommbenchError
 # subcommand -> module under commbench.commands (kept in the order `--help` shows them)
 COMMANDS = {
     "run": "run",
+    "topo": "topo",
+    "import": "import_",
+    "trace": "trace",
+    "estimate": "estimate",
+    "plan": "plan",
 }
 
 

@@ -52,6 +52,7 @@ class Record(BaseModel):
     algbw_gbps: float = Field(description="size_bytes / time_us, GB/s = 1e9 B/s")
     busbw_gbps: float = Field(description="algbw x the op's busbw factor for group_size")
     busbw_factor: float
+    aggregate_busbw_gbps: float | None = Field(None, description="busbw x n_groups: what all groups of the scope moved together")
     wrong: int = Field(0, description="wrong elements found by the correctness check, summed over ranks; -1 = not checked")
     slowest_rank: int | None = Field(None, description="global rank whose median time was reported")
 

@@ -1,0 +1,122 @@
+"""The shared shape of a collective declaration, and the helpers every declaration uses.
+
+A declaration says, for one op, what nccl-tests says in one short src/<op>.cu file:
+how a size in bytes becomes element counts, where the in-place buffers sit, the busbw factor,
+how to launch the op through torch.distributed, and what every rank must hold afterwards
+given the known inputs of `pattern`. The harness in commbench.sweep does the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # torch is imported only by the measuring path
+    import torch
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Elements of one rank's buffers, nccl-tests style (sendcount, recvcount, paramcount)."""
+
+    send: int
+    recv: int
+    param: int  # the count passed to the collective call: nccl-tests prints it as `count`
+
+    def size_bytes(self, elt_size: int) -> int:
+        """nccl-tests `size`: the larger of one rank's send and receive bytes."""
+        return max(self.send, self.recv) * elt_size
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column group of an nccl-tests row: out-of-place/in-place, or a ping-pong direction."""
+
+    label: str
+    in_place: bool = False
+    direction: str | None = None
+    round_trip: bool = False  # the op is a round trip: report half its time
+
+
+OUT_OF_PLACE = Variant("out-of-place")
+IN_PLACE = Variant("in-place", in_place=True)
+
+
+@dataclass
+class Buffers:
+    """The tensors one rank passes to the op; in-place variants alias one allocation."""
+
+    send: "torch.Tensor"
+    recv: "torch.Tensor"
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """Where this rank sits in the communicator under test."""
+
+    group: object  # a torch ProcessGroup
+    rank: int  # rank inside the group
+    size: int
+    global_ranks: tuple[int, ...]  # group rank -> global rank (torch p2p takes global ranks)
+
+    def peer(self, offset: int) -> int:
+        return self.global_ranks[(self.rank + offset) % self.size]
+
+
+Launch = Callable[[Buffers, GroupContext, Variant], None]
+Expected = Callable[[GroupContext, Counts, "torch.dtype", "torch.device", Variant], "torch.Tensor"]
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    nccl_tests_name: str
+    redop: str  # "sum" or "none", as nccl-tests prints it
+    busbw_factor: Callable[[int, Variant], float]
+    counts: Callable[[int, int, int], Counts]  # (elements in `size`, group size, element bytes) -> Counts
+    in_place_offsets: Callable[[Counts, int], tuple[int, int]]  # (counts, rank) -> (send, recv) offsets
+    launch: Launch
+    expected: Expected  # what this rank's recv buffer holds after one op on `pattern` inputs
+    variants: tuple[Variant, ...] = (OUT_OF_PLACE, IN_PLACE)
+    min_group_size: int = 1
+    max_group_size: int | None = None
+    # torch offers no out-of-place form of some ops (all_reduce, broadcast): the out-of-place
+    # variant then copies send into recv first, as torch's functional collectives do.
+    out_of_place_copies: bool = False
+    # gloo's transport lets incoming data overwrite outgoing data still being sent, so on these
+    # backends the in-place variant stages the outgoing data in a scratch copy first (timed too)
+    in_place_staged_on: tuple[str, ...] = ()
+
+
+def aligned_chunk(count: int, n: int, elt_size: int) -> int:
+    """Per-rank chunk of `count` elements over n ranks, trimmed to a multiple of 16 bytes (nccl-tests)."""
+    per_rank = count // n
+    align = max(1, 16 // elt_size)
+    return per_rank - per_rank % align
+
+
+def pattern(rank: int, numel: int, dtype: "torch.dtype", device) -> "torch.Tensor":
+    """Known inputs: small integers that every dtype holds exactly, different on every rank."""
+    import torch
+
+    values = (torch.arange(numel, device=device, dtype=torch.int64) + 7 * rank) % 13
+    return values.to(dtype)
+
+
+def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> "torch.Tensor":
+    """Sum over ranks of pattern(r)[start:start+numel], accumulated exactly in 64-bit."""
+    import torch
+
+    index = torch.arange(start, start + numel, device=device, dtype=torch.int64)
+    total = torch.zeros(numel, device=device, dtype=torch.int64)
+    for rank in range(ranks):
+        total += (index + 7 * rank) % 13
+    return total.to(dtype)
+
+
+def same_count(count: int, n: int, elt_size: int) -> Counts:
+    return Counts(send=count, recv=count, param=count)
+
+
+def same_buffer(counts: Counts, rank: int) -> tuple[int, int]:
+    return 0, 0

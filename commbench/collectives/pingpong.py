@@ -1,0 +1,54 @@
+"""Two-rank ping-pong: latency and uni- vs bidirectional point-to-point bandwidth.
+
+uni: rank 0 sends S to rank 1, which sends it back; the round trip is timed and half of it is
+     reported, so time = one-way latency + S/bandwidth and algbw = busbw = S/time.
+bi:  both ranks send S and receive S at the same time; algbw = S/time per direction and
+     busbw = 2 x algbw, the bytes the link carried in both directions together.
+nccl-tests has no ping-pong (its sendrecv is a ring shift); these rows are labelled by direction.
+"""
+
+import torch.distributed as dist
+
+from commbench.collectives.base import Collective, Variant, pattern, same_buffer, same_count
+
+UNI = Variant("uni", direction="uni", round_trip=True)
+BI = Variant("bi", direction="bi")
+
+
+def _wait_all(ops):
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+
+
+def _launch(buffers, ctx, variant):
+    peer = ctx.peer(+1)
+    if variant.direction == "bi":
+        _wait_all([dist.P2POp(dist.isend, buffers.send, peer, group=ctx.group),
+                   dist.P2POp(dist.irecv, buffers.recv, peer, group=ctx.group)])
+    elif ctx.rank == 0:
+        dist.send(buffers.send, peer, group=ctx.group)
+        dist.recv(buffers.recv, peer, group=ctx.group)
+    else:
+        dist.recv(buffers.recv, peer, group=ctx.group)
+        dist.send(buffers.recv, peer, group=ctx.group)
+
+
+def _expected(ctx, counts, dtype, device, variant):
+    # uni: the message comes back to rank 0 and rests at rank 1; bi: each holds the peer's
+    source = 0 if variant.direction == "uni" else 1 - ctx.rank
+    return pattern(source, counts.recv, dtype, device)
+
+
+PINGPONG = Collective(
+    name="pingpong",
+    nccl_tests_name="PingPong",
+    redop="none",
+    busbw_factor=lambda n, variant: 2.0 if variant.direction == "bi" else 1.0,
+    counts=same_count,
+    in_place_offsets=same_buffer,
+    launch=_launch,
+    expected=_expected,
+    variants=(UNI, BI),
+    min_group_size=2,
+    max_group_size=2,
+)

@@ -1,0 +1,63 @@
+"""Import results of other tools as commbench run directories, so they work everywhere ours do.
+
+  commbench import nccl-tests all_reduce_perf.log ar.json --out results/
+
+Reads NVIDIA nccl-tests output: the table it prints (save stdout, e.g. `all_reduce_perf -b 8
+-e 8G -f 2 -g 8 | tee ar.log`) or the report written with `-J FILE`. Each run found becomes
+one run directory `<out>/nccl-tests-<op>-<time>-<host>-<id>/` (kind "import", source
+"nccl-tests", timer "imported"), one record per size and per out-of-place / in-place column.
+A log holding several runs back to back gives one directory per run. A log that stops before
+its `# Avg bus bandwidth` line (a crash) keeps its rows and is marked incomplete.
+
+nccl-tests reports one time per size, averaged over ranks; it becomes time_us and
+time_us_mean_nccl, and the percentiles too unless per-iteration figures (-I) exist.
+Older nccl-tests logs do not name their collective: pass --op, or keep the binary's name in
+the file name (all_gather_perf_2node.log). Every file is read before anything
+is written, so a bad file leaves no partial import behind.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from commbench.data.nccl_tests import ImportedRun, parse_file, write_run
+from commbench.errors import UsageError
+
+HELP = "turn nccl-tests output (text table or -J JSON) into commbench run directories"
+
+FORMATS = ["nccl-tests"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("format", choices=FORMATS, help="what wrote the files")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="nccl-tests stdout logs or -J JSON reports")
+    parser.add_argument("--out", default="results", metavar="DIR", help="where run directories go (default: results/)")
+    parser.add_argument(
+        "--op",
+        metavar="NAME",
+        help="the collective, for logs that do not name it (all_reduce, all_gather, reduce_scatter, alltoall, sendrecv, ...)",
+    )
+    parser.add_argument("--run-id", metavar="ID", help="name the run directory ID instead of a fresh id (one run only)")
+
+
+def main(args) -> int:
+    runs = [(path, run) for path in args.files for run in parse_file(path, op=args.op)]
+    if args.run_id and len(runs) > 1:
+        raise UsageError(f"--run-id names one run, but the files hold {len(runs)}")
+    for path, run in runs:
+        directory = write_run(run, args.out, run_id=args.run_id)
+        print(f"{path}: {_summary(run)} -> {directory}")
+        for warning in run.info.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _summary(run: ImportedRun) -> str:
+    first = run.records[0]
+    sizes = len({record.size_bytes for record in run.records})
+    hosts = len(run.info.nodes) or 1
+    text = (
+        f"{len(run.records)} records ({sizes} sizes), {first.op} on {run.info.world_size} ranks"
+        f" / {hosts} node{'s' if hosts > 1 else ''}"
+    )
+    return text if run.info.complete else f"{text} (incomplete: {run.info.reason})"

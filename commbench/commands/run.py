@@ -1,0 +1,108 @@
+"""Sweep collectives over message sizes, nccl-tests style, and write a run directory.
+
+Each op is timed out-of-place and in-place over sizes min, min*f, ... max (K/M/G are binary),
+then checked on known inputs on every rank. The table printed is nccl-tests' (size, count,
+type, redop, root, then time/algbw/busbw/#wrong per variant); records.jsonl and records.csv
+in <out>/<run_id>/ carry every field (see commbench/data/schema.py).
+
+Definitions (as nccl-tests): size = one rank's larger buffer; algbw = size / time;
+busbw = algbw x factor, factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
+reduce_scatter and all_to_all, 1 for sendrecv and broadcast. GB/s = 1e9 B/s.
+time = median over iterations of the slowest rank.
+
+Launching:
+  commbench run --nproc 4                 4 local ranks (default: one per GPU, else 2 CPU ranks)
+  torchrun --nproc-per-node 8 -m commbench run ...   under torchrun (RANK, WORLD_SIZE, ...)
+  srun --ntasks-per-node 8 commbench run ...         under Slurm (SLURM_PROCID, SLURM_NTASKS, ...)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from commbench.collectives import ALL_OPS, DEFAULT_OPS
+from commbench.config import BACKENDS, DTYPES, GLOO_DTYPES, SCOPES, RunConfig
+from commbench.errors import UsageError
+from commbench.launch import default_nproc, detect_rank_env, spawn_local
+from commbench.units import parse_size
+
+HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"
+
+
+def _csv(choices):
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(item.strip() for item in text.split(",") if item.strip())
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        if choices:
+            bad = [item for item in items if item not in choices]
+            if bad:
+                raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; choose from {', '.join(choices)}")
+        return items
+    return parse
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to measure")
+    what.add_argument("--ops", type=_csv(ALL_OPS), default=DEFAULT_OPS,
+                      help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also broadcast, pingpong)")
+    what.add_argument("-b", "--min-bytes", type=_size, default=8, help="smallest size, e.g. 8, 1K (default 8)")
+    what.add_argument("-e", "--max-bytes", type=_size, default=64 << 20, help="largest size, e.g. 4M, 1G (default 64M)")
+    what.add_argument("-f", "--step-factor", type=int, default=2, help="multiply the size by this each step (default 2)")
+    what.add_argument("-d", "--dtype", default="float", help=f"element type: {', '.join(DTYPES)} (default float)")
+    what.add_argument("--scopes", type=_csv(SCOPES), default=None,
+                      help="world, intra (one group per node), inter (one rank per node); default: all that apply")
+    how = parser.add_argument_group("how to measure")
+    how.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo")
+    how.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per size (default: adapt to the size)")
+    how.add_argument("-w", "--warmup", type=int, default=2, help="warm-up iterations per size (default 2)")
+    how.add_argument("--time-budget-ms", type=float, default=50.0, help="timed time per row when adapting iterations (default 50)")
+    how.add_argument("--min-iters", type=int, default=5, help="fewest iterations when adapting (default 5)")
+    how.add_argument("--max-iters", type=int, default=200, help="most iterations when adapting (default 200)")
+    how.add_argument("-c", "--check-iters", type=int, default=1, help="correctness checks per row (0: none, default 1)")
+    how.add_argument("-G", "--cuda-graph", action="store_true", help="NCCL: capture each op in a CUDA graph")
+    how.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck collective aborts the run (default 300)")
+    where = parser.add_argument_group("where")
+    where.add_argument("--nproc", type=int, default=None, help="ranks to start on this machine when not under torchrun/srun")
+    where.add_argument("--out", default="results", help="results folder (default results/)")
+    where.add_argument("--run-id", default=None, help="name of the run directory (default: time-host-random)")
+    where.add_argument("--node-name", default=None, help="this node's name in the results (default: hostname)")
+    where.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    return RunConfig(
+        ops=args.ops, min_bytes=args.min_bytes, max_bytes=args.max_bytes, step_factor=args.step_factor,
+        dtype=args.dtype, backend=args.backend, scopes=args.scopes, iters=args.iters, warmup=args.warmup,
+        time_budget_ms=args.time_budget_ms, min_iters=args.min_iters, max_iters=args.max_iters,
+        check_iters=args.check_iters, cuda_graph=args.cuda_graph, timeout_s=args.timeout,
+        out_dir=args.out, run_id=args.run_id, node_name=args.node_name, progress=not args.no_progress,
+    ).validate()
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    env = detect_rank_env()
+    if env is not None:  # launched by torchrun or srun: this process is one rank
+        from commbench.sweep import run_rank
+
+        return run_rank(cfg, env)
+    nproc = default_nproc() if args.nproc is None else args.nproc
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1 (got {nproc})")
+    if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
+        raise UsageError(f"dtype {cfg.dtype} is not supported by gloo, the only backend without a GPU; use float or half")
+    return spawn_local(nproc, cfg.to_json())
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

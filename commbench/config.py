@@ -1,0 +1,105 @@
+"""Typed options of a sweep: one dataclass the CLI fills, the launcher ships to every rank as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from commbench.collectives import DEFAULT_OPS, check_op_name
+from commbench.errors import UsageError
+
+# nccl-tests type name -> (torch dtype attribute, bytes per element)
+DTYPES = {
+    "float": ("float32", 4),
+    "half": ("float16", 2),
+    "bfloat16": ("bfloat16", 2),
+    "double": ("float64", 8),
+    "int8": ("int8", 1),
+    "uint8": ("uint8", 1),
+    "int32": ("int32", 4),
+    "int64": ("int64", 8),
+}
+DTYPE_ALIASES = {"float32": "float", "fp32": "float", "float16": "half", "fp16": "half", "bf16": "bfloat16",
+                 "float64": "double", "fp64": "double", "int": "int32", "long": "int64"}
+# gloo's collectives have no bfloat16 kernels (torch 2.13); refuse before starting any rank
+GLOO_DTYPES = ("float", "half", "double", "int8", "uint8", "int32", "int64")
+SCOPES = ("world", "intra", "inter")
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+def canonical_dtype(name: str) -> str:
+    name = DTYPE_ALIASES.get(name.lower(), name.lower())
+    if name not in DTYPES:
+        raise UsageError(f"unknown dtype {name!r}; choose from {', '.join(DTYPES)}")
+    return name
+
+
+@dataclass
+class RunConfig:
+    ops: tuple[str, ...] = DEFAULT_OPS
+    min_bytes: int = 8
+    max_bytes: int = 64 << 20
+    step_factor: int = 2
+    dtype: str = "float"
+    backend: str = "auto"
+    scopes: tuple[str, ...] | None = None  # None: every scope that applies to the placement
+    iters: int | None = None  # None: adapt to the size under time_budget_ms
+    warmup: int = 2
+    time_budget_ms: float = 50.0
+    min_iters: int = 5
+    max_iters: int = 200
+    check_iters: int = 1
+    cuda_graph: bool = False
+    timeout_s: float = 300.0
+    out_dir: str = "results"
+    run_id: str | None = None
+    node_name: str | None = None
+    progress: bool = True
+    argv: list[str] = field(default_factory=list)
+
+    def validate(self) -> "RunConfig":
+        self.ops = tuple(check_op_name(op) for op in self.ops)
+        self.dtype = canonical_dtype(self.dtype)
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}; choose from {', '.join(BACKENDS)}")
+        if self.backend == "gloo" and self.dtype not in GLOO_DTYPES:
+            raise UsageError(f"dtype {self.dtype} is not supported by gloo; use one of {', '.join(GLOO_DTYPES)} or --backend nccl")
+        if self.min_bytes > self.max_bytes:
+            raise UsageError(f"--min-bytes ({self.min_bytes}) is larger than --max-bytes ({self.max_bytes})")
+        if self.max_bytes <= 0:
+            raise UsageError("--max-bytes must be positive")
+        if self.step_factor < 2:
+            raise UsageError("--step-factor must be 2 or more")
+        for name in ("warmup", "check_iters"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} cannot be negative")
+        if self.iters is not None and self.iters < 1:
+            raise UsageError("--iters must be at least 1")
+        if not 1 <= self.min_iters <= self.max_iters:
+            raise UsageError("--min-iters must be at least 1 and at most --max-iters")
+        if self.time_budget_ms <= 0 or self.timeout_s <= 0:
+            raise UsageError("--time-budget-ms and --timeout must be positive")
+        if self.scopes is not None:
+            for scope in self.scopes:
+                if scope not in SCOPES:
+                    raise UsageError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+        return self
+
+    def sizes(self) -> list[int]:
+        """min, min*f, min*f^2 ... up to max (nccl-tests -b/-e/-f); a zero minimum starts at 1 byte."""
+        sizes, size = [], max(self.min_bytes, 1)
+        while size <= self.max_bytes:
+            sizes.append(size)
+            size *= self.step_factor
+        return sizes
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        data = json.loads(text)
+        for key in ("ops", "scopes"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
+        return cls(**data)

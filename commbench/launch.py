@@ -1,0 +1,159 @@
+"""Where a rank learns who it is: torchrun, srun, or commbench's own local launcher.
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT.
+srun sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and SLURM_NODEID; the rendezvous address
+comes from MASTER_ADDR if the job script exported it, else the first host of the job.
+Standalone, `commbench run --nproc N` starts N ranks on this machine itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from commbench.errors import CommbenchError, UsageError
+
+WORKER_CONFIG_ENV = "COMMBENCH_RUN_CONFIG"
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    launcher: str  # torchrun, srun, or commbench
+    node_index: int | None = None  # SLURM_NODEID, GROUP_RANK (torchrun) when known
+
+
+def _int_env(name: str) -> int:
+    try:
+        return int(os.environ[name])
+    except ValueError:
+        raise UsageError(f"{name}={os.environ[name]!r} is not an integer") from None
+
+
+def detect_rank_env() -> RankEnv | None:
+    """The rank's identity from the environment, or None when nothing launched us."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return RankEnv(
+            rank=_int_env("RANK"),
+            world_size=_int_env("WORLD_SIZE"),
+            local_rank=_int_env("LOCAL_RANK") if "LOCAL_RANK" in env else 0,
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=_int_env("MASTER_PORT") if "MASTER_PORT" in env else 29500,
+            launcher=env.get("COMMBENCH_LAUNCHER", "torchrun"),
+            node_index=_int_env("GROUP_RANK") if "GROUP_RANK" in env else None,
+        )
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return RankEnv(
+            rank=_int_env("SLURM_PROCID"),
+            world_size=_int_env("SLURM_NTASKS"),
+            local_rank=_int_env("SLURM_LOCALID") if "SLURM_LOCALID" in env else 0,
+            master_addr=env.get("MASTER_ADDR") or _first_slurm_host(),
+            master_port=_int_env("MASTER_PORT") if "MASTER_PORT" in env else _port_from_job(),
+            launcher="srun",
+            node_index=_int_env("SLURM_NODEID") if "SLURM_NODEID" in env else None,
+        )
+    return None
+
+
+def _first_slurm_host() -> str:
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise UsageError("under srun but SLURM_JOB_NODELIST is unset; export MASTER_ADDR")
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True)
+        return out.stdout.split()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        raise UsageError(f"cannot expand SLURM_JOB_NODELIST={nodelist!r} with scontrol; export MASTER_ADDR") from None
+
+
+def _port_from_job() -> int:
+    """Ranks of one job agree on a port without talking: derive it from the job id."""
+    job = os.environ.get("SLURM_JOB_ID", "0")
+    return 20000 + int(job) % 20000 if job.isdigit() else 29500
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_nproc() -> int:
+    """One rank per visible GPU, else two CPU ranks."""
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            return torch.cuda.device_count()
+    except ImportError:
+        pass
+    return 2
+
+
+def spawn_local(nproc: int, config_json: str, grace_s: float = 10.0) -> int:
+    """Start nproc ranks of `python -m commbench.worker` on this host and wait for them.
+
+    When one rank fails, the others get `grace_s` to notice through their own timeouts, then
+    are stopped, so the launcher never waits forever. Returns the first non-zero exit code.
+    """
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1 (got {nproc})")
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   COMMBENCH_LAUNCHER="commbench")
+        env[WORKER_CONFIG_ENV] = config_json
+        procs.append(subprocess.Popen([sys.executable, "-m", "commbench.worker"], env=env, start_new_session=True))
+    try:
+        return _wait_all(procs, grace_s)
+    except KeyboardInterrupt:
+        _stop(procs, signal.SIGINT)
+        _wait_all(procs, grace_s)
+        raise
+    finally:
+        _stop(procs, signal.SIGKILL)
+
+
+def _wait_all(procs: list[subprocess.Popen], grace_s: float) -> int:
+    failed_at = None
+    while True:
+        codes = [proc.poll() for proc in procs]
+        bad = [code for code in codes if code not in (None, 0)]
+        if all(code is not None for code in codes):
+            return bad[0] if bad else 0
+        if bad and failed_at is None:
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > grace_s:
+            _stop(procs, signal.SIGTERM)
+            time.sleep(1.0)
+            _stop(procs, signal.SIGKILL)
+            return bad[0]
+        time.sleep(0.05)
+
+
+def _stop(procs: list[subprocess.Popen], sig: int) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def require_launched() -> RankEnv:
+    env = detect_rank_env()
+    if env is None:
+        raise CommbenchError("no rank environment (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS)")
+    return env

@@ -1,0 +1,15 @@
+"""Training-step modelling without torch: what a layout costs in memory, compute and communication.
+
+Modules, in the order data flows through them:
+  models     the transformer being trained (presets and Hugging Face config.json)
+  hardware   processor, network and system descriptions (presets/*.json, each figure sourced)
+  layout     a parallel layout (dp, tp, pp, vpp, cp, ep, ZeRO stage, micro-batch, recompute)
+  memory     the per-GPU memory ledger
+  compute    FLOPs (C = 6PD) and GEMM time on a processor
+  network    the CollectiveCost protocol and PresetNetwork; measured holds MeasuredNetwork
+  comm       which collectives each parallelism issues per step, at which size and placement
+  simulator  the overlapped step: closed form for many layouts, event schedule for one
+  planner    enumerate, filter by memory, rank and explain layouts
+
+Everything here works on numpy arrays of layouts so the planner can price thousands at once.
+"""

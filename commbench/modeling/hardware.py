@@ -1,0 +1,134 @@
+"""Hardware kept in three separate descriptions, as Calculon does: processor, network, system.
+
+Each lives in presets/<kind>-<name>.json, and every figure there is {"value": ..., "source": ...}
+so a reader can check where it came from; figures that are modelling defaults rather than
+datasheet numbers say so in their source.
+
+A system is `gpus_per_node` processors joined by an intra-node network, with nodes joined by an
+inter-node network. A NIC-based network with `links_per_node` NICs gives each GPU
+bandwidth * links_per_node / gpus_per_node when every GPU of the node talks at once, which is what
+happens when all groups of a layout run their collectives together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from commbench.errors import UsageError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass(frozen=True)
+class Processor:
+    name: str
+    peak_flops: float  # dense BF16 tensor-core FLOP/s
+    memory_bytes: float
+    memory_bandwidth: float  # HBM bytes/s
+    gemm_curve: tuple[tuple[float, float], ...]  # (FLOPs of one GEMM, fraction of peak)
+    attention_efficiency: float
+    sources: dict = field(default_factory=dict, compare=False)
+
+    def gemm_efficiency(self, flops):
+        """Fraction of peak one GEMM of `flops` reaches: log-linear interpolation of the curve."""
+        points = np.asarray(self.gemm_curve)
+        return np.interp(np.log10(np.maximum(flops, 1.0)), np.log10(points[:, 0]), points[:, 1])
+
+    def gemm_time(self, flops):
+        return flops / (self.peak_flops * self.gemm_efficiency(flops))
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    bandwidth: float  # bytes/s each way, per GPU (links_per_node None) or per NIC
+    efficiency: float  # busbw / link rate reached by large collectives
+    latency: float  # seconds added to every collective on this network
+    links_per_node: int | None = None
+    sources: dict = field(default_factory=dict, compare=False)
+
+    def busbw_per_rank(self, gpus_per_node: int) -> float:
+        """Bus bandwidth (bytes/s) one rank gets when all ranks of its node communicate at once."""
+        share = 1.0 if self.links_per_node is None else min(1.0, self.links_per_node / gpus_per_node)
+        return self.bandwidth * self.efficiency * share
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    processor: Processor
+    gpus_per_node: int
+    intra: Network
+    inter: Network
+
+    def with_inter(self, network: Network) -> "System":
+        return replace(self, inter=network, name=f"{self.name} + {network.name}")
+
+    def with_gpus_per_node(self, gpus_per_node: int) -> "System":
+        return replace(self, gpus_per_node=gpus_per_node)
+
+
+def _read(kind: str, name: str) -> dict:
+    path = PRESET_DIR / f"{kind}-{name.lower()}.json"
+    if not path.is_file():
+        raise UsageError(f"unknown {kind} {name!r}: presets are {', '.join(preset_names(kind))}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _values(raw: dict) -> tuple[dict, dict]:
+    """Split {"x": {"value": v, "source": s}} into ({"x": v}, {"x": s}); plain entries pass through."""
+    values, sources = {}, {}
+    for key, entry in raw.items():
+        if isinstance(entry, dict) and "value" in entry:
+            values[key], sources[key] = entry["value"], entry.get("source", "")
+        else:
+            values[key] = entry
+    return values, sources
+
+
+def preset_names(kind: str) -> list[str]:
+    return sorted(p.stem.split("-", 1)[1] for p in PRESET_DIR.glob(f"{kind}-*.json"))
+
+
+@lru_cache(maxsize=None)
+def load_processor(name: str) -> Processor:
+    values, sources = _values(_read("processor", name))
+    return Processor(
+        name=values["name"],
+        peak_flops=float(values["peak_flops_bf16"]),
+        memory_bytes=float(values["memory_bytes"]),
+        memory_bandwidth=float(values["memory_bandwidth_bytes_per_s"]),
+        gemm_curve=tuple((float(f), float(e)) for f, e in values["gemm_efficiency"]),
+        attention_efficiency=float(values["attention_efficiency"]),
+        sources=sources,
+    )
+
+
+@lru_cache(maxsize=None)
+def load_network(name: str) -> Network:
+    values, sources = _values(_read("network", name))
+    return Network(
+        name=values["name"],
+        bandwidth=float(values["bandwidth_bytes_per_s"]),
+        efficiency=float(values["efficiency"]),
+        latency=float(values["latency_s"]),
+        links_per_node=values.get("links_per_node"),
+        sources=sources,
+    )
+
+
+@lru_cache(maxsize=None)
+def load_system(name: str) -> System:
+    values, _ = _values(_read("system", name))
+    return System(
+        name=values["name"],
+        processor=load_processor(values["processor"]),
+        gpus_per_node=int(values["gpus_per_node"]),
+        intra=load_network(values["intra_network"]),
+        inter=load_network(values["inter_network"]),
+    )

@@ -1,0 +1,143 @@
+"""A parallel layout, a batch of layouts as arrays, and where each parallel group sits on nodes.
+
+Ranks are numbered Megatron-style, tensor parallel fastest: rank = tp + t*(cp + c*(dp + d*pp)),
+with expert parallel carved out of data parallel (the ep ranks are neighbours in the dp
+dimension). A group of `size` ranks `stride` apart on nodes of G GPUs therefore puts
+min(size, G // stride) of its ranks in each node (1 when stride >= G) and spans the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from commbench.errors import UsageError
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+_INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs")
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1  # virtual stages (model chunks) per pipeline rank; > 1 is interleaved 1F1B
+    cp: int = 1
+    ep: int = 1
+    zero: int = 0  # 0 plain DDP, 1 optimizer sharded, 2 + gradients, 3 + parameters (FSDP)
+    mbs: int = 1
+    recompute: str = "none"
+    sp: bool = True  # sequence parallelism; only meaningful when tp > 1
+
+    def __post_init__(self):
+        for name in _INT_FIELDS:
+            if getattr(self, name) < (0 if name == "zero" else 1):
+                raise UsageError(f"layout: {name} must be >= {0 if name == 'zero' else 1}")
+        if self.zero > 3:
+            raise UsageError("layout: zero must be 0, 1, 2 or 3")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise UsageError(f"layout: recompute must be one of {', '.join(RECOMPUTE_MODES)}")
+        if self.vpp > 1 and self.pp == 1:
+            raise UsageError("layout: vpp > 1 needs pp > 1")
+        if self.dp % self.ep:
+            raise UsageError(f"layout: ep={self.ep} must divide dp={self.dp} (experts are sharded across data-parallel ranks)")
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def __str__(self) -> str:
+        parts = [f"tp={self.tp}", f"pp={self.pp}"]
+        parts += [f"vpp={self.vpp}"] * (self.vpp > 1) + [f"cp={self.cp}"] * (self.cp > 1)
+        parts += [f"ep={self.ep}"] * (self.ep > 1)
+        parts += [f"dp={self.dp}", f"mbs={self.mbs}", f"zero={self.zero}", f"recompute={self.recompute}"]
+        return ",".join(parts + ["sp=0"] * (self.tp > 1 and not self.sp))
+
+
+def parse_layout(text: str, gpus: int | None = None) -> Layout:
+    """'tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective' -> Layout; dp may be left out when gpus is known."""
+    values: dict = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in {f.name for f in fields(Layout)}:
+            raise UsageError(f"bad layout item {item!r}: use key=value with keys {', '.join(f.name for f in fields(Layout))}")
+        value = value.strip().lower()
+        if key == "recompute":
+            values[key] = value
+        elif key == "sp":
+            values[key] = value in ("1", "true", "yes", "on")
+        else:
+            if not value.isdigit():
+                raise UsageError(f"bad layout item {item!r}: {key} takes a whole number")
+            values[key] = int(value)
+    if "dp" not in values and gpus:
+        others = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
+        if gpus % others:
+            raise UsageError(f"layout {text!r}: tp*pp*cp = {others} does not divide {gpus} GPUs")
+        values["dp"] = gpus // others
+    layout = Layout(**values)
+    if gpus and layout.gpus != gpus:
+        raise UsageError(f"layout {text!r} uses {layout.gpus} GPUs (dp*tp*pp*cp), not the {gpus} asked for")
+    return layout
+
+
+class LayoutBatch:
+    """Many layouts as parallel int arrays (recompute as 0/1/2), so costs are computed at once."""
+
+    def __init__(self, columns: dict[str, np.ndarray]):
+        self.columns = {name: np.asarray(col, dtype=np.int64) for name, col in columns.items()}
+        for name, col in self.columns.items():
+            setattr(self, name, col)
+
+    @classmethod
+    def from_layouts(cls, layouts: list[Layout]) -> "LayoutBatch":
+        rows = [asdict(layout) for layout in layouts]
+        columns = {name: [row[name] for row in rows] for name in _INT_FIELDS}
+        columns["recompute"] = [RECOMPUTE_MODES.index(row["recompute"]) for row in rows]
+        columns["sp"] = [int(row["sp"]) for row in rows]
+        return cls(columns)
+
+    def __len__(self) -> int:
+        return len(self.dp)
+
+    def layout(self, i: int) -> Layout:
+        values = {name: int(self.columns[name][i]) for name in _INT_FIELDS}
+        return Layout(**values, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]))
+
+    @property
+    def seq_parallel(self) -> np.ndarray:
+        return (self.sp == 1) & (self.tp > 1)
+
+
+def group_placement(size, stride, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks_per_node, nodes) of a group of `size` ranks `stride` apart."""
+    size = np.asarray(size)
+    per_node = np.clip(gpus_per_node // np.asarray(stride), 1, size)
+    return per_node, -(-size // per_node)
+
+
+def layout_groups(batch: LayoutBatch, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each kind of group: (size, ranks_per_node, nodes), one entry per layout.
+
+    tp: the tensor-parallel group. cp: the context-parallel ring. dp: the gradient-reduction
+    group (data x context parallel ranks hold the same weights). ep: the all-to-all group.
+    edp: ranks holding the same expert shard. pp: one pipeline boundary; it crosses nodes as soon as
+    any boundary of the pipeline does, because the slowest boundary paces the pipeline.
+    """
+    t, c, d, e = batch.tp, batch.cp, batch.dp, batch.ep
+    groups = {}
+    for name, size, stride in (
+        ("tp", t, np.ones_like(t)),
+        ("cp", c, t),
+        ("dp", d * c, t),
+        ("ep", e, t * c),
+        ("edp", d * c // e, t * e),
+    ):
+        groups[name] = (size, *group_placement(size, stride, gpus_per_node))
+    pp_stride = t * c * d
+    pp_nodes = np.where(pp_stride * batch.pp <= gpus_per_node, 1, 2)
+    groups["pp"] = (np.full_like(t, 2), 3 - pp_nodes, pp_nodes)
+    return groups

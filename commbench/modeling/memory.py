@@ -1,0 +1,146 @@
+"""Per-GPU memory ledger: static state, activations, in-flight micro-batches, temporary buffers.
+
+Static state per parameter is the precision's bytes (16 by default: 2 + 2 + 12). ZeRO shards it
+over the gradient-reduction group (data x context parallel ranks): stage 1 the optimizer
+states, stage 2 also the gradients, stage 3 (FSDP full sharding) also the weights. Expert
+weights are additionally split over the expert-parallel group.
+
+Activations per layer and micro-batch (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", generalised to any MLP width f and GQA), in bytes,
+with s the per-rank sequence (s/cp), b the micro-batch, h hidden, t tensor parallel:
+  s*b*h * (10*r + (4q + 4kv)/h / t + m_f/t)  [+ 5*heads*s*S*b/t attention scores, without flash]
+where r = 1/t with sequence parallelism else 1 (norm inputs and dropout masks), m_f = 4f/h for
+GELU and 6f/h for SwiGLU (gate, up and their product). Selective recompute drops the score term;
+full recompute keeps only the layer input, 2*s*b*h (/t with sequence parallelism).
+Pipeline ranks hold min(m, p) micro-batches in flight with 1F1B, times 1 + (p-1)/(p*v) when
+interleaved (Narayanan et al. 2021).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commbench.modeling.job import Precision, TrainingJob
+from commbench.modeling.layout import LayoutBatch
+
+LEDGER_ITEMS = ("parameters", "gradients", "optimizer", "activations", "temporary", "reserved")
+
+
+def static_ledger(params: float, precision: Precision) -> dict:
+    """The seed-style ledger for `params` parameters, unsharded: bytes per item and per parameter."""
+    p = precision
+    items = {
+        "parameters": p.param_bytes,
+        "gradients": p.grad_bytes,
+        "optimizer": p.optimizer_bytes,
+    }
+    optimizer_parts = {"fp32 master": p.master_bytes, "Adam m": p.moment_bytes / 2, "Adam v": p.moment_bytes / 2}
+    return {
+        "variant": p.name,
+        "bytes_per_param": p.bytes_per_param,
+        "items": {name: {"bytes_per_param": b, "bytes": b * params} for name, b in items.items()},
+        "optimizer_parts": {name: {"bytes_per_param": b, "bytes": b * params}
+                            for name, b in optimizer_parts.items() if b},
+        "total_bytes": p.bytes_per_param * params,
+    }
+
+
+def micro_batches(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
+    """Micro-batches per pipeline per step: global batch / (micro-batch * data parallel)."""
+    return job.global_batch // (batch.mbs * batch.dp)
+
+
+def layers_per_chunk(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
+    """Layers of the busiest model chunk; uneven splits pace the pipeline by the larger chunk."""
+    return -(-job.model.layers // (batch.pp * batch.vpp))
+
+
+def stage_parameters(job: TrainingJob, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters on one rank of the heaviest pipeline stage, after TP and EP splits."""
+    model = job.model
+    layers = layers_per_chunk(job, batch) * batch.vpp
+    dense_per_layer = (model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params) / model.layers
+    expert_per_layer = model.expert_params / model.layers
+    # the first stage holds the embedding, the last the output head (a tied one is copied there)
+    edge = np.where(batch.pp == 1, model.embedding_params + model.output_params, model.embedding_params)
+    dense = (layers * dense_per_layer + edge) / batch.tp
+    expert = layers * expert_per_layer / (batch.tp * batch.ep)
+    return dense, expert
+
+
+def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: np.ndarray) -> np.ndarray:
+    """Bytes one layer keeps for backward for one micro-batch, per recompute mode code (0/1/2)."""
+    model = job.model
+    h, t = model.hidden, batch.tp
+    s = job.seq_len / batch.cp
+    sbh = s * batch.mbs * h
+    replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
+    attention = (4 * model.q_dim + 4 * model.kv_dim) / h
+    mlp_per_width = 6 if model.mlp == "swiglu" else 4
+    dense_mlp = mlp_per_width * model.ffn_hidden / h
+    if model.moe:
+        moe = model.moe
+        routed = moe.top_k * job.expert_load
+        moe_mlp = (mlp_per_width * (routed * moe.expert_ffn_hidden + moe.shared_ffn_hidden) + 4 * routed * h) / h
+        mlp = (model.dense_layers * dense_mlp + model.moe_layers * moe_mlp) / model.layers
+    else:
+        mlp = dense_mlp
+    kept = sbh * (10 * replicated + (attention + mlp) / t)
+    if not job.flash_attention:
+        scores = 5.0 * model.heads * s * job.seq_len * batch.mbs / t
+        kept = kept + np.where(recompute == 0, scores, 0.0)
+    layer_input = 2 * sbh * replicated
+    return np.where(recompute == 2, layer_input, kept)
+
+
+def in_flight_micro_batches(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
+    """Micro-batches whose activations the first pipeline stage holds at its peak."""
+    flight = np.minimum(m, batch.pp).astype(float)
+    interleaved = batch.vpp > 1
+    return np.where(interleaved, flight * (1 + (batch.pp - 1) / (batch.pp * batch.vpp)), flight)
+
+
+def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
+    """Peak bytes on one GPU of the heaviest stage, by ledger item, plus 'total'."""
+    prec = job.precision
+    model = job.model
+    dense, expert = stage_parameters(job, batch)
+    dp_group = batch.dp * batch.cp
+    expert_group = dp_group // batch.ep
+
+    def sharded(nbytes: int, from_stage: int) -> np.ndarray:
+        shard = batch.zero >= from_stage
+        return nbytes * (dense / np.where(shard, dp_group, 1) + expert / np.where(shard, expert_group, 1))
+
+    ledger = {
+        "parameters": sharded(prec.param_bytes, 3),
+        "gradients": sharded(prec.grad_bytes, 2),
+        "optimizer": sharded(prec.optimizer_bytes, 1),
+    }
+    m = micro_batches(job, batch)
+    n_layers = layers_per_chunk(job, batch) * batch.vpp
+    per_layer = activation_bytes_per_layer(job, batch, batch.recompute)
+    first_stage = per_layer * n_layers * in_flight_micro_batches(batch, m)
+    # full recompute rebuilds one layer's activations at a time during backward
+    first_stage = first_stage + np.where(batch.recompute == 2,
+                                         activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)), 0.0)
+    # the last stage also holds the logits: bf16 output and fp32 copy for the loss
+    tokens = batch.mbs * job.seq_len / batch.cp
+    logits = tokens * model.vocab / batch.tp * (job.activation_bytes + 4)
+    last_stage = per_layer * n_layers + logits
+    ledger["activations"] = np.where(batch.pp == 1, first_stage + logits, np.maximum(first_stage, last_stage))
+    ledger["temporary"] = _temporary_buffers(job, batch, dense, expert)
+    ledger["reserved"] = np.full(len(batch), job.reserved_bytes)
+    ledger["total"] = sum(ledger[item] for item in LEDGER_ITEMS)
+    return ledger
+
+
+def _temporary_buffers(job: TrainingJob, batch: LayoutBatch, dense, expert) -> np.ndarray:
+    """Communication buffers: two gradient buckets in flight; ZeRO-3 also holds the gathered weights
+    of the layer being computed and the prefetched next one, and one layer's unsharded gradients."""
+    prec = job.precision
+    buckets = 2 * np.minimum(job.bucket_bytes, (dense + expert) * prec.grad_bytes)
+    layers = layers_per_chunk(job, batch) * batch.vpp
+    layer_params = (dense + expert) / np.maximum(layers, 1)
+    gathered = layer_params * (2 * prec.param_bytes + prec.grad_bytes)
+    return np.where(batch.zero == 3, gathered, 0.0) + np.where(batch.dp * batch.cp > 1, buckets, 0.0)

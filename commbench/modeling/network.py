@@ -1,0 +1,121 @@
+"""How long a collective takes: the CollectiveCost protocol and its preset implementation.
+
+Sizes follow nccl-tests: all_reduce and sendrecv take the buffer, all_gather and reduce_scatter
+the full gathered buffer, all_to_all one rank's whole send buffer. With n ranks a ring moves
+  all_reduce 2(n-1)/n * S, all_gather / reduce_scatter / all_to_all (n-1)/n * S, sendrecv S
+bytes through each rank (the nccl-tests busbw factors), so time = latency + factor * S / busbw.
+
+A group that spans nodes with several ranks in each (a hierarchical group) is priced as NCCL's
+hierarchical algorithms run it: an intra-node phase at the full size and an inter-node phase on
+1/ranks_per_node of the data, rather than as if every byte crossed the inter-node network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from commbench.modeling.hardware import Network, System
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one group sits on nodes: `ranks_per_node` of its ranks in each of `nodes` nodes."""
+
+    ranks_per_node: int
+    nodes: int
+
+    @property
+    def scope(self) -> str:
+        if self.nodes == 1:
+            return "intra"
+        return "inter" if self.ranks_per_node == 1 else "hierarchical"
+
+
+class CollectiveCost(Protocol):
+    def time_s(self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement) -> float | np.ndarray:
+        """Seconds one collective of `op` on `group_size` ranks placed as `placement` takes."""
+        ...
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """Bytes through each rank per byte of size (nccl-tests' busbw factor)."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op == "sendrecv":
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+
+
+def hierarchical_time(flat, op: str, size, placement: Placement):
+    """Compose a hierarchical collective from flat phases; flat(op, size, n, tier) prices one phase."""
+    r, k = placement.ranks_per_node, placement.nodes
+    n = r * k
+    if op == "all_reduce":
+        return (flat("reduce_scatter", size, r, "intra") + flat("all_reduce", size / r, k, "inter")
+                + flat("all_gather", size, r, "intra"))
+    if op in ("all_gather", "reduce_scatter"):
+        return flat(op, size / r, k, "inter") + flat(op, size, r, "intra")
+    if op == "all_to_all":
+        # the intra-node and inter-node shares of the exchange run at the same time
+        # (each rank sends size/n to every peer: (r-1)/n of it stays in the node, (n-r)/n leaves it)
+        intra = flat("all_to_all", size * r / n, r, "intra")
+        return np.maximum(intra, flat("sendrecv", size * (n - r) / n, 2, "inter"))
+    raise ValueError(f"no hierarchical form for {op!r}")
+
+
+class PresetNetwork:
+    """CollectiveCost from a system preset: one latency and one bus bandwidth per tier."""
+
+    def __init__(self, system: System):
+        self.system = system
+        self._busbw = {
+            "intra": system.intra.busbw_per_rank(system.gpus_per_node),
+            "inter": system.inter.busbw_per_rank(system.gpus_per_node),
+        }
+        self._network: dict[str, Network] = {"intra": system.intra, "inter": system.inter}
+
+    def describe(self) -> str:
+        return (f"preset {self.system.name}: intra {self.system.intra.name} {self._busbw['intra'] / 1e9:.0f} GB/s busbw, "
+                f"inter {self.system.inter.name} {self._busbw['inter'] / 1e9:.1f} GB/s busbw per GPU")
+
+    def flat(self, op: str, size, n: int, tier: str):
+        if n <= 1:
+            return np.zeros_like(np.asarray(size, dtype=float))
+        return self._network[tier].latency + busbw_factor(op, n) * np.asarray(size, dtype=float) / self._busbw[tier]
+
+    def time_s(self, op, size_bytes, group_size, placement):
+        if group_size <= 1:
+            return np.zeros_like(np.asarray(size_bytes, dtype=float))
+        if op == "sendrecv" or placement.scope != "hierarchical":
+            tier = "intra" if placement.nodes == 1 else "inter"
+            return self.flat(op, size_bytes, group_size, tier)
+        return hierarchical_time(self.flat, op, np.asarray(size_bytes, dtype=float), placement)
+
+
+def price(cost: CollectiveCost, op: str, size_bytes: np.ndarray, group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Vectorised pricing over layouts: one cost call per distinct (group size, placement).
+
+    group is (size, ranks_per_node, nodes) arrays as layout.layout_groups returns them; a
+    collective of zero bytes or on a group of one costs nothing.
+    """
+    sizes = np.broadcast_to(np.asarray(size_bytes, dtype=float), group[0].shape)
+    out = np.zeros(sizes.shape)
+    active = (group[0] > 1) & (sizes > 0)
+    if not active.any():
+        return out
+    keys = np.stack([g[active] for g in group], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    active_idx = np.flatnonzero(active)
+    inverse = inverse.reshape(-1)
+    for row, (n, per_node, nodes) in enumerate(unique):
+        idx = active_idx[inverse == row]
+        out[idx] = cost.time_s(op, sizes[idx], int(n), Placement(int(per_node), int(nodes)))
+    return out
+

@@ -1,0 +1,208 @@
+"""Search training layouts: enumerate, drop what does not fit (with the reason), rank, explain.
+
+Screening prices every candidate at once with the closed-form step model; the best few are then
+scheduled by the event simulator, whose step times give the final order. A more complex layout
+(each extra parallel dimension, interleaving or ZeRO sharding) must beat a simpler one by
+SIMPLICITY_MARGIN per unit of complexity to rank above it: the model's own error is a few
+percent, so a 0.3% predicted gain is no reason to take on another dimension (the seeds' decision
+path: DDP, then FSDP/ZeRO, then TP inside a node, PP across nodes, SP/CP, 3D last).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commbench.errors import UsageError
+from commbench.modeling.job import TrainingJob
+from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
+from commbench.modeling.memory import LEDGER_ITEMS
+from commbench.modeling.simulator import CATEGORIES, Cluster, Evaluation, StepModel, StepResult
+
+SIMPLICITY_MARGIN = 0.005
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    max_micro_batch: int = 16
+    max_vpp: int = 8
+    shortlist: int = 12  # layouts the event simulator re-ranks
+
+
+@dataclass
+class Screening:
+    """Every candidate's closed-form evaluation, whether it fits, and the throughput it would give."""
+
+    evaluation: Evaluation
+    fits: np.ndarray
+    capacity: float
+    seconds: float
+
+    def __len__(self) -> int:
+        return len(self.evaluation.batch)
+
+    def memory_reason(self, i: int) -> str:
+        mem = self.evaluation.memory
+        parts = ", ".join(f"{item} {mem[item][i] / GB:.1f}" for item in LEDGER_ITEMS if mem[item][i] >= 0.05 * GB)
+        return f"needs {mem['total'][i] / GB:.1f} GB > {self.capacity / GB:.0f} GB per GPU ({parts})"
+
+
+@dataclass
+class Plan:
+    ranked: list[StepResult]
+    screened: int
+    fitting: int
+    dropped_examples: list[tuple[str, str]]  # (layout, reason) for the fastest ones that do not fit
+    screening_seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def layouts_per_second(self) -> float:
+        return self.screened / self.screening_seconds if self.screening_seconds else float("inf")
+
+
+def complexity(layout: Layout) -> float:
+    dims = sum(x > 1 for x in (layout.tp, layout.pp, layout.cp, layout.ep, layout.vpp))
+    return dims + (layout.zero > 0) + 0.5 * (layout.zero == 3)
+
+
+def ranking_key(result: StepResult) -> tuple[float, float]:
+    """Throughput discounted for complexity; the smaller memory footprint breaks ties."""
+    return (result.tokens_per_s * (1 - SIMPLICITY_MARGIN * complexity(result.layout)), -result.memory["total"])
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class Planner:
+    def __init__(self, job: TrainingJob, cluster: Cluster, space: SearchSpace | None = None):
+        self.job = job
+        self.cluster = cluster
+        self.space = space or SearchSpace()
+        self.model = StepModel(job, cluster)
+
+    # enumeration ---------------------------------------------------------------------------
+    def _shapes(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(tp, pp, cp, dp, ep, vpp) combinations that divide the model and the cluster."""
+        model, gpus = self.job.model, self.cluster.gpus
+        experts = model.moe.num_experts if model.moe else 1
+        shapes = []
+        for tp, pp, cp in itertools.product(_divisors(gpus), repeat=3):
+            if gpus % (tp * pp * cp):
+                continue
+            dp = gpus // (tp * pp * cp)
+            if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or pp > model.layers:
+                continue
+            if cp > 1 and self.job.seq_len % (2 * cp):  # the load-balanced ring splits the sequence in 2*cp
+                continue
+            if self.job.global_batch % dp:
+                continue
+            chunks = model.layers // pp if model.layers % pp == 0 else 1
+            vpps = [v for v in _divisors(chunks) if v <= self.space.max_vpp] if pp > 1 else [1]
+            eps = [e for e in _divisors(dp) if experts % e == 0] if model.moe else [1]
+            shapes += [(tp, pp, cp, dp, ep, vpp) for ep in eps for vpp in vpps]
+        return shapes
+
+    def enumerate(self) -> LayoutBatch:
+        shapes = np.array(self._shapes(), dtype=np.int64).reshape(-1, 6)
+        mbs_values = [2**k for k in range(int(math.log2(self.space.max_micro_batch)) + 1)]
+        knobs = np.array(list(itertools.product(self.space.zero_stages, mbs_values,
+                                                [RECOMPUTE_MODES.index(r) for r in self.space.recompute])),
+                         dtype=np.int64)
+        rows = np.repeat(shapes, len(knobs), axis=0)
+        tiled = np.tile(knobs, (len(shapes), 1))
+        tp, pp, cp, dp, ep, vpp = rows.T
+        zero, mbs, recompute = tiled.T
+        per_step = self.job.global_batch // dp
+        ok = (per_step % mbs == 0)
+        m = per_step // np.maximum(mbs, 1)
+        ok &= (vpp == 1) | (m % pp == 0)  # interleaving needs whole rounds of pp micro-batches
+        cols = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero=zero, mbs=mbs, recompute=recompute,
+                    sp=np.ones_like(tp))
+        return LayoutBatch({name: col[ok] for name, col in cols.items()})
+
+    # screening and ranking ------------------------------------------------------------------
+    def screen(self, batch: LayoutBatch | None = None) -> Screening:
+        start = time.perf_counter()
+        batch = self.enumerate() if batch is None else batch
+        evaluation = self.model.evaluate(batch)
+        capacity = self.cluster.system.processor.memory_bytes
+        fits = evaluation.memory["total"] <= capacity
+        return Screening(evaluation, fits, capacity, time.perf_counter() - start)
+
+    def plan(self, top: int = 5) -> Plan:
+        screening = self.screen()
+        if len(screening) == 0:
+            raise UsageError(self._no_shape_reason())
+        ev = screening.evaluation
+        if not screening.fits.any():
+            raise UsageError(self._too_big_reason(screening))
+        order = np.argsort(-ev.tokens_per_s)
+        fitting = order[screening.fits[order]]
+        shortlist = fitting[: max(self.space.shortlist, top)]
+        results = [self.model.simulate(ev.batch.layout(i)) for i in shortlist]
+        results.sort(key=ranking_key, reverse=True)
+        dropped = order[~screening.fits[order]][:3]
+        best = results[0].tokens_per_s
+        dropped_examples = [(str(ev.batch.layout(i)), screening.memory_reason(i))
+                            for i in dropped if ev.tokens_per_s[i] > best]
+        return Plan(results[:top], len(screening), int(screening.fits.sum()), dropped_examples, screening.seconds)
+
+    def evaluate_layout(self, layout: Layout) -> tuple[StepResult, str | None]:
+        """Simulate one layout; the second value says why it does not fit, or is None."""
+        if layout.gpus != self.cluster.gpus:
+            raise UsageError(f"layout {layout} uses {layout.gpus} GPUs, the cluster has {self.cluster.gpus}")
+        if self.job.global_batch % (layout.dp * layout.mbs):
+            raise UsageError(f"global batch {self.job.global_batch} is not a multiple of dp*mbs = {layout.dp * layout.mbs}")
+        m = self.job.global_batch // (layout.dp * layout.mbs)
+        if layout.vpp > 1 and m % layout.pp:
+            raise UsageError(f"interleaving needs the {m} micro-batches to be a multiple of pp={layout.pp}")
+        if self.job.model.heads % layout.tp:
+            raise UsageError(f"tp={layout.tp} does not divide the {self.job.model.heads} attention heads")
+        screening = self.screen(LayoutBatch.from_layouts([layout]))
+        result = self.model.simulate(layout, timeline=True)
+        return result, None if screening.fits[0] else screening.memory_reason(0)
+
+    # reasons -----------------------------------------------------------------------------
+    def _no_shape_reason(self) -> str:
+        return (f"no layout of {self.cluster.gpus} GPUs divides global batch {self.job.global_batch}, "
+                f"{self.job.model.heads} heads and {self.job.model.layers} layers; pick a global batch that is a "
+                f"multiple of the data-parallel size")
+
+    def _too_big_reason(self, screening: Screening) -> str:
+        ev = screening.evaluation
+        leanest = int(np.argmin(ev.memory["total"]))
+        need = ev.memory["total"][leanest]
+        static = self.job.model.total_params * self.job.precision.bytes_per_param
+        gpus = math.ceil(static / (screening.capacity - self.job.reserved_bytes))
+        return (f"{self.job.model.name} does not fit on {self.cluster.gpus} GPUs of {screening.capacity / GB:.0f} GB: "
+                f"the leanest layout ({ev.batch.layout(leanest)}) {screening.memory_reason(leanest)}; its static "
+                f"state alone is {static / GB:.0f} GB, so even fully sharded it needs at least {gpus} GPUs")
+
+
+def explain(results: list[StepResult]) -> list[str]:
+    """One line per ranked layout: where its step goes, and what makes the next one slower."""
+    lines = []
+    for i, res in enumerate(results):
+        parts = sorted(((v, k) for k, v in res.categories.items() if v > 0.005 * res.step_s), reverse=True)
+        where = ", ".join(f"{name} {100 * v / res.step_s:.0f}%" for v, name in parts)
+        line = f"#{i + 1} {res.layout}: {where}"
+        if i + 1 < len(results):
+            nxt = results[i + 1]
+            diffs = sorted(((nxt.categories[c] - res.categories[c], c) for c in CATEGORIES), reverse=True)
+            worse = ", ".join(f"+{d * 1e3:.0f} ms {c}" for d, c in diffs[:2] if d > 0)
+            slower = 100 * (res.tokens_per_s / nxt.tokens_per_s - 1)
+            if slower >= 0:
+                line += f"; #{i + 2} is {slower:.1f}% slower ({worse or 'same costs'})"
+            else:
+                line += f"; #{i + 2} is {-slower:.1f}% faster but more complex (ranked within the simplicity margin)"
+        lines.append(line)
+    return lines

@@ -1,0 +1,244 @@
+"""`commbench import nccl-tests`: real-format nccl-tests text and JSON become run directories.
+
+The fixtures are written in the exact layouts nccl-tests prints (2.13-era and 2.17 text, the
+-J report, version 2) with synthetic but realistic H100 figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from commbench import cli
+from commbench.data.nccl_tests import busbw_factor, op_name, parse_file, parse_json, parse_text, write_run
+from commbench.data.rundir import load_run
+from commbench.errors import CommbenchError, UsageError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"
+ALL_REDUCE_LOG = FIXTURES / "all_reduce_perf_h100x8.log"
+ALL_GATHER_LOG = FIXTURES / "all_gather_perf_2node.log"
+CRASHED_LOG = FIXTURES / "all_reduce_perf_h100x8_crashed.log"
+UNCHECKED_LOG = FIXTURES / "sendrecv_perf_nocheck.log"
+ALL_REDUCE_JSON = FIXTURES / "all_reduce_perf_h100x8.json"
+EXAMPLE_RUN = Path(__file__).parent.parent / "results" / "examples" / "example-nccl-tests-h100"
+
+# printed bandwidths carry two decimals: a ratio is only meaningful well above 0.01 GB/s
+PRINT_TOLERANCE_GBPS = 0.015
+
+
+def only_run(path: Path, **kwargs):
+    runs = parse_file(path, **kwargs)
+    assert len(runs) == 1
+    return runs[0]
+
+
+def run_cli(monkeypatch, *argv: str) -> int:
+    """The real dispatcher, with only this command registered (the lead registers it in cli.py)."""
+    monkeypatch.setattr(cli, "COMMANDS", {"import": "import_"})
+    return cli.main(["import", *argv])
+
+
+def assert_busbw_matches_factor(records, factor: float) -> None:
+    for record in records:
+        assert record.busbw_factor == pytest.approx(factor)
+        assert record.busbw_gbps == pytest.approx(record.algbw_gbps * factor, abs=PRINT_TOLERANCE_GBPS * 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "ours"),
+    [
+        ("all_reduce_perf", "all_reduce"),
+        ("/opt/nccl-tests/build/alltoall_perf", "all_to_all"),
+        ("AllGather", "all_gather"),
+        ("ReduceScatter", "reduce_scatter"),
+        ("SendRecv", "sendrecv"),
+        ("broadcast_perf_mpi", "broadcast"),
+        ("HyperCube", "hypercube"),
+        ("AlltoAllv", "allto_allv"),
+    ],
+)
+def test_op_names_map_to_ours(name, ours):
+    assert op_name(name) == ours
+
+
+def test_all_reduce_text_from_an_h100_node():
+    run = only_run(ALL_REDUCE_LOG)
+    records = run.records
+    sizes = sorted({record.size_bytes for record in records})
+    assert sizes == [8 << step for step in range(25)]  # -b 8 -e 128M -f 2
+    assert len(records) == 50
+    assert [record.in_place for record in records[:4]] == [False, True, False, True]
+    for record in records:
+        assert (record.op, record.scope, record.group_size, record.timer) == ("all_reduce", "world", 8, "imported")
+        assert (record.dtype, record.redop, record.root, record.wrong) == ("float", "sum", -1, 0)
+        assert record.count * 4 == record.size_bytes
+        assert record.algbw_gbps == pytest.approx(record.size_bytes / record.time_us / 1e3, abs=PRINT_TOLERANCE_GBPS)
+        assert record.time_us == record.time_us_p10 == record.time_us_p90 == record.time_us_mean_nccl
+        assert (record.iters, record.warmup, record.cv) == (20, 5, 0.0)
+    assert_busbw_matches_factor(records, 2 * 7 / 8)
+    largest = [record for record in records if record.size_bytes == 128 << 20]
+    assert all(360 <= record.busbw_gbps <= 480 for record in largest)
+
+    info = run.info
+    assert (info.kind, info.source, info.backend, info.world_size, info.complete) == ("import", "nccl-tests", "nccl", 8, True)
+    assert [(node.hostname, node.ranks) for node in info.nodes] == [("dgx-h100-017", list(range(8)))]
+    assert info.nodes[0].gpus[3] == {"rank": 3, "cuda_device": 3, "pci": "0000:5d:00", "name": "NVIDIA H100 80GB HBM3"}
+    assert info.versions == {"nccl-tests": "2.17.6", "nccl": "2.27.5+cuda12.9"}
+    assert info.args["header"]["max_bytes"] == 128 << 20
+    assert info.args["avg_busbw_gbps"] == pytest.approx(92.5236)
+    assert info.warnings == []
+
+
+def test_all_gather_text_from_two_nodes_names_its_op_by_file_name():
+    run = only_run(ALL_GATHER_LOG)
+    assert run.info.world_size == 16
+    assert [(node.hostname, node.ranks) for node in run.info.nodes] == [("gpu-a07", list(range(8))), ("gpu-a08", list(range(8, 16)))]
+    assert run.info.versions == {"nccl": "2.18.5+cuda12.2"}
+    assert len(run.records) == 2 * 21  # -b 1K -e 1G -f 2
+    for record in run.records:
+        assert (record.op, record.group_size, record.redop, record.root) == ("all_gather", 16, "none", -1)
+        assert record.count * 4 * 16 == record.size_bytes  # count is per rank, size the gathered whole
+    assert_busbw_matches_factor(run.records, 15 / 16)
+
+
+def test_crashed_log_keeps_its_rows_and_is_incomplete():
+    run = only_run(CRASHED_LOG)
+    assert run.info.complete is False
+    assert run.info.reason == "log ends early (crashed run?)"
+    assert max(record.size_bytes for record in run.records) == 1 << 20
+    assert len(run.records) == 2 * 18  # the half-printed 2 MiB row is skipped
+    assert any("line 37" in warning for warning in run.info.warnings)
+
+
+def test_unchecked_run_reports_wrong_as_minus_one():
+    run = only_run(UNCHECKED_LOG)
+    assert {record.wrong for record in run.records} == {-1}
+    assert {(record.op, record.dtype) for record in run.records} == {("sendrecv", "bfloat16")}
+    assert all(record.count * 2 == record.size_bytes for record in run.records)
+    assert_busbw_matches_factor(run.records, 1.0)
+
+
+def test_json_report_with_per_iteration_statistics():
+    run = only_run(ALL_REDUCE_JSON)
+    assert len(run.records) == 2 * 11  # -b 1K -e 1G -f 4
+    for record in run.records:
+        assert record.busbw_gbps / record.algbw_gbps == pytest.approx(busbw_factor("all_reduce", 8), rel=1e-4)
+        assert record.time_us_min <= record.time_us_p10 <= record.time_us <= record.time_us_p90 <= record.time_us_max
+        assert 0 < record.cv < 0.1
+        assert (record.iters, record.warmup, record.wrong) == (20, 1, 0)
+    info = run.info
+    assert info.world_size == 8 and info.nodes[0].ranks == list(range(8))  # one devices entry per process
+    assert info.versions["nccl"] == "2.27.5"
+    assert info.created == "2025-11-03T14:22:05" and info.complete
+    assert info.args["argv"][0].endswith("all_reduce_perf")
+    assert "NCCL_NVLS_ENABLE" in info.env
+    assert "HF_TOKEN" not in info.env and "HOME" not in info.env  # only NCCL/CUDA/launcher variables
+
+
+def test_json_report_cut_short_keeps_complete_results():
+    text = ALL_REDUCE_JSON.read_text()
+    cut = text.index('{"size":4194304')  # the writer died while writing the 4 MiB result
+    run = parse_json(text[: cut + 40], source="cut.json")
+    assert run.info.complete is False
+    assert max(record.size_bytes for record in run.records) == 1 << 20
+    assert len(run.records) == 2 * 6
+
+
+def test_several_runs_in_one_log_become_several_runs():
+    text = ALL_REDUCE_LOG.read_text() + "srun: job step finished\n" + UNCHECKED_LOG.read_text()
+    runs = parse_text(text, source="sweep.log")
+    assert [run.records[0].op for run in runs] == ["all_reduce", "sendrecv"]
+    assert all(run.info.complete for run in runs)
+
+
+def test_split_communicators_use_the_group_size():
+    # NCCL_TESTS_SPLIT="DIV 8" on two nodes: one 8-rank communicator per node, both at once
+    lines = ALL_GATHER_LOG.read_text().splitlines()
+    split = [line.replace("Group  0", "Group  1") if "on    gpu-a08" in line else line for line in lines]
+    run = parse_text("\n".join(split), source="split.log", op="all_gather")[0]
+    record = run.records[0]
+    assert (record.group_size, record.n_groups, record.scope, record.busbw_factor) == (8, 2, "intra", 7 / 8)
+    # the fixture's figures were computed for 16 ranks, which the importer points out
+    assert any("busbw/algbw" in warning for warning in run.info.warnings)
+
+
+def test_per_iteration_columns_blank_out_of_place_and_launcher_prefixes():
+    # `srun -l` prefixes "0: "; -I adds i_min i_max i_p99 i_cv% per group; -O 0 leaves the
+    # out-of-place group blank; agg iters 2 makes each timed iteration two collectives
+    group_names = "  time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%"
+    group_values = "  10.00    0.10    0.10       0     9.50    11.00    10.90     3.50"
+    text = "\n".join(
+        [
+            "0: # nThread 1 nGpus 2 minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 1 iters: 10 agg iters: 2 validation: 1 graph: 0",
+            "0: #  Rank  0 Group  0 Pid   1234 on      node1 device  0 [0000:18:00] NVIDIA H100 80GB HBM3",
+            "0: #  Rank  1 Group  0 Pid   1234 on      node1 device  1 [0000:2a:00] NVIDIA H100 80GB HBM3",
+            "0: #       size         count      type   redop    root" + group_names * 2,
+            "0:         1024           256     float     sum      -1" + " " * 32 + group_values,
+            "0: # Avg bus bandwidth    : 0.1 ",
+        ]
+    )
+    (record,) = parse_text(text, source="per_iter.log", op="all_reduce")[0].records
+    assert (record.in_place, record.iters, record.group_size) == (True, 20, 2)
+    assert (record.time_us_min, record.time_us_max, record.cv) == (9.5, 11.0, pytest.approx(0.035))
+
+
+def test_a_log_that_does_not_name_its_op_needs_op(tmp_path):
+    anonymous = tmp_path / "h100_run3.log"
+    anonymous.write_text(ALL_GATHER_LOG.read_text())
+    with pytest.raises(UsageError, match="--op"):
+        parse_file(anonymous)
+    assert only_run(anonymous, op="all_gather").records[0].op == "all_gather"
+
+
+def test_header_without_rows_is_an_error(tmp_path):
+    header_only = tmp_path / "all_reduce_perf.log"
+    header_only.write_text("".join(ALL_REDUCE_LOG.read_text().splitlines(keepends=True)[:11]))
+    with pytest.raises(CommbenchError, match="no result rows"):
+        parse_file(header_only)
+
+
+def test_run_directory_round_trips_through_load_run(tmp_path):
+    run = only_run(ALL_REDUCE_JSON)
+    path = write_run(run, tmp_path, run_id="imported")
+    loaded = load_run(path)
+    assert loaded.run_id == "imported"
+    assert loaded.info.kind == "import" and loaded.info.complete
+    assert loaded.records == [record.model_dump() for record in run.records]
+    assert (path / "records.csv").read_text().count("\n") == len(run.records) + 1
+
+
+def test_cli_imports_each_file_into_its_own_run(tmp_path, monkeypatch, capsys):
+    assert run_cli(monkeypatch, "nccl-tests", str(ALL_REDUCE_LOG), str(CRASHED_LOG), "--out", str(tmp_path)) == 0
+    out, err = capsys.readouterr()
+    assert "50 records (25 sizes)" in out and "incomplete" in out
+    assert "log ends early" in err
+    runs = [load_run(path) for path in tmp_path.iterdir()]
+    assert sorted(len(run.records) for run in runs) == [36, 50]
+
+
+@pytest.mark.parametrize(
+    "content", ["hello\nworld\n", "", '{"not": "nccl-tests"}', '{"config": {}, "results": [{"size": "x", "in_place": {"time": 1}}]}']
+)
+def test_cli_refuses_files_that_are_not_nccl_tests_output(tmp_path, monkeypatch, capsys, content):
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_text(content)
+    assert run_cli(monkeypatch, "nccl-tests", str(garbage), "--out", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "garbage.txt" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_run_id_names_one_run_only(tmp_path, monkeypatch, capsys):
+    argv = ["nccl-tests", str(ALL_REDUCE_LOG), str(UNCHECKED_LOG), "--run-id", "x", "--out", str(tmp_path)]
+    assert run_cli(monkeypatch, *argv) == 2
+    assert "--run-id" in capsys.readouterr().err
+
+
+def test_example_run_is_the_imported_h100_log():
+    example = load_run(EXAMPLE_RUN)
+    assert example.run_id == "example-nccl-tests-h100"
+    fresh = only_run(ALL_REDUCE_LOG)
+    assert example.records == [record.model_dump() for record in fresh.records]
+    assert json.loads((EXAMPLE_RUN / "run.json").read_text())["source"] == "nccl-tests"
