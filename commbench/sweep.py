@@ -14,6 +14,7 @@ disturbs the NCCL communicators under test.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -27,15 +28,17 @@ from commbench.collectives.base import Buffers, Collective, Counts, GroupContext
 from commbench.config import DTYPES, GLOO_DTYPES, RunConfig
 from commbench.data.rundir import RunWriter, new_run_id, utc_now
 from commbench.data.schema import NodeInfo, Record, RunInfo
-from commbench.errors import CommbenchError, UsageError
+from commbench.errors import CommbenchError, RankFailure, UsageError
+from commbench.faults import corrupt_if_asked, die_if_asked, hang_if_asked
 from commbench.launch import RankEnv
 from commbench.placement import applicable_scopes, scope_groups
 from commbench.report import TablePrinter
 from commbench.timing import CudaEventTimer, HostTimer, Stats, choose_iters
 from commbench.topology import discover_node, merge_nodes, node_name, place_ranks
+from commbench.watchdog import Diagnosis, RankMonitor, exit_now
 
-# fault injection for tests of the checker: "RANK" or "RANK:OP" corrupts that rank's result
-CORRUPTION_ENV = "COMMBENCH_INJECT_CORRUPTION"
+# gloo's own timeout fires this much after the watchdog's, so the watchdog can name the culprit
+GLOO_TIMEOUT_MARGIN_S = 30.0
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Session:
     device: torch.device
     nodes: list[NodeInfo]
     topology: dict | None = None
+    monitor: RankMonitor | None = None
     groups: dict[tuple[int, ...], object] = field(default_factory=dict)
 
     @property
@@ -68,7 +72,7 @@ class Session:
 def open_session(cfg: RunConfig, env: RankEnv) -> Session:
     dist.init_process_group(
         "gloo", init_method=f"tcp://{env.master_addr}:{env.master_port}",
-        rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=cfg.timeout_s),
+        rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=cfg.timeout_s + GLOO_TIMEOUT_MARGIN_S),
     )
     backend = _agree_on_backend(cfg, env)
     if backend == "gloo" and cfg.dtype not in GLOO_DTYPES:
@@ -199,22 +203,13 @@ def count_wrong(result: torch.Tensor, expected: torch.Tensor, group_size: int) -
     return int((~ok).sum().item())
 
 
-def _corrupt_if_asked(session: Session, collective: Collective, buffers: Buffers) -> None:
-    spec = os.environ.get(CORRUPTION_ENV)
-    if not spec:
-        return
-    rank, _, op = spec.partition(":")
-    if int(rank) == session.rank and op in ("", collective.name) and buffers.recv.numel():
-        buffers.recv.view(-1)[buffers.recv.numel() // 2] += 1
-
-
 def check(session: Session, row: Row, variant: Variant, ctx: GroupContext, buffers: Buffers, run_op) -> int:
     wrong = 0
     for _ in range(session.cfg.check_iters):
         fill_known_inputs(buffers, ctx)
         run_op()
         session.sync()
-        _corrupt_if_asked(session, row.collective, buffers)
+        corrupt_if_asked(session.rank, row.collective.name, buffers.recv)
         expected = row.collective.expected(ctx, row.counts, buffers.recv.dtype, buffers.recv.device, variant)
         wrong += count_wrong(buffers.recv, expected, ctx.size)
     return wrong
@@ -245,6 +240,9 @@ def measure(session: Session, row: Row, variant: Variant) -> tuple[list[float] |
     ctx = my_context(session, row)
     estimate = torch.zeros(1, dtype=torch.float64)
     if ctx is not None:
+        hang_if_asked(session.rank, row.collective.name)
+        die_if_asked(session.rank, row.collective.name)
+        session.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}, first call")
         buffers = allocate(session, row, variant, ctx)
         fill_known_inputs(buffers, ctx)
         run_op = op_callable(session, row.collective, buffers, ctx, variant)
@@ -358,19 +356,39 @@ class Sweep:
         run_id = _broadcast_str(session.cfg.run_id or new_run_id())
         if session.rank == 0:
             self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id))
+        hosts = {rank: node.hostname for node in session.nodes for rank in node.ranks}
+        self.monitor = session.monitor = RankMonitor(session.env.master_addr, session.env.master_port, session.rank,
+                                   session.env.world_size, hosts, session.cfg.timeout_s, self._on_hang).start()
         try:
             with _progress(session.rank == 0 and session.cfg.progress, len(self.rows)) as progress:
                 self._run_rows(progress)
+        except (RuntimeError, dist.DistError) as exc:  # a collective failed: find out who is gone
+            diagnosis = self.monitor.diagnose()
+            reason = f"{diagnosis.text} [{_reason(exc)}]"
+            self._finish(False, reason)
+            raise RankFailure(reason, self.monitor.is_reporter(diagnosis)) from None
         except BaseException as exc:
-            if self.writer:
-                self.writer.finish(complete=False, reason=_reason(exc))
+            self._finish(False, _reason(exc))
             raise
+        finally:
+            self.monitor.stop()
+        self._finish(True)
         if self.writer:
-            self.writer.finish(complete=True)
             self.printer.summary(str(self.writer.path))
         if self.total_wrong:
             raise CommbenchError(f"{self.total_wrong} wrong elements: a collective returned bad data (rows marked in #wrong)")
         return 0
+
+    def _finish(self, complete: bool, reason: str | None = None) -> None:
+        if self.writer:
+            self.writer.finish(complete=complete, reason=reason)
+
+    def _on_hang(self, diagnosis: Diagnosis) -> None:
+        """Runs on the watchdog thread: record why, say it once, and leave."""
+        self._finish(False, diagnosis.text)
+        if self.monitor.is_reporter(diagnosis):
+            print(f"commbench run: error: {diagnosis.text}", file=sys.stderr, flush=True)
+        exit_now(1)
 
     def _run_rows(self, progress) -> None:
         block = None
@@ -380,6 +398,7 @@ class Sweep:
                 self._header(row)
             records = []
             for variant in row.collective.variants:
+                self.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}")
                 values, iters = measure(self.session, row, variant)
                 table = gather_to_rank0(self.session, values, iters)
                 if table is not None:
@@ -412,9 +431,12 @@ def _broadcast_str(value: str) -> str:
 
 
 def _reason(exc: BaseException) -> str:
+    """One line: the exception's first sentence, without gloo's source-file prefix."""
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", str(exc).strip())
+    text = text.split(". ")[0].splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 class _progress:
@@ -446,9 +468,18 @@ class _progress:
 
 
 def run_rank(cfg: RunConfig, env: RankEnv) -> int:
-    """Everything one rank does; every rank calls this."""
-    session = open_session(cfg, env)
+    """Everything one rank does; every rank calls this. Errors are printed once, by one rank."""
     try:
-        return Sweep(session).run()
-    finally:
+        session = open_session(cfg, env)
+        code = Sweep(session).run()
+    except RankFailure as exc:
+        if exc.reporter:
+            print(f"commbench run: error: {exc}", file=sys.stderr, flush=True)
+        exit_now(exc.exit_code)  # a peer is gone: tearing the process group down could block
+    except CommbenchError as exc:
+        if env.rank == 0:
+            print(f"commbench run: error: {exc}", file=sys.stderr, flush=True)
+        code = exc.exit_code
+    if dist.is_initialized():
         dist.destroy_process_group()
+    return code

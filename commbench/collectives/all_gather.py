@@ -15,8 +15,12 @@ def _counts(count, n, elt_size):
     return Counts(send=chunk, recv=chunk * n, param=chunk)
 
 
+# torch 2.13 renamed all_gather_into_tensor; older releases only have the old name
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def _launch(buffers, ctx, variant):
-    dist.all_gather_into_tensor(buffers.recv, buffers.send, group=ctx.group)
+    _all_gather(buffers.recv, buffers.send, group=ctx.group)
 
 
 def _expected(ctx, counts, dtype, device, variant):

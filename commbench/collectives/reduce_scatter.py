@@ -14,8 +14,12 @@ def _counts(count, n, elt_size):
     return Counts(send=chunk * n, recv=chunk, param=chunk)
 
 
+# torch 2.13 renamed reduce_scatter_tensor; older releases only have the old name
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def _launch(buffers, ctx, variant):
-    dist.reduce_scatter_tensor(buffers.recv, buffers.send, op=dist.ReduceOp.SUM, group=ctx.group)
+    _reduce_scatter(buffers.recv, buffers.send, op=dist.ReduceOp.SUM, group=ctx.group)
 
 
 def _expected(ctx, counts, dtype, device, variant):

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -71,6 +72,7 @@ class RunWriter:
             raise CommbenchError(f"run directory {self.path} already exists; pick another --run-id") from None
         self.info = info
         self.records: list[dict] = []
+        self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
         self.write_info()
         self._write_records()
 
@@ -78,8 +80,9 @@ class RunWriter:
         atomic_write_text(self.path / RUN_FILE, self.info.model_dump_json(indent=2) + "\n")
 
     def add_records(self, records: list[Record]) -> None:
-        self.records.extend(rec.model_dump() for rec in records)
-        self._write_records()
+        with self._lock:
+            self.records.extend(rec.model_dump() for rec in records)
+            self._write_records()
 
     def _write_records(self) -> None:
         lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
@@ -87,10 +90,11 @@ class RunWriter:
         atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records))
 
     def finish(self, complete: bool, reason: str | None = None) -> None:
-        self.info.complete = complete
-        self.info.reason = reason
-        self.info.finished = utc_now()
-        self.write_info()
+        with self._lock:
+            self.info.complete = complete
+            self.info.reason = reason
+            self.info.finished = utc_now()
+            self.write_info()
 
 
 @dataclass
