@@ -50,6 +50,8 @@ class RunConfig:
     max_iters: int = 200
     check_iters: int = 1
     cuda_graph: bool = False
+    pairwise: bool = False
+    outlier_ratio: float = 0.75
     timeout_s: float = 300.0
     out_dir: str = "results"
     run_id: str | None = None
@@ -77,6 +79,8 @@ class RunConfig:
             raise UsageError("--iters must be at least 1")
         if not 1 <= self.min_iters <= self.max_iters:
             raise UsageError("--min-iters must be at least 1 and at most --max-iters")
+        if not 0 < self.outlier_ratio < 1:
+            raise UsageError("--outlier-ratio must be between 0 and 1")
         if self.time_budget_ms <= 0 or self.timeout_s <= 0:
             raise UsageError("--time-budget-ms and --timeout must be positive")
         if self.scopes is not None:

@@ -305,9 +305,9 @@ def to_record(session: Session, row: Row, variant: Variant, table: torch.Tensor,
     )
 
 
-def run_info(session: Session, run_id: str) -> RunInfo:
+def run_info(session: Session, run_id: str, kind: str) -> RunInfo:
     return RunInfo(
-        run_id=run_id, created=utc_now(), backend=session.backend, world_size=session.env.world_size,
+        run_id=run_id, kind=kind, created=utc_now(), backend=session.backend, world_size=session.env.world_size,
         nodes=session.nodes, args={**_jsonable(session.cfg), "launcher": session.env.launcher},
         versions=software_versions(session.backend), env=captured_env(), topology=session.topology,
     )
@@ -344,9 +344,11 @@ def captured_env() -> dict:
 class Sweep:
     """Drives the rows; rank 0 prints, shows progress and writes the run directory."""
 
+    kind = "sweep"
+
     def __init__(self, session: Session):
         self.session = session
-        self.rows = plan_rows(session)
+        self.rows = self.plan()
         self.writer: RunWriter | None = None
         self.printer = TablePrinter() if session.rank == 0 else None
         self.total_wrong = 0
@@ -355,7 +357,7 @@ class Sweep:
         session = self.session
         run_id = _broadcast_str(session.cfg.run_id or new_run_id())
         if session.rank == 0:
-            self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id))
+            self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id, self.kind))
         hosts = {rank: node.hostname for node in session.nodes for rank in node.ranks}
         self.monitor = session.monitor = RankMonitor(session.env.master_addr, session.env.master_port, session.rank,
                                    session.env.world_size, hosts, session.cfg.timeout_s, self._on_hang).start()
@@ -374,10 +376,16 @@ class Sweep:
             self.monitor.stop()
         self._finish(True)
         if self.writer:
-            self.printer.summary(str(self.writer.path))
+            self.report()
         if self.total_wrong:
             raise CommbenchError(f"{self.total_wrong} wrong elements: a collective returned bad data (rows marked in #wrong)")
         return 0
+
+    def plan(self) -> list[Row]:
+        return plan_rows(self.session)
+
+    def report(self) -> None:
+        self.printer.summary(str(self.writer.path))
 
     def _finish(self, complete: bool, reason: str | None = None) -> None:
         if self.writer:
@@ -471,7 +479,12 @@ def run_rank(cfg: RunConfig, env: RankEnv) -> int:
     """Everything one rank does; every rank calls this. Errors are printed once, by one rank."""
     try:
         session = open_session(cfg, env)
-        code = Sweep(session).run()
+        if cfg.pairwise:
+            from commbench.pairwise import PairwiseSweep
+
+            code = PairwiseSweep(session).run()
+        else:
+            code = Sweep(session).run()
     except RankFailure as exc:
         if exc.reporter:
             print(f"commbench run: error: {exc}", file=sys.stderr, flush=True)

@@ -21,3 +21,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# multi-node fixtures: emulated_cluster, emulated_cluster_factory, slurm_cluster, slurm_cluster_factory
+from cluster.fixtures import *  # noqa: E402,F401,F403

@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("-d", "--dtype", default="float", help=f"element type: {', '.join(DTYPES)} (default float)")
     what.add_argument("--scopes", type=_csv(SCOPES), default=None,
                       help="world, intra (one group per node), inter (one rank per node); default: all that apply")
+    what.add_argument("--pairwise", action="store_true",
+                      help="instead of a sweep: ping-pong latency (at --min-bytes) and bandwidth (at --max-bytes) of every "
+                           "pair of nodes and of ranks inside each node, in rounds that share no link; flags slow pairs")
+    what.add_argument("--outlier-ratio", type=float, default=0.75,
+                      help="--pairwise: flag a pair below this fraction of the best pair's bandwidth (default 0.75)")
     how = parser.add_argument_group("how to measure")
     how.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo")
     how.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per size (default: adapt to the size)")
@@ -82,7 +87,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         ops=args.ops, min_bytes=args.min_bytes, max_bytes=args.max_bytes, step_factor=args.step_factor,
         dtype=args.dtype, backend=args.backend, scopes=args.scopes, iters=args.iters, warmup=args.warmup,
         time_budget_ms=args.time_budget_ms, min_iters=args.min_iters, max_iters=args.max_iters,
-        check_iters=args.check_iters, cuda_graph=args.cuda_graph, timeout_s=args.timeout,
+        check_iters=args.check_iters, cuda_graph=args.cuda_graph, pairwise=args.pairwise,
+        outlier_ratio=args.outlier_ratio, timeout_s=args.timeout,
         out_dir=args.out, run_id=args.run_id, node_name=args.node_name, progress=not args.no_progress,
     ).validate()
 

@@ -84,6 +84,12 @@ class RunWriter:
             self.records.extend(rec.model_dump() for rec in records)
             self._write_records()
 
+    def set_records(self, records: list[dict]) -> None:
+        """Replace every record (e.g. to add flags computed once all rows are in)."""
+        with self._lock:
+            self.records = list(records)
+            self._write_records()
+
     def _write_records(self) -> None:
         lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
         atomic_write_text(self.path / RECORDS_JSONL, lines)

@@ -55,6 +55,9 @@ class Record(BaseModel):
     aggregate_busbw_gbps: float | None = Field(None, description="busbw x n_groups: what all groups of the scope moved together")
     wrong: int = Field(0, description="wrong elements found by the correctness check, summed over ranks; -1 = not checked")
     slowest_rank: int | None = Field(None, description="global rank whose median time was reported")
+    pair: list[int] | None = Field(None, description="scope pair: the two global ranks measured")
+    pair_nodes: list[str] | None = Field(None, description="scope pair: the nodes of those two ranks")
+    outlier: bool | None = Field(None, description="scope pair: bandwidth below --outlier-ratio of the best pair of its kind")
 
 
 class NodeInfo(BaseModel):

@@ -1,0 +1,96 @@
+"""commbench on an emulated multi-node cluster: network namespaces with tc-shaped links, so the
+physical limit of the "network" is known exactly (tests/cluster/emulated.py).
+
+Needs root; skips with the reason otherwise.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from cluster.emulated import tcp_goodput_ceiling_gbps, wait_procs
+from commbench.data.rundir import list_runs, load_run
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.cluster
+
+
+def torchrun_per_node(cluster, ranks_per_node, args, out, port=29611, timeout=600, env=None):
+    """One torchrun per node, c10d store on node 0, gloo over each node's eth0."""
+    procs = []
+    for i in range(len(cluster.nodes)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.nodes)),
+               "--nproc-per-node", str(ranks_per_node), "--node-rank", str(i), "--master-addr", cluster.addr(0),
+               "--master-port", str(port), "-m", "commbench", "run", "--out", str(out), "--no-progress", *args]
+        procs.append(cluster.node(i).popen(cmd, env={"GLOO_SOCKET_IFNAME": "eth0", **(env or {})}, cwd=REPO,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return wait_procs(procs, timeout)
+
+
+def test_two_nodes_two_ranks_scopes_and_link_limit(emulated_cluster, tmp_path):
+    results = torchrun_per_node(emulated_cluster, 2, ["--ops", "all_reduce", "-b", "16M", "-e", "64M"], tmp_path)
+    assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
+    run = load_run(list_runs(tmp_path)[0])
+    assert run.info.complete
+    assert [(node.hostname, node.ranks) for node in run.info.nodes] == [
+        (emulated_cluster.names[0], [0, 1]), (emulated_cluster.names[1], [2, 3])]
+    assert {r["scope"] for r in run.records} == {"world", "intra", "inter"}
+    assert all(r["wrong"] == 0 for r in run.records)
+
+    def busbw(scope, field="busbw_gbps"):
+        return max(r[field] for r in run.records
+                   if r["scope"] == scope and r["size_bytes"] == 64 << 20 and not r["in_place"])
+
+    # the two rails (local rank 0 of each node, local rank 1 of each node) run at once and share
+    # the nodes' one emulated link, so the link carries their aggregate
+    ceiling = tcp_goodput_ceiling_gbps("1gbit")
+    inter = busbw("inter", "aggregate_busbw_gbps")
+    print(f"inter-node all_reduce at 64 MiB: aggregate busbw {inter:.4f} GB/s = {inter / ceiling:.1%} of the "
+          f"{ceiling:.4f} GB/s ceiling (per rail {busbw('inter'):.4f}); intra-node busbw {busbw('intra'):.3f} GB/s")
+    assert 0.90 * ceiling <= inter <= 1.02 * ceiling
+    assert busbw("intra") > 2 * inter
+    inter_rows = [r for r in run.records if r["scope"] == "inter"]
+    assert {(r["group_size"], r["n_groups"]) for r in inter_rows} == {(2, 2)}
+
+
+@pytest.mark.parametrize("emulated_cluster", [dict(nodes=3, per_node_rate={2: "200mbit"})], indirect=True)
+def test_pairwise_flags_the_pairs_of_the_slow_node(emulated_cluster, tmp_path):
+    results = torchrun_per_node(emulated_cluster, 1, ["--pairwise", "-b", "8", "-e", "4M"], tmp_path)
+    assert [code for code, _, _ in results] == [0, 0, 0], results[0][2][-3000:]
+    run = load_run(list_runs(tmp_path)[0])
+    slow = emulated_cluster.names[2]
+    bandwidth_rows = [r for r in run.records if r["size_bytes"] == 4 << 20]
+    assert len(bandwidth_rows) == 3
+    flagged = {tuple(r["pair_nodes"]) for r in bandwidth_rows if r["outlier"]}
+    assert flagged == {tuple(r["pair_nodes"]) for r in bandwidth_rows if slow in r["pair_nodes"]}
+    assert f"every slow pair touches: {slow}" in results[0][1]
+
+
+def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_path):
+    import threading
+    import time
+
+    def cut_link_once_measuring():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = list_runs(tmp_path)
+            if runs and len(load_run(runs[0]).records) >= 4:
+                emulated_cluster.set_link(1, up=False)
+                return
+            time.sleep(0.2)
+
+    cutter = threading.Thread(target=cut_link_once_measuring)
+    cutter.start()
+    start = time.monotonic()
+    results = torchrun_per_node(emulated_cluster, 2, ["--ops", "all_reduce", "-b", "1K", "-e", "16M", "--scopes", "inter",
+                                                      "--timeout", "10"], tmp_path, timeout=240)
+    cutter.join()
+    elapsed = time.monotonic() - start
+    code, _, err = results[0]
+    assert code != 0 and elapsed < 150
+    lines = [line for line in err.splitlines() if line.startswith("commbench run: error")]
+    assert len(lines) == 1 and f"on node {emulated_cluster.names[1]}" in lines[0], err[-3000:]
+    run = load_run(list_runs(tmp_path)[0])
+    assert not run.info.complete and emulated_cluster.names[1] in run.info.reason
+    assert len(run.records) >= 4
