@@ -41,7 +41,7 @@ def slowest_median(value: float) -> float:
 
 def commbench_row(session, size: int, iters: int) -> float:
     from commbench.collectives import get_collective
-    from commbench.collectives.base import OUT_OF_PLACE, IN_PLACE
+    from commbench.collectives.base import IN_PLACE
     from commbench.sweep import Row, gather_to_rank0, measure, to_record
 
     collective = get_collective("all_reduce")

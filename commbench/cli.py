@@ -14,6 +14,7 @@ COMMANDS = {
     "run": "run",
     "topo": "topo",
     "import": "import_",
+    "overlap": "overlap",
     "trace": "trace",
     "estimate": "estimate",
     "plan": "plan",

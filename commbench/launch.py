@@ -100,8 +100,8 @@ def default_nproc() -> int:
     return 2
 
 
-def spawn_local(nproc: int, config_json: str, grace_s: float = 10.0) -> int:
-    """Start nproc ranks of `python -m commbench.worker` on this host and wait for them.
+def spawn_local(nproc: int, config_json: str, grace_s: float = 10.0, module: str = "commbench.worker") -> int:
+    """Start nproc ranks of `python -m <module>` (the sweep's worker by default) on this host and wait for them.
 
     When one rank fails, the others get `grace_s` to notice through their own timeouts, then
     are stopped, so the launcher never waits forever. Returns the first non-zero exit code.
@@ -115,7 +115,7 @@ def spawn_local(nproc: int, config_json: str, grace_s: float = 10.0) -> int:
                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    COMMBENCH_LAUNCHER="commbench")
         env[WORKER_CONFIG_ENV] = config_json
-        procs.append(subprocess.Popen([sys.executable, "-m", "commbench.worker"], env=env, start_new_session=True))
+        procs.append(subprocess.Popen([sys.executable, "-m", module], env=env, start_new_session=True))
     try:
         return _wait_all(procs, grace_s)
     except KeyboardInterrupt:

@@ -85,9 +85,20 @@ def open_session(cfg: RunConfig, env: RankEnv) -> Session:
     identities: list = [None] * env.world_size
     dist.all_gather_object(identities, identity)
     nodes = [NodeInfo(**placement.to_dict()) for placement in place_ranks(identities)]
+    if device.type == "cpu":
+        _share_cores(env, nodes)
     session = Session(cfg=cfg, env=env, backend=backend, device=device, nodes=nodes)
     session.topology = _cluster_topology(identity, identities)
     return session
+
+
+def _share_cores(env: RankEnv, nodes: list[NodeInfo]) -> None:
+    """Give each CPU rank its share of the node's cores: with torch's default (all cores per rank),
+    ranks that share a node fight over cores in every copy and reduction, and times balloon."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return  # the user decided
+    ranks_here = next(len(node.ranks) for node in nodes if env.rank in node.ranks)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks_here))
 
 
 def _cluster_topology(identity, identities) -> dict:
@@ -242,7 +253,8 @@ def measure(session: Session, row: Row, variant: Variant) -> tuple[list[float] |
     if ctx is not None:
         hang_if_asked(session.rank, row.collective.name)
         die_if_asked(session.rank, row.collective.name)
-        session.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}, first call")
+        if session.monitor:  # sweeps have one; benchmarks that call measure() directly may not
+            session.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}, first call")
         buffers = allocate(session, row, variant, ctx)
         fill_known_inputs(buffers, ctx)
         run_op = op_callable(session, row.collective, buffers, ctx, variant)
@@ -345,6 +357,7 @@ class Sweep:
     """Drives the rows; rank 0 prints, shows progress and writes the run directory."""
 
     kind = "sweep"
+    command = "run"  # the subcommand, for messages
 
     def __init__(self, session: Session):
         self.session = session
@@ -395,7 +408,7 @@ class Sweep:
         """Runs on the watchdog thread: record why, say it once, and leave."""
         self._finish(False, diagnosis.text)
         if self.monitor.is_reporter(diagnosis):
-            print(f"commbench run: error: {diagnosis.text}", file=sys.stderr, flush=True)
+            print(f"commbench {self.command}: error: {diagnosis.text}", file=sys.stderr, flush=True)
         exit_now(1)
 
     def _run_rows(self, progress) -> None:
@@ -475,23 +488,22 @@ class _progress:
         return False
 
 
-def run_rank(cfg: RunConfig, env: RankEnv) -> int:
+def run_rank(cfg: RunConfig, env: RankEnv, sweep_class: type[Sweep] | None = None) -> int:
     """Everything one rank does; every rank calls this. Errors are printed once, by one rank."""
-    try:
-        session = open_session(cfg, env)
-        if cfg.pairwise:
-            from commbench.pairwise import PairwiseSweep
+    if sweep_class is None:
+        from commbench.pairwise import PairwiseSweep
 
-            code = PairwiseSweep(session).run()
-        else:
-            code = Sweep(session).run()
+        sweep_class = PairwiseSweep if cfg.pairwise else Sweep
+    prefix = f"commbench {sweep_class.command}: error:"
+    try:
+        code = sweep_class(open_session(cfg, env)).run()
     except RankFailure as exc:
         if exc.reporter:
-            print(f"commbench run: error: {exc}", file=sys.stderr, flush=True)
+            print(f"{prefix} {exc}", file=sys.stderr, flush=True)
         exit_now(exc.exit_code)  # a peer is gone: tearing the process group down could block
     except CommbenchError as exc:
         if env.rank == 0:
-            print(f"commbench run: error: {exc}", file=sys.stderr, flush=True)
+            print(f"{prefix} {exc}", file=sys.stderr, flush=True)
         code = exc.exit_code
     if dist.is_initialized():
         dist.destroy_process_group()

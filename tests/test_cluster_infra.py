@@ -29,13 +29,7 @@ from cluster.emulated import (
     tcp_goodput_ceiling_gbps,
     wait_procs,
 )
-from cluster.fixtures import (  # noqa: F401  (fixtures; also imported by tests/conftest.py)
-    emulated_cluster,
-    emulated_cluster_factory,
-    require_cluster,
-    slurm_cluster,
-    slurm_cluster_factory,
-)
+from cluster.fixtures import require_cluster
 
 HERE = Path(__file__).parent / "cluster"
 ALLREDUCE = str(HERE / "allreduce_probe.py")

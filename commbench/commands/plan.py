@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
     parser.add_argument("--precision", choices=("16", "12", "18"), default="16", help="bytes per parameter variant (default 16)")
     parser.add_argument("--slowdown", type=float, help="measured compute slowdown while communication overlaps (e.g. 0.13); default 15%% NVLink / 2%% inter-node")
+    parser.add_argument("--overlap-run", metavar="RUN_DIR", help="take the slowdown from this `commbench overlap` run directory")
     parser.add_argument("--top", type=int, default=5, help="layouts to show (default 5)")
     parser.add_argument("--layout", help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"')
     parser.add_argument("--timeline", metavar="FILE", help="with --layout: write the simulated timeline (JSON list) here")
@@ -69,10 +70,27 @@ def build_planner(args):
         from commbench.modeling.measured import MeasuredNetwork
 
         cost = MeasuredNetwork(args.bandwidth, fallback=cost)
-    slowdown = {} if args.slowdown is None else {"slowdown_intra": args.slowdown, "slowdown_inter": args.slowdown}
+    factor = _slowdown(args)
+    slowdown = {} if factor is None else {"slowdown_intra": factor, "slowdown_inter": factor}
     cluster = Cluster(args.gpus, system, cost, **slowdown)
     job = TrainingJob(load_model(args.model), args.seq_len, args.global_batch, PRECISIONS[args.precision])
     return Planner(job, cluster)
+
+
+def _slowdown(args) -> float | None:
+    """--slowdown, the factor an overlap run measured, or None for the simulator's defaults."""
+    overlap_run = getattr(args, "overlap_run", None)  # callers that build args by hand may leave it out
+    if overlap_run is None:
+        return args.slowdown
+    if args.slowdown is not None:
+        raise UsageError("give --slowdown or --overlap-run, not both")
+    from commbench.overlap.slowdown import measured_slowdown
+
+    return measured_slowdown(overlap_run)
+
+
+def _slowdown_figures(planner) -> dict:
+    return {"intra": planner.cluster.slowdown_intra, "inter": planner.cluster.slowdown_inter}
 
 
 def main(args) -> int:
@@ -87,6 +105,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps({
             "model": planner.job.model.describe(), "network": planner.cluster.cost.describe(),
+            "slowdown": _slowdown_figures(planner),
             "screened": plan.screened, "fitting": plan.fitting, "layouts_per_second": plan.layouts_per_second,
             "ranked": [r.to_dict() for r in plan.ranked], "explanations": explain(plan.ranked),
             "dropped_examples": [{"layout": l, "reason": r} for l, r in plan.dropped_examples], "warnings": warnings,
@@ -106,7 +125,8 @@ def _one_layout(planner, args, warnings) -> int:
             json.dump(result.timeline, handle)
     if args.json:
         print(json.dumps({**result.to_dict(), "fits": reason is None, "reason": reason,
-                          "network": planner.cluster.cost.describe(), "warnings": warnings}, indent=2))
+                          "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
+                          "warnings": warnings}, indent=2))
     else:
         _print_header(planner, warnings)
         _print_results([result], title=f"Layout {layout}")
@@ -125,6 +145,8 @@ def _print_header(planner, warnings) -> None:
     system = planner.cluster.system
     console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_node} per node; "
                   f"{planner.cluster.cost.describe()}")
+    console.print(f"compute slowdown under overlapping communication: {planner.cluster.slowdown_intra:.1%} "
+                  f"intra-node, {planner.cluster.slowdown_inter:.1%} inter-node")
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 

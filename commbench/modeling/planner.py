@@ -180,7 +180,6 @@ class Planner:
     def _too_big_reason(self, screening: Screening) -> str:
         ev = screening.evaluation
         leanest = int(np.argmin(ev.memory["total"]))
-        need = ev.memory["total"][leanest]
         static = self.job.model.total_params * self.job.precision.bytes_per_param
         gpus = math.ceil(static / (screening.capacity - self.job.reserved_bytes))
         return (f"{self.job.model.name} does not fit on {self.cluster.gpus} GPUs of {screening.capacity / GB:.0f} GB: "

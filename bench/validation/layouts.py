@@ -1,0 +1,44 @@
+"""The layouts the validation trains, as the planner writes them (no torch: the predictor imports this).
+
+All of them run on 2 ranks, one per emulated node, and train the same global batch per step:
+  ddp   dp=2, each rank one micro-batch of global_batch/2 sequences, plain DDP (zero=0)
+  fsdp  the same split, ZeRO-3 (FSDP2 full sharding)
+  tp    tp=2 without sequence parallelism, both ranks on the whole batch (one micro-batch)
+  pp    pp=2, the batch cut into `pp_micro_batches` micro-batches, 1F1B
+  local diagnostic, not a parallel layout: each rank trains its own copy on global_batch/2
+        sequences with no communication at all; the planner prices it as one rank (dp=1), which
+        checks the compute side of the model alone, under the same sharing of the cores
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WORLD_SIZE = 2
+PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp")
+DIAGNOSTIC_LAYOUTS = ("local",)
+
+
+@dataclass(frozen=True)
+class LayoutRun:
+    name: str
+    planner: str  # what `commbench plan --layout` takes
+    gpus: int  # ranks the planner prices it on
+    global_batch: int  # sequences per step the planner prices
+    mbs: int  # sequences per micro-batch on one rank
+    tp: int
+
+
+def layout_runs(global_batch: int, pp_micro_batches: int) -> dict[str, LayoutRun]:
+    if global_batch % WORLD_SIZE or global_batch % pp_micro_batches:
+        raise ValueError(f"global batch {global_batch} must split over {WORLD_SIZE} ranks and "
+                         f"into {pp_micro_batches} micro-batches")
+    half, pp_mbs = global_batch // WORLD_SIZE, global_batch // pp_micro_batches
+    runs = (
+        LayoutRun("ddp", f"dp=2,mbs={half},zero=0", 2, global_batch, half, 1),
+        LayoutRun("fsdp", f"dp=2,mbs={half},zero=3", 2, global_batch, half, 1),
+        LayoutRun("tp", f"tp=2,dp=1,mbs={global_batch},sp=0", 2, global_batch, global_batch, 2),
+        LayoutRun("pp", f"pp=2,dp=1,mbs={pp_mbs}", 2, global_batch, pp_mbs, 1),
+        LayoutRun("local", f"dp=1,mbs={half}", 1, half, half, 1),
+    )
+    return {run.name: run for run in runs}

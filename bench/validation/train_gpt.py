@@ -1,0 +1,238 @@
+"""Train the small GPT with each layout and time its steps; also measure this machine's compute rates.
+
+Launched by torchrun, one rank per emulated node (gloo, CPU, one intra-op thread per rank: the
+2 ranks share the machine's 2 cores, as they do while training). For every layout, in order:
+  1. calibration, on both ranks at once (so the cores are shared as in training): forward +
+     backward of every GEMM shape the layout runs (F.linear and its two gradients), of its
+     attention core (scaled_dot_product_attention, causal), and a 16 MiB copy (memory bandwidth).
+     Each figure is the median of `--repeats` runs; the slower rank's median is kept, since
+     synchronous training goes at the pace of its slower rank.
+  2. `--warmup` steps, then `--steps` timed steps (forward, backward, AdamW step). A step's time is
+     the slowest rank's; the layout's figure is the median over steps.
+Measuring each layout's shapes just before it runs means that load from other work on the
+machine, which changes over minutes, hits the calibration and the steps it is used for alike.
+
+Rank 0 writes everything as JSON to --out. Run by bench/validate_planner.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpt import GPT, GPTConfig, lm_loss  # noqa: E402
+from layouts import LayoutRun, layout_runs  # noqa: E402
+
+LEARNING_RATE = 1e-4
+COPY_ELEMENTS = 4 << 20  # 16 MiB of float32: far beyond any cache here
+
+
+# calibration -------------------------------------------------------------------------------
+def median_seconds(operation, repeats: int) -> float:
+    operation()  # warm-up: allocator, kernel selection
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        operation()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def gemm_shapes(cfg: GPTConfig, run: LayoutRun) -> list[tuple[int, int, int]]:
+    """(tokens, in, out) of every Linear one rank runs per micro-batch (each block's four, the head)."""
+    n, h, t = run.mbs * cfg.seq_len, cfg.hidden, run.tp
+    return [(n, h, 3 * h // t), (n, h // t, h), (n, h, cfg.ffn // t), (n, cfg.ffn // t, h), (n, h, cfg.vocab // t)]
+
+
+def time_gemm(tokens: int, k: int, out: int, repeats: int) -> float:
+    """Forward + both gradients of one linear layer: the 3 GEMMs the model counts for it."""
+    x = torch.randn(tokens, k, requires_grad=True)
+    w = torch.randn(out, k, requires_grad=True)
+    grad = torch.randn(tokens, out)
+    return median_seconds(lambda: torch.autograd.grad(F.linear(x, w), (x, w), grad), repeats)
+
+
+def time_attention(cfg: GPTConfig, run: LayoutRun, repeats: int) -> float:
+    shape = (run.mbs, cfg.heads // run.tp, cfg.seq_len, cfg.head_dim)
+    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape)
+
+    def fwd_bwd():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(out, (q, k, v), grad)
+
+    return median_seconds(fwd_bwd, repeats)
+
+
+def time_copy(repeats: int) -> float:
+    source, target = torch.ones(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
+    return median_seconds(lambda: target.copy_(source), repeats)
+
+
+def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
+    dist.barrier()
+    local = {
+        "gemm": [[n, k, out, time_gemm(n, k, out, repeats)] for n, k, out in gemm_shapes(cfg, run)],
+        "attention": {"batch": run.mbs, "heads": cfg.heads // run.tp, "seconds": time_attention(cfg, run, repeats)},
+        "copy": {"bytes": 2 * COPY_ELEMENTS * 4, "seconds": time_copy(repeats)},  # read + write
+    }
+    ranks = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, local)
+    slowest = ranks[0]
+    for other in ranks[1:]:
+        for mine, theirs in zip(slowest["gemm"], other["gemm"]):
+            mine[3] = max(mine[3], theirs[3])
+        for key in ("attention", "copy"):
+            slowest[key]["seconds"] = max(slowest[key]["seconds"], other[key]["seconds"])
+    return slowest
+
+
+# layouts -----------------------------------------------------------------------------------
+def batch(cfg: GPTConfig, sequences: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids and next-token targets; the step time does not depend on their values."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(cfg.vocab, (sequences, cfg.seq_len + 1), generator=generator)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
+    """A function that runs one training step of this layout on this rank."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # same initial weights on every rank (tensor parallel splits them)
+
+    if name in ("ddp", "local", "fsdp"):
+        model = GPT(cfg)
+        x, y = batch(cfg, run.mbs, seed=1 + rank)
+        if name == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, bucket_cap_mb=25)  # PyTorch's default, as the job prices
+        elif name == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh("cpu", (world,))
+            for block in model.blocks:
+                fully_shard(block, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            lm_loss(model(x), y).backward()
+            optimizer.step()
+
+        return step
+
+    if name == "tp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,))
+        model = GPT(cfg)
+        for block in model.blocks:
+            parallelize_module(block, mesh, {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
+                                             "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()})
+        parallelize_module(model, mesh, {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        x, y = batch(cfg, run.mbs, seed=1)  # both ranks work on the same sequences
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            with loss_parallel():
+                lm_loss(model(x), y).backward()
+            optimizer.step()
+
+        return step
+
+    if name == "pp":
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        stage_model = GPT(cfg, first=rank == 0, last=rank == world - 1, blocks=cfg.layers // world)
+        stage = PipelineStage(stage_model, rank, world, torch.device("cpu"))
+        schedule = Schedule1F1B(stage, n_microbatches=run.global_batch // run.mbs, loss_fn=lm_loss)
+        optimizer = torch.optim.AdamW(stage_model.parameters(), lr=LEARNING_RATE)
+        x, y = batch(cfg, run.global_batch, seed=1)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            if rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=y)
+            optimizer.step()
+
+        return step
+
+    raise ValueError(f"unknown layout {name!r}")
+
+
+def time_steps(step, warmup: int, steps: int) -> list[float]:
+    """Seconds of each timed step, the slowest rank's."""
+    for _ in range(warmup):
+        step()
+    local = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        local.append(time.perf_counter() - start)
+    ranks = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, local)
+    return [max(per_rank) for per_rank in zip(*ranks)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layouts", default="ddp,fsdp,tp,pp", help="comma-separated: ddp, fsdp, tp, pp, local")
+    parser.add_argument("--hidden", type=int, default=GPTConfig.hidden)
+    parser.add_argument("--layers", type=int, default=GPTConfig.layers)
+    parser.add_argument("--heads", type=int, default=GPTConfig.heads)
+    parser.add_argument("--vocab", type=int, default=GPTConfig.vocab)
+    parser.add_argument("--seq-len", type=int, default=GPTConfig.seq_len)
+    parser.add_argument("--global-batch", type=int, default=8, help="sequences per step")
+    parser.add_argument("--pp-micro-batches", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs of each calibration kernel")
+    parser.add_argument("--out", required=True, help="JSON file rank 0 writes")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)  # one core's worth per rank: 2 ranks on the 2 cores
+    dist.init_process_group("gloo")
+    cfg = GPTConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq_len)
+    runs = layout_runs(args.global_batch, args.pp_micro_batches)
+    results = {}
+    for name in args.layouts.split(","):
+        run = runs[name]
+        load_before = os.getloadavg()[0]
+        calibration = calibrate(cfg, run, args.repeats)
+        step_s = time_steps(build_step(name, cfg, run), args.warmup, args.steps)
+        results[name] = {"planner_layout": run.planner, "step_s": step_s, "median_step_s": statistics.median(step_s),
+                         "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]]}
+        if dist.get_rank() == 0:
+            print(f"{name}: median step {results[name]['median_step_s']:.3f} s over {len(step_s)} steps "
+                  f"(load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+        dist.barrier()
+    if dist.get_rank() == 0:
+        Path(args.out).write_text(json.dumps({
+            "model": cfg.to_dict(), "global_batch": args.global_batch, "pp_micro_batches": args.pp_micro_batches,
+            "warmup": args.warmup, "steps": args.steps, "world_size": dist.get_world_size(),
+            "torch": torch.__version__, "optimizer": f"AdamW lr={LEARNING_RATE} (fp32)", "layouts": results,
+        }, indent=1))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""`commbench overlap` on one rank: a GEMM and a collective, alone and at once.
+
+For each op and size (world scope, the sweep's declarations and out-of-place buffers):
+  1. warm-up: `warmup` iterations of both at once, untimed;
+  2. the GEMM alone, the collective alone, then both started together, `iters` iterations each,
+     every phase behind a barrier on the gloo control group;
+  3. one more iteration of both at once, on fresh known inputs, is checked on every rank
+     (`wrong`): a collective must still return the right data while a kernel runs beside it;
+  4. rank 0 gathers every rank's medians and reports the rank whose both-at-once time is largest.
+
+How "at once" is arranged:
+  GPU  the GEMM on its own CUDA stream, the collective issued from a second stream (NCCL's stream
+       waits on that one, and that one on NCCL's completion); both wait on one start event, the
+       current stream waits on both and records the end event. CUDA events on each stream time
+       each operation's own duration. Iterations run back to back, as in the sweep.
+  CPU  the GEMM in a worker thread (torch releases the GIL inside matmul), the collective in the
+       calling thread (gloo runs it on its own threads and waits without the GIL); each thread
+       times itself with the host clock. A control barrier precedes every iteration so that the
+       ranks start each one together. The GEMM gets (cores / ranks on this node) threads.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from commbench.collectives.base import Variant
+from commbench.config import DTYPES
+from commbench.launch import RankEnv
+from commbench.overlap.config import OverlapConfig
+from commbench.overlap.schema import OverlapRecord, overlap_achieved
+from commbench.sweep import (Row, Session, Sweep, allocate, count_wrong, fill_known_inputs, my_context, op_callable)
+from commbench.sweep import run_rank as sweep_run_rank
+from commbench.timing import Stats
+
+
+class Gemm:
+    """out = A @ B with M = N = K = size, into a preallocated output: nothing is allocated while timed."""
+
+    def __init__(self, size: int, device: torch.device):
+        # tensor-core precision on GPU; CPUs multiply float32 far faster than bfloat16
+        self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        generator = torch.Generator().manual_seed(0)
+        self.a = torch.randn(size, size, generator=generator).to(device, self.dtype)
+        self.b = torch.randn(size, size, generator=generator).to(device, self.dtype)
+        self.out = torch.empty(size, size, device=device, dtype=self.dtype)
+        self.size = size
+        self.flops = 2.0 * size ** 3
+
+    def __call__(self) -> None:
+        torch.matmul(self.a, self.b, out=self.out)
+
+
+def _us(seconds: float) -> float:
+    return seconds * 1e6
+
+
+class ThreadedOverlap:
+    """CPU: the GEMM in one persistent worker thread, the collective in the calling thread."""
+
+    kind = "host"
+
+    def __init__(self, gemm: Gemm, threads: int, align_ranks):
+        self.gemm = gemm
+        self.align_ranks = align_ranks
+        # OpenMP keeps its thread count per OS thread: a new thread would use every core and, with
+        # several ranks per machine, oversubscribe them (a 256^3 GEMM then runs 30x slower)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commbench-gemm",
+                                       initializer=torch.set_num_threads, initargs=(threads,))
+
+    def _timed_gemm(self) -> tuple[float, float]:
+        start = time.perf_counter()
+        self.gemm()
+        return start, time.perf_counter()
+
+    def compute_alone(self, iters: int) -> list[float]:
+        samples = []
+        for _ in range(iters):
+            self.align_ranks()
+            start, end = self.pool.submit(self._timed_gemm).result()
+            samples.append(_us(end - start))
+        return samples
+
+    def comm_alone(self, run_op, iters: int) -> list[float]:
+        samples = []
+        for _ in range(iters):
+            self.align_ranks()
+            start = time.perf_counter()
+            run_op()
+            samples.append(_us(time.perf_counter() - start))
+        return samples
+
+    def together(self, run_op, iters: int) -> list[tuple[float, float, float]]:
+        """(both, GEMM, collective) durations per iteration."""
+        samples = []
+        for _ in range(iters):
+            self.align_ranks()
+            begin = time.perf_counter()
+            gemm = self.pool.submit(self._timed_gemm)
+            comm_start = time.perf_counter()
+            run_op()
+            comm_end = time.perf_counter()
+            gemm_start, gemm_end = gemm.result()
+            samples.append((_us(max(comm_end, gemm_end) - begin), _us(gemm_end - gemm_start), _us(comm_end - comm_start)))
+        return samples
+
+
+def _timed_event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _elapsed_us(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+    return start.elapsed_time(end) * 1000.0
+
+
+class StreamOverlap:
+    """GPU: the GEMM on one CUDA stream, the collective issued from another, timed by events."""
+
+    kind = "cuda_event"
+
+    def __init__(self, gemm: Gemm, device: torch.device):
+        self.gemm = gemm
+        self.compute_stream = torch.cuda.Stream(device)
+        self.comm_stream = torch.cuda.Stream(device)
+
+    def _alone(self, stream: torch.cuda.Stream, op, iters: int) -> list[float]:
+        marks = [(_timed_event(), _timed_event()) for _ in range(iters)]
+        stream.wait_stream(torch.cuda.current_stream())  # inputs were written on the current stream
+        with torch.cuda.stream(stream):
+            for start, end in marks:
+                start.record()
+                op()
+                end.record()
+        torch.cuda.synchronize()
+        return [_elapsed_us(start, end) for start, end in marks]
+
+    def compute_alone(self, iters: int) -> list[float]:
+        return self._alone(self.compute_stream, self.gemm, iters)
+
+    def comm_alone(self, run_op, iters: int) -> list[float]:
+        return self._alone(self.comm_stream, run_op, iters)
+
+    def together(self, run_op, iters: int) -> list[tuple[float, float, float]]:
+        """(both, GEMM, collective) durations per iteration; iteration i+1 starts when both of i ended."""
+        main = torch.cuda.current_stream()
+        marks = []
+        for _ in range(iters):
+            begin, end = _timed_event(), _timed_event()
+            spans = []
+            begin.record(main)
+            for stream, op in ((self.compute_stream, self.gemm), (self.comm_stream, run_op)):
+                start, stop = _timed_event(), _timed_event()
+                stream.wait_event(begin)
+                with torch.cuda.stream(stream):
+                    start.record()
+                    op()
+                    stop.record()
+                spans.append((start, stop))
+            main.wait_stream(self.compute_stream)
+            main.wait_stream(self.comm_stream)
+            end.record(main)
+            marks.append((begin, end, spans))
+        torch.cuda.synchronize()
+        return [(_elapsed_us(begin, end), _elapsed_us(*spans[0]), _elapsed_us(*spans[1])) for begin, end, spans in marks]
+
+
+@dataclass
+class RankFigures:
+    """One rank's medians (us) for one row, and the wrong elements it found."""
+
+    compute: float
+    comm: Stats
+    both: float
+    compute_during_comm: float
+    comm_during_compute: float
+    wrong: int
+
+
+def gemm_threads(session: Session) -> int:
+    """CPU threads for this rank's GEMM: the cores shared evenly among the ranks of this node."""
+    if session.device.type == "cuda":
+        return 0
+    ranks_here = next(len(node.ranks) for node in session.nodes if session.rank in node.ranks)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // ranks_here)
+
+
+def _ratio(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
+
+
+class OverlapSweep(Sweep):
+    """The sweep's run directory, progress bar, watchdog and failure handling, around overlap rows."""
+
+    kind = "overlap"
+    command = "overlap"
+
+    def __init__(self, session: Session):
+        super().__init__(session)
+        self.printer = OverlapTable() if session.rank == 0 else None
+        self.threads = gemm_threads(session)
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        self.gemm = Gemm(session.cfg.gemm_size, session.device)
+        if session.device.type == "cuda":
+            self.overlap = StreamOverlap(self.gemm, session.device)
+        else:
+            self.overlap = ThreadedOverlap(self.gemm, self.threads, dist.barrier)
+
+    def report(self) -> None:
+        self.printer.summary(str(self.writer.path), self.writer.records)
+
+    def _run_rows(self, progress) -> None:
+        op = None
+        for row in self.rows:
+            if self.printer and row.collective.name != op:
+                op = row.collective.name
+                self.printer.header(self._title(row))
+            self.monitor.progress(f"overlap {row.collective.name} {row.size} B")
+            variant = row.collective.variants[0]
+            gathered = self._gather(self._measure(row, variant))
+            if gathered is not None:
+                record = self._record(row, variant, gathered)
+                self.total_wrong += max(record.wrong, 0)
+                self.writer.add_records([record])
+                self.printer.row(record)
+            progress.advance(f"overlap {row.collective.name} {row.size} B")
+        flag = torch.tensor([self.total_wrong], dtype=torch.int64)
+        dist.broadcast(flag, src=0)  # every rank learns about bad data and exits non-zero with rank 0
+        self.total_wrong = int(flag.item())
+
+    def _phase_start(self) -> None:
+        self.session.sync()
+        dist.barrier()
+
+    def _measure(self, row: Row, variant: Variant) -> RankFigures:
+        session, cfg, overlap = self.session, self.session.cfg, self.overlap
+        ctx = my_context(session, row)  # the world group: every rank is in it
+        buffers = allocate(session, row, variant, ctx)
+        fill_known_inputs(buffers, ctx)
+        run_op = op_callable(session, row.collective, buffers, ctx, variant)
+        self._phase_start()
+        overlap.together(run_op, cfg.warmup)
+        self._phase_start()
+        compute = overlap.compute_alone(cfg.iters)
+        self._phase_start()
+        comm = overlap.comm_alone(run_op, cfg.iters)
+        self._phase_start()
+        both, compute_during, comm_during = zip(*overlap.together(run_op, cfg.iters))
+        # checked under overlap: fresh known inputs, one more iteration of both at once
+        fill_known_inputs(buffers, ctx)
+        self._phase_start()
+        overlap.together(run_op, 1)
+        session.sync()
+        expected = row.collective.expected(ctx, row.counts, buffers.recv.dtype, buffers.recv.device, variant)
+        return RankFigures(
+            compute=statistics.median(compute), comm=Stats.of(comm), both=statistics.median(both),
+            compute_during_comm=statistics.median(compute_during), comm_during_compute=statistics.median(comm_during),
+            wrong=count_wrong(buffers.recv, expected, ctx.size),
+        )
+
+    def _gather(self, mine: RankFigures) -> list[RankFigures] | None:
+        gathered = [None] * self.session.env.world_size if self.session.rank == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        return gathered
+
+    def _record(self, row: Row, variant: Variant, ranks: list[RankFigures]) -> OverlapRecord:
+        cfg = self.session.cfg
+        slowest = max(range(len(ranks)), key=lambda rank: ranks[rank].both)
+        figures = ranks[slowest]
+        comm = figures.comm
+        n = len(row.groups[0])
+        factor = row.collective.busbw_factor(n, variant)
+        size_bytes = row.counts.size_bytes(DTYPES[cfg.dtype][1])
+        algbw = _ratio(size_bytes, comm.median) / 1e3
+        raw_overlap = overlap_achieved(figures.compute, comm.median, figures.both)
+        return OverlapRecord(
+            op=row.collective.name, scope=row.scope, group_size=n, n_groups=len(row.groups),
+            size_bytes=size_bytes, count=row.counts.param, dtype=cfg.dtype, redop=row.collective.redop, root=-1,
+            in_place=variant.in_place, iters=cfg.iters, warmup=cfg.warmup, timer=self.overlap.kind,
+            time_us=comm.median, time_us_p10=comm.p10, time_us_p90=comm.p90, time_us_min=comm.min,
+            time_us_max=comm.max, cv=comm.cv, time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks),
+            algbw_gbps=algbw, busbw_gbps=algbw * factor, busbw_factor=factor,
+            aggregate_busbw_gbps=algbw * factor * len(row.groups), wrong=sum(r.wrong for r in ranks),
+            slowest_rank=slowest, gemm_size=self.gemm.size, gemm_dtype=_dtype_name(self.gemm.dtype),
+            gemm_threads=self.threads, gemm_tflops=_ratio(self.gemm.flops, figures.compute) / 1e6,
+            compute_us=figures.compute, comm_us=comm.median, both_us=figures.both,
+            compute_during_comm_us=figures.compute_during_comm, comm_during_compute_us=figures.comm_during_compute,
+            overlap=min(1.0, max(0.0, raw_overlap)), overlap_unclamped=raw_overlap,
+            compute_slowdown=_ratio(figures.compute_during_comm, figures.compute),
+            comm_slowdown=_ratio(figures.comm_during_compute, comm.median),
+        )
+
+    def _title(self, row: Row) -> str:
+        s, size = self.session, self.gemm.size
+        threads = f", {self.threads} thread(s)" if self.threads else ""
+        return (f"{row.collective.name} beside a {size}x{size}x{size} {_dtype_name(self.gemm.dtype)} GEMM{threads}: "
+                f"{len(row.groups[0])} rank(s), backend {s.backend}, dtype {s.cfg.dtype}, timer {self.overlap.kind}")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class OverlapTable:
+    """The nccl-tests-like table of `commbench overlap`, on rank 0's stdout."""
+
+    def print(self, text: str = "") -> None:
+        print(text, file=sys.stdout, flush=True)
+
+    def header(self, title: str) -> None:
+        self.print(f"#\n# {title}\n#")
+        self.print(f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'compute':>9s}  {'comm':>9s}  {'both':>9s}  "
+                   f"{'overlap':>7s}  {'compute':>8s}  {'comm':>8s}  {'#wrong':>6s}")
+        self.print(f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'(us)':>9s}  {'(us)':>9s}  {'(us)':>9s}  "
+                   f"{'(%)':>7s}  {'slowdown':>8s}  {'slowdown':>8s}  {'':>6s}")
+
+    def row(self, rec: OverlapRecord) -> None:
+        self.print(f"{rec.size_bytes:12d}  {rec.count:12d}  {rec.dtype:>8s}  {rec.compute_us:9.1f}  {rec.comm_us:9.1f}  "
+                   f"{rec.both_us:9.1f}  {100 * rec.overlap:7.1f}  {rec.compute_slowdown:8.3f}  "
+                   f"{rec.comm_slowdown:8.3f}  {rec.wrong:6d}")
+
+    def summary(self, run_dir: str, records: list[dict]) -> None:
+        wrong = sum(max(r["wrong"], 0) for r in records)
+        self.print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'ERROR'}")
+        if records:
+            self.print(f"# GEMM alone: {statistics.median(r['gemm_tflops'] for r in records):.4g} TFLOP/s (median of rows)")
+        self.print("# overlap = (compute + comm - both) / min(compute, comm), clamped to [0, 1] (raw: overlap_unclamped);")
+        self.print("# slowdown = an operation's duration beside the other / alone. Medians over iterations of the rank")
+        self.print("# slowest at both; every figure and the per-iteration spread are in records.csv/jsonl.")
+        self.print(f"# Results: {run_dir}")
+
+
+def run_rank(cfg: OverlapConfig, env: RankEnv) -> int:
+    """Everything one rank of `commbench overlap` does: the sweep's rank loop over OverlapSweep."""
+    return sweep_run_rank(cfg, env, OverlapSweep)
