@@ -43,7 +43,7 @@ cb run --nproc 1 --backend nccl -G -b 8 -e 64K --ops all_reduce --out "$OUT" --r
 
 if python3 -m commbench overlap --help >/dev/null 2>&1; then
   echo "== overlap: GEMM on one stream, NCCL collective on another"
-  cb overlap --nproc 1 --out "$OUT" --run-id overlap 2>&1 | tee "$OUT/overlap.txt" | tail -25 || status=1
+  cb overlap --nproc 1 --gemm-size 8192 --out "$OUT" --run-id overlap 2>&1 | tee "$OUT/overlap.txt" | tail -25 || status=1
 fi
 echo "== gpu_check status: $status"
 exit $status
