@@ -18,6 +18,7 @@ COMMANDS = {
     "trace": "trace",
     "estimate": "estimate",
     "plan": "plan",
+    "dashboard": "dashboard",
 }
 
 

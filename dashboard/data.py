@@ -1,0 +1,250 @@
+"""The results folder as the dashboard sees it: runs loaded once, reloaded when their files change.
+
+Every request rescans the folder (a glob of run.json files, cheap even with hundreds of runs) so
+runs written while the dashboard is up appear without a restart; a run is read again only when
+the modification time or size of one of its files changed. A run that cannot be read becomes an
+entry carrying its error message instead of its data, so one broken directory never hides the
+others.
+
+Keys name runs and topology files in the browser: paths relative to the results folder, in
+POSIX spelling ("examples/example-cpu-2rank"). Keys come back from the browser, so every key is
+checked to stay inside the results folder before it touches the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+
+import pandas as pd
+
+from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
+from commbench.errors import CommbenchError, UsageError
+from commbench.overlap.store import TRACE_FILE, load_trace_analysis
+
+# Topologies captured without a run (`commbench topo --json > results/NAME.topology.json`).
+TOPOLOGY_SUFFIX = ".topology.json"
+_WATCHED_FILES = (RUN_FILE, RECORDS_JSONL, TRACE_FILE)
+
+Signature = tuple[tuple[str, int, int] | None, ...]
+
+
+def safe_path(root: Path, key: str) -> Path:
+    """root/key, refusing keys that are absolute, climb with '..', or resolve outside root."""
+    if not isinstance(key, str) or not key or "\\" in key or "\x00" in key:
+        raise UsageError(f"{key!r} is not a path inside the results folder")
+    relative = PurePosixPath(key)
+    if relative.is_absolute() or ".." in relative.parts or Path(key).is_absolute():
+        raise UsageError(f"{key!r} is not a path inside the results folder")
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):  # a symbolic link pointing elsewhere
+        raise UsageError(f"{key!r} is not a path inside the results folder")
+    return path
+
+
+@dataclass
+class RunEntry:
+    """One run directory: its data, or the reason it could not be read."""
+
+    key: str
+    path: Path
+    run: Run | None = None
+    error: str | None = None
+    trace: dict | None = None  # the stored analysis of a trace run
+    warnings: list[str] = field(default_factory=list)
+    signature: Signature = ()  # the files' state when read: changes whenever the run is read again
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def info(self) -> dict:
+        return self.run.info.model_dump() if self.run else {}
+
+    @property
+    def kind(self) -> str:
+        return self.run.info.kind if self.run else "?"
+
+    @property
+    def state(self) -> str:
+        if self.error:
+            return "error"
+        return "complete" if self.run.info.complete else "incomplete"
+
+    @cached_property
+    def records(self) -> pd.DataFrame:
+        """The run's records with a `run` column naming the run, for overlaying runs."""
+        frame = pd.DataFrame(self.run.records if self.run else [])
+        frame.insert(0, "run", self.key)
+        return frame
+
+    def scopes(self) -> list[str]:
+        return sorted(self.records["scope"].unique()) if "scope" in self.records else []
+
+    def ops(self) -> list[str]:
+        return sorted(self.records["op"].unique()) if "op" in self.records else []
+
+    def messages(self) -> list[str]:
+        """The error, or the warnings, each naming the run once."""
+        own = [self.error] if self.error else self.warnings
+        return [m if m.startswith((self.key, self.path.name)) else f"{self.key}: {m}" for m in own]
+
+    def summary(self) -> dict:
+        """One row of the runs table (only the name and state for a run that could not be read)."""
+        if self.run is None:
+            return {"id": self.key, "run": self.key, "state": "error", "problems": self.error}
+        info = self.info
+        reason = info.get("reason") or ""
+        return {
+            "id": self.key,
+            "run": self.key,
+            "kind": info.get("kind", ""),
+            "source": info.get("source", ""),
+            "created": (info.get("created") or "").replace("T", " ").split("+")[0],
+            "backend": info.get("backend", ""),
+            "nodes": len(info.get("nodes") or []),
+            "ranks": info.get("world_size", ""),
+            "scopes": ", ".join(self.scopes()),
+            "ops": ", ".join(self.ops()),
+            "records": len(self.run.records) if self.run else 0,
+            "state": self.state if not reason else f"{self.state}: {reason}",
+            "problems": "; ".join(self.messages()),
+        }
+
+
+@dataclass
+class TopologySource:
+    """Something the topology page can draw: a run that recorded one, or a saved topology file."""
+
+    key: str  # "run:<run key>" or "file:<file key>"
+    label: str
+    gpus: int
+
+
+class ResultsStore:
+    """Thread-safe cache of the run directories under one results folder."""
+
+    def __init__(self, results_dir: str | Path):
+        self.root = Path(results_dir).resolve()
+        self._cache: dict[str, RunEntry] = {}
+        self._lock = threading.Lock()
+
+    # runs --------------------------------------------------------------------------------
+    def entries(self) -> list[RunEntry]:
+        """Every run directory, newest first (broken ones included, with their error)."""
+        keys = [path.relative_to(self.root).as_posix() for path in list_runs(self.root)]
+        with self._lock:
+            for gone in set(self._cache) - set(keys):
+                del self._cache[gone]
+        entries = [self.entry(key) for key in keys]
+        return sorted(entries, key=lambda e: (e.info.get("created") or "", e.key), reverse=True)
+
+    def usable(self, kinds: tuple[str, ...] | None = None) -> list[RunEntry]:
+        return [e for e in self.entries() if e.ok and (kinds is None or e.kind in kinds)]
+
+    def entry(self, key: str) -> RunEntry:
+        """The run at key, read again only if its files changed since the last read."""
+        path = safe_path(self.root, key)
+        signature = _signature(path)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached and cached.signature == signature:
+                return cached
+        entry = _load_entry(key, path)
+        entry.signature = signature
+        with self._lock:
+            self._cache[key] = entry
+        return entry
+
+    def entries_for(self, keys: list[str] | None) -> list[RunEntry]:
+        """The entries of keys the browser sent; keys that no longer name a run are skipped."""
+        found = []
+        for key in keys or []:
+            try:
+                path = safe_path(self.root, key)
+            except UsageError:
+                continue
+            if (path / RUN_FILE).is_file():
+                found.append(self.entry(key))
+        return found
+
+    def records(self, keys: list[str] | None) -> pd.DataFrame:
+        """Records of the given runs stacked into one frame (column `run` tells them apart)."""
+        frames = [e.records for e in self.entries_for(keys) if e.ok and len(e.records)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    # topologies ---------------------------------------------------------------------------
+    def topology_sources(self) -> list[TopologySource]:
+        sources = [
+            TopologySource(f"run:{e.key}", f"{e.key} (run)", _gpu_count(e.info["topology"]))
+            for e in self.usable() if e.info.get("topology")
+        ]
+        for path in sorted(self.root.glob(f"*{TOPOLOGY_SUFFIX}")) + sorted(self.root.glob(f"*/*{TOPOLOGY_SUFFIX}")):
+            key = path.relative_to(self.root).as_posix()
+            try:
+                gpus = _gpu_count(self._topology_file(key))
+            except CommbenchError:
+                gpus = 0
+            sources.append(TopologySource(f"file:{key}", f"{key} (topology file)", gpus))
+        return sources
+
+    def topology(self, source_key: str) -> tuple[dict, RunEntry | None]:
+        """The ClusterTopology dict of a source, and the run it came from (None for a file)."""
+        kind, _, key = source_key.partition(":")
+        if kind == "file":
+            return self._topology_file(key), None
+        if kind != "run":
+            raise UsageError(f"{source_key!r} is not a topology source")
+        entry = self.entry(key)
+        if not entry.ok:
+            raise CommbenchError(entry.error)
+        if not entry.info.get("topology"):
+            raise CommbenchError(f"{key}: the run recorded no topology")
+        return entry.info["topology"], entry
+
+    def _topology_file(self, key: str) -> dict:
+        path = safe_path(self.root, key)
+        if not path.name.endswith(TOPOLOGY_SUFFIX):
+            raise UsageError(f"{key!r} is not a {TOPOLOGY_SUFFIX} file")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CommbenchError(f"{key}: unreadable ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            raise CommbenchError(f"{key}: not a topology (no 'nodes' list)")
+        return data
+
+
+def _signature(path: Path) -> Signature:
+    stamps = []
+    for name in _WATCHED_FILES:
+        try:
+            stat = (path / name).stat()
+            stamps.append((name, stat.st_mtime_ns, stat.st_size))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
+def _load_entry(key: str, path: Path) -> RunEntry:
+    try:
+        run = load_run(path)
+    except CommbenchError as exc:
+        return RunEntry(key, path, error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one unreadable directory must not take the listing down
+        return RunEntry(key, path, error=f"{path.name}: cannot be read ({type(exc).__name__}: {exc})")
+    entry = RunEntry(key, path, run=run, warnings=list(run.warnings))
+    if run.info.kind == "trace":
+        try:
+            entry.trace = load_trace_analysis(path)
+        except CommbenchError as exc:
+            entry.error = str(exc)
+    return entry
+
+
+def _gpu_count(topology: dict) -> int:
+    return sum(len(node.get("gpus") or []) for node in topology.get("nodes") or [] if isinstance(node, dict))

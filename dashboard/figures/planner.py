@@ -1,0 +1,107 @@
+"""Ranked layouts: where each step's time goes, memory per GPU against capacity, the simulated step.
+
+Input is the planner's StepResult.to_dict() for each ranked layout, and the simulator's timeline
+({stream, start_us, dur_us, name, category}) for the chosen one.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dashboard.figures.common import CATEGORY_COLOURS, message_figure
+from dashboard.figures.overlap import MAX_BARS
+
+GB = 1e9
+MEMORY_COLOURS = {
+    "parameters": "#1f77b4", "gradients": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
+    "temporary": "#9467bd", "reserved": "#7f7f7f",
+}  # fmt: skip
+
+
+def _label(position: int, result: dict) -> str:
+    return f"#{position + 1} {result['layout']}"
+
+
+def ranked_rows(results: list[dict]) -> list[dict]:
+    """One table row per ranked layout."""
+    rows = []
+    for position, result in enumerate(results):
+        beyond = sorted(((v, k) for k, v in result["categories_s"].items() if k != "compute" and v > 0), reverse=True)
+        rows.append({
+            "rank": position + 1, "layout": result["layout"], "tokens_per_s": round(result["tokens_per_s"]),
+            "mfu_pct": round(100 * result["mfu"], 1), "step_s": round(result["step_s"], 4),
+            "memory_gb": round(result["memory_bytes"]["total"] / GB, 1), "micro_batches": result["micro_batches"],
+            "largest_costs": ", ".join(f"{k} {100 * v / result['step_s']:.1f}%" for v, k in beyond[:3]),
+        })
+    return rows
+
+
+def breakdown_figure(results: list[dict]) -> go.Figure:
+    """Stacked horizontal bars: seconds of each step-time category on the critical stage."""
+    if not results:
+        return message_figure("No layout to show.")
+    labels = [_label(i, r) for i, r in enumerate(results)]
+    figure = go.Figure()
+    for category in results[0]["categories_s"]:
+        seconds = [r["categories_s"][category] for r in results]
+        if not any(seconds):
+            continue
+        figure.add_trace(go.Bar(
+            y=labels, x=seconds, name=category, orientation="h", marker={"color": CATEGORY_COLOURS.get(category)},
+            customdata=[100 * s / r["step_s"] for s, r in zip(seconds, results)],
+            hovertemplate="%{y}<br>" + category + ": %{x:.4f} s (%{customdata:.1f}% of the step)<extra></extra>",
+        ))
+    figure.update_layout(template="plotly_white", barmode="stack", title="step time breakdown",
+                         xaxis={"title": "seconds per step"}, yaxis={"autorange": "reversed"},
+                         height=120 + 44 * len(results), legend={"orientation": "h", "y": -0.25}, margin={"t": 40})
+    return figure
+
+
+def memory_figure(results: list[dict], capacity_bytes: float) -> go.Figure:
+    """Stacked bars of the per-GPU memory ledger of each layout, with the GPU's capacity."""
+    if not results:
+        return message_figure("No layout to show.")
+    # Short labels on the axis (layouts are long); the full layout is in the hover.
+    positions = [f"#{i + 1}" for i in range(len(results))]
+    layouts = [r["layout"] for r in results]
+    figure = go.Figure()
+    for item in (k for k in results[0]["memory_bytes"] if k != "total"):
+        figure.add_trace(go.Bar(
+            x=positions, y=[r["memory_bytes"][item] / GB for r in results], name=item, customdata=layouts,
+            marker={"color": MEMORY_COLOURS.get(item)},
+            hovertemplate="%{x} %{customdata}<br>" + item + ": %{y:.2f} GB<extra></extra>",
+        ))
+    figure.add_hline(y=capacity_bytes / GB, line_dash="dash", line_color="red",
+                     annotation_text=f"capacity {capacity_bytes / GB:.0f} GB", annotation_position="top left")
+    figure.update_layout(template="plotly_white", barmode="stack", title="memory per GPU",
+                         xaxis={"title": "layout (rank in the table)"}, yaxis={"title": "GB"}, height=380,
+                         legend={"orientation": "h", "y": -0.3}, margin={"t": 40})
+    return figure
+
+
+def step_timeline_figure(timeline: list[dict], title: str) -> go.Figure:
+    """The simulated step: one row per stream, bars on a numeric millisecond axis."""
+    if not timeline:
+        return message_figure("The simulator returned no timeline for this layout.")
+    bars, note = timeline, None
+    if len(bars) > MAX_BARS:
+        bars = sorted(bars, key=lambda bar: bar["dur_us"], reverse=True)[:MAX_BARS]
+        note = f"{len(timeline)} events: the {MAX_BARS} longest are drawn"
+    streams = sorted({bar["stream"] for bar in timeline})
+    figure = go.Figure()
+    for category in sorted({bar["category"] for bar in bars}):
+        chosen = [bar for bar in bars if bar["category"] == category]
+        figure.add_trace(go.Bar(
+            orientation="h", name=category, base=[bar["start_us"] / 1e3 for bar in chosen],
+            x=[bar["dur_us"] / 1e3 for bar in chosen], y=[bar["stream"] for bar in chosen],
+            marker={"color": CATEGORY_COLOURS.get(category, "#7f7f7f"), "line": {"width": 0}},
+            customdata=[bar["name"] for bar in chosen],
+            hovertemplate="%{customdata}<br>start %{base:,.3f} ms, duration %{x:,.3f} ms<extra>%{fullData.name}</extra>",
+        ))
+    figure.update_layout(
+        template="plotly_white", barmode="overlay", title=title + (f" ({note})" if note else ""),
+        xaxis={"title": "time in the step (ms)", "type": "linear"},
+        yaxis={"categoryorder": "array", "categoryarray": list(reversed(streams))},
+        height=max(260, 34 * len(streams) + 140), legend={"orientation": "h", "y": 1.1}, margin={"t": 60},
+    )
+    return figure

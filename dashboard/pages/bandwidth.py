@@ -1,0 +1,118 @@
+"""Bandwidth: busbw or algbw against message size for the chosen runs, op and scopes."""
+
+import dash
+from dash import Input, Output, State, callback, dcc, html
+
+from commbench.modeling.hardware import load_network, preset_names
+from dashboard.app import SELECTION_STORE, results
+from dashboard.figures.bandwidth import METRICS, bandwidth_figure, latency_figure, select_records, table_rows
+from dashboard.figures.topology import nominal_rates
+from dashboard.ui import control, data_table, notices, run_options
+
+dash.register_page(__name__, path="/bandwidth", name="Bandwidth", order=2, title="commbench · bandwidth")
+
+MEASURED_KINDS = ("sweep", "import", "pairwise")
+AUTO_REFERENCE = "auto"
+
+
+def layout(**_query):
+    entries = results().usable(MEASURED_KINDS)
+    references = [{"label": "from the runs' topology", "value": AUTO_REFERENCE}] + [
+        {"label": f"preset: {load_network(name).name}", "value": name} for name in preset_names("network")
+    ] + [{"label": "none", "value": "none"}]
+    return html.Div([
+        html.H2("Bandwidth"),
+        html.P("Bandwidth against message size (log-log), one curve per run, scope and group size; dashed lines are "
+               "the fitted model time = latency + size / bandwidth, dotted lines the nominal link rate. Hover a point "
+               "for its exact figures.", className="lead"),
+        dcc.Store(id="bw-start"),
+        html.Div([
+            control("runs", dcc.Dropdown(id="bw-runs", options=run_options(entries), multi=True,
+                                          placeholder="pick one or more runs"), wide=True),
+            control("collective", dcc.Dropdown(id="bw-op", clearable=False)),
+            control("scopes", dcc.Checklist(id="bw-scopes", inline=True)),
+        ], className="controls"),
+        html.Div([
+            control("metric", dcc.RadioItems(id="bw-metric", value="busbw_gbps", inline=True,
+                                              options=[{"label": f" {k[:5]}", "value": k} for k in METRICS])),
+            control("buffers", dcc.RadioItems(id="bw-in-place", value="out", inline=True, options=[
+                {"label": " out-of-place", "value": "out"}, {"label": " in-place", "value": "in"},
+                {"label": " both", "value": "both"}])),
+            control("fitted model", dcc.Checklist(id="bw-fit", value=["fit"], options=[{"label": " show", "value": "fit"}])),
+            control("reference line", dcc.Dropdown(id="bw-reference", value=AUTO_REFERENCE, options=references,
+                                                    clearable=False), wide=True),
+        ], className="controls"),
+        html.Div(id="bw-notices"),
+        dcc.Tabs(id="bw-view", value="graphs", children=[
+            dcc.Tab(label="Graphs", value="graphs", children=[
+                dcc.Graph(id="bw-graph"),
+                html.H4("Latency at small sizes (p10-p90 bars)"),
+                dcc.Graph(id="bw-latency"),
+            ]),
+            dcc.Tab(label="Table", value="table", children=[
+                html.Div([html.Button("Download CSV", id="bw-download-button"), dcc.Download(id="bw-download")],
+                         className="controls"),
+                data_table("bw-table", page_size=20),
+            ]),
+        ]),
+    ])
+
+
+@callback(Output("bw-runs", "value"), Input("bw-start", "data"), State(SELECTION_STORE, "data"),
+          State("bw-runs", "options"))
+def start_from_selection(_start, selected, options):
+    """The runs ticked on the Runs page, else the newest measured run."""
+    available = [option["value"] for option in options]
+    chosen = [key for key in selected or [] if key in available]
+    return chosen or available[:1]
+
+
+@callback(Output("bw-op", "options"), Output("bw-op", "value"), Output("bw-scopes", "options"),
+          Output("bw-scopes", "value"), Input("bw-runs", "value"), State("bw-op", "value"))
+def offer_ops_and_scopes(runs, op):
+    frame = results().records(runs)
+    if frame.empty:
+        return [], None, [], []
+    ops = sorted(frame["op"].unique())
+    op = op if op in ops else ("all_reduce" if "all_reduce" in ops else ops[0])
+    scopes = sorted(frame["scope"].unique())
+    return ops, op, [{"label": f" {s}", "value": s} for s in scopes], scopes
+
+
+@callback(
+    Output("bw-graph", "figure"), Output("bw-latency", "figure"), Output("bw-table", "columns"),
+    Output("bw-table", "data"), Output("bw-notices", "children"),
+    Input("bw-runs", "value"), Input("bw-op", "value"), Input("bw-scopes", "value"), Input("bw-metric", "value"),
+    Input("bw-in-place", "value"), Input("bw-fit", "value"), Input("bw-reference", "value"),
+)
+def draw(runs, op, scopes, metric, in_place, fit, reference):
+    store = results()
+    entries = store.entries_for(runs)
+    frame = select_records(store.records(runs), op, scopes, in_place)
+    columns, rows = table_rows(frame)
+    figure = bandwidth_figure(frame, metric, _references(entries, scopes or [], reference), fitted=bool(fit))
+    problems = [message for e in entries if not e.ok for message in e.messages()]
+    warnings = [message for e in entries if e.ok for message in e.messages()]
+    return figure, latency_figure(frame), columns, rows, [notices(problems, "error"), notices(warnings)]
+
+
+def _references(entries, scopes, reference):
+    if reference == "none":
+        return []
+    if reference != AUTO_REFERENCE:
+        network = load_network(reference)
+        return [(network.name, network.bandwidth / 1e9)]
+    found = {}
+    for entry in entries:
+        for scope in scopes:
+            for label, gbps in nominal_rates(entry.info.get("topology"), scope):
+                found[label] = gbps
+    return list(found.items())
+
+
+@callback(Output("bw-download", "data"), Input("bw-download-button", "n_clicks"),
+          State("bw-runs", "value"), State("bw-op", "value"), State("bw-scopes", "value"),
+          State("bw-in-place", "value"), prevent_initial_call=True)
+def download(_clicks, runs, op, scopes, in_place):
+    frame = select_records(results().records(runs), op, scopes, in_place)
+    return dcc.send_data_frame(frame.to_csv, f"commbench-{op or 'records'}.csv", index=False)
