@@ -14,6 +14,7 @@ COMMANDS = {
     "run": "run",
     "topo": "topo",
     "import": "import_",
+    "table": "table",
     "overlap": "overlap",
     "trace": "trace",
     "estimate": "estimate",
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"commbench {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `commbench ... | head` closed the pipe: not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
