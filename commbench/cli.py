@@ -19,6 +19,8 @@ COMMANDS = {
     "trace": "trace",
     "estimate": "estimate",
     "plan": "plan",
+    "submit": "submit",
+    "jobs": "jobs",
     "dashboard": "dashboard",
 }
 

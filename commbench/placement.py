@@ -21,10 +21,9 @@ def scope_groups(scope: str, nodes: list[NodeInfo]) -> list[list[int]]:
 
 
 def applicable_scopes(nodes: list[NodeInfo]) -> list[str]:
-    """world always; intra and inter only when there are several nodes and the groups differ from world."""
+    """world always; intra and inter only when there are several nodes and their groups differ
+    from world (with one rank per node, inter is world; with one node, intra is world)."""
     scopes = ["world"]
-    if len(nodes) > 1:
-        if max(len(node.ranks) for node in nodes) > 1:
-            scopes.append("intra")
-        scopes.append("inter")
+    if len(nodes) > 1 and max(len(node.ranks) for node in nodes) > 1:
+        scopes += ["intra", "inter"]
     return scopes

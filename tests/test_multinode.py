@@ -94,3 +94,24 @@ def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_pa
     run = load_run(list_runs(tmp_path)[0])
     assert not run.info.complete and emulated_cluster.names[1] in run.info.reason
     assert len(run.records) >= 4
+
+
+def test_fitted_table_predicts_sizes_left_out_of_the_fit(emulated_cluster, tmp_path):
+    """One rank per node over the shaped link: fit every other size, predict the others within 10%."""
+    from commbench.data.bandwidth_table import BandwidthTable
+
+    results = torchrun_per_node(emulated_cluster, 1, ["--ops", "all_reduce,sendrecv", "-b", "64K", "-e", "16M",
+                                                      "-n", "20"], tmp_path)
+    assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
+    run = load_run(list_runs(tmp_path)[0])
+    errors = {}
+    for op in ("all_reduce", "sendrecv"):
+        rows = sorted((r for r in run.records if r["op"] == op and not r["in_place"]), key=lambda r: r["size_bytes"])
+        for parity in (0, 1):
+            table = BandwidthTable.from_records([r for i, r in enumerate(rows) if i % 2 == parity], source="fit half",
+                                                world_size=2, nodes=run.info.nodes, in_place=False)
+            for r in (r for i, r in enumerate(rows) if i % 2 != parity and r["size_bytes"] > 64 << 10):
+                predicted = table.time_us(op, "world", 2, r["size_bytes"])
+                errors[(op, r["size_bytes"])] = predicted / r["time_us"] - 1
+    print({key: f"{value:+.1%}" for key, value in sorted(errors.items())})
+    assert all(abs(error) <= 0.10 for error in errors.values()), errors

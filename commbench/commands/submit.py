@@ -1,0 +1,268 @@
+"""Submit a commbench run to Slurm as a batch job, and optionally follow it to the end.
+
+The job script is one of the templates in slurm/ (srun: one task per rank; torchrun: one
+torchrun per node with a c10d rendezvous) with these options filled in; --dry-run prints it,
+and what it prints can be given to sbatch as it is. Everything after `--` goes to
+`commbench run` in the job (checked here first, so a typo fails now, not in the queue).
+
+  commbench submit --nodes 2 --ntasks-per-node 8 --gpus-per-node 8 --exclusive -- --max-bytes 1G
+  commbench submit --nodes 4 --ntasks-per-node 8 --launcher torchrun --dry-run > job.sbatch
+  commbench submit --nodes 2 --ntasks-per-node 2 --env GLOO_SOCKET_IFNAME=eth0 --wait -- -e 4M
+
+Results and the job log land in <out>/slurm-<job id>/ (job.log, job.sbatch, the run directory).
+--wait follows the job (squeue, then scontrol show job, then sacct where accounting is on) with
+a progress line on stderr. COMPLETED: the run directory and a summary (nodes x ranks, scopes,
+wrong elements, best bus bandwidth per op and scope). FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
+OUT_OF_MEMORY: the tail of the job log and exit status 1.
+Every submission is recorded for `commbench jobs` (~/.cache/commbench/jobs.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from commbench import slurm
+from commbench.data.rundir import utc_now
+from commbench.errors import CommbenchError, UsageError
+
+HELP = "submit a run to Slurm (sbatch), print the script (--dry-run) or follow the job to its end (--wait)"
+
+_POLL_S = 1.0
+_LOG_TAIL_LINES = 20
+_SCOPE_ORDER = ("world", "intra", "inter", "pair")
+_UNSET = object()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    job = parser.add_argument_group("the allocation")
+    job.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes to allocate")
+    job.add_argument("--ntasks-per-node", type=int, required=True, dest="ranks_per_node", metavar="K",
+                     help="benchmark ranks per node (one per GPU on GPU nodes)")
+    job.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
+                     help="GPUs to allocate per node (default: none asked)")
+    job.add_argument("--cpus-per-rank", type=int, default=1, metavar="C", help="host cores per rank (default 1)")
+    job.add_argument("--partition", default=None, metavar="P", help="Slurm partition (default: the cluster's default)")
+    job.add_argument("--account", default=None, metavar="A", help="Slurm account to charge")
+    job.add_argument("--time", dest="time_limit", default=None, metavar="T",
+                     help="time limit, e.g. 30, 1:00:00, 1-0 (default: the partition's)")
+    job.add_argument("--exclusive", action="store_true", help="whole nodes, no other job beside this one")
+    how = parser.add_argument_group("the job")
+    how.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
+                     help="srun: one task per rank (default); torchrun: one torchrun per node, c10d rendezvous")
+    how.add_argument("--out", default="results", metavar="DIR",
+                     help="results folder; the job writes <out>/slurm-<job id>/ (default results/)")
+    how.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="export a variable on every node (NCCL_*, GLOO_*, ...); repeatable")
+    how.add_argument("--python", default=sys.executable, metavar="PATH",
+                     help="interpreter with commbench installed, the same path on every node (default: this one)")
+    parser.add_argument("--dry-run", action="store_true", help="print the job script and submit nothing")
+    parser.add_argument("--wait", action="store_true", help="follow the job to its end and report the outcome")
+    parser.add_argument("run_args", nargs="*", metavar="-- RUN OPTIONS", help="options for `commbench run` in the job")
+
+
+def main(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    script = slurm.render(options)
+    if args.dry_run:
+        sys.stdout.write(script)
+        return 0
+    submission = submit(options, script)
+    print(f"submitted job {submission.job_id} ({options.nodes} nodes x {options.ranks_per_node} ranks, "
+          f"{options.launcher})")
+    print(f"results and log: {submission.job_dir}/ (job.log)", flush=True)
+    if not args.wait:
+        return 0
+    return report(submission, follow(submission))
+
+
+def options_from_args(args: argparse.Namespace) -> slurm.JobOptions:
+    return slurm.JobOptions(
+        nodes=args.nodes, ranks_per_node=args.ranks_per_node, launcher=args.launcher,
+        gpus_per_node=args.gpus_per_node, cpus_per_rank=args.cpus_per_rank, partition=args.partition,
+        account=args.account, time_limit=args.time_limit, exclusive=args.exclusive,
+        results_dir=str(Path(args.out).resolve()), python=args.python,
+        run_args=checked_run_args(args.run_args), env=tuple(_env_pairs(args.env)),
+    ).validate()
+
+
+def submit(options: slurm.JobOptions, script: str) -> slurm.Submission:
+    """sbatch the script, keep a copy beside the results, and record the submission."""
+    job_id = slurm.sbatch(script)
+    job_dir = slurm.job_dir(options.results_dir, job_id)
+    job_dir.mkdir(parents=True, exist_ok=True)  # the job makes it too; whoever comes first
+    (job_dir / "job.sbatch").write_text(script)
+    submission = slurm.Submission(
+        job_id=job_id, cluster=slurm.cluster_name(), submitted=utc_now(), launcher=options.launcher,
+        nodes=options.nodes, ranks_per_node=options.ranks_per_node, job_dir=str(job_dir),
+        run_args=list(options.run_args))
+    slurm.remember_submission(submission)
+    return submission
+
+
+def checked_run_args(run_args: list[str]) -> tuple[str, ...]:
+    """The options for `commbench run`, parsed here as run would parse them."""
+    from commbench.commands import run as run_command
+
+    parser = _RaisingParser(prog="commbench run", add_help=False)
+    run_command.add_arguments(parser)
+    parser.set_defaults(out=_UNSET, nproc=_UNSET)
+    parsed = parser.parse_args(run_args)
+    if parsed.out is not _UNSET:
+        raise UsageError("give the results folder to submit (--out before --), not to run")
+    if parsed.nproc is not _UNSET:
+        raise UsageError("--nproc does not apply under Slurm: the ranks are --nodes x --ntasks-per-node")
+    parsed.out, parsed.nproc = "results", None
+    run_command.config_from_args(parsed)  # the same checks run makes before starting ranks
+    return tuple(run_args)
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D102 - argparse hook
+        raise UsageError(f"run options after --: {message}")
+
+
+def _env_pairs(items: list[str]):
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+        yield name, value
+
+
+# ---- following the job ----------------------------------------------------------------------------
+
+
+def follow(submission: slurm.Submission) -> slurm.JobStatus:
+    """Poll until the job ends; a progress line on stderr meanwhile. Ctrl-C stops following only."""
+    job_dir = Path(submission.job_dir)
+    with _ProgressLine() as line:
+        while True:
+            status = slurm.job_status(submission.job_id)
+            if status.finished or status.state == slurm.UNKNOWN:
+                break
+            line.show(status.state, _progress_text(status, job_dir))
+            time.sleep(_POLL_S)
+    status = slurm.job_status(submission.job_id, detailed=True)  # exit code and output file
+    if status.state != slurm.UNKNOWN:
+        slurm.remember_state(submission, status)
+    return status
+
+
+def _progress_text(status: slurm.JobStatus, job_dir: Path) -> str:
+    text = f"job {status.job_id} {status.state}"
+    if status.state == "PENDING":
+        return text + (f" ({status.reason})" if status.reason and status.reason != "None" else "")
+    text += f" {status.elapsed} on {status.nodes}" if status.nodes else f" {status.elapsed}"
+    rows = _rows_measured(job_dir)
+    return text + (f", {rows} records written" if rows else "")
+
+
+def _rows_measured(job_dir: Path) -> int:
+    total = 0
+    for records in job_dir.glob("*/records.jsonl"):
+        try:
+            total += sum(1 for line in records.read_text(errors="replace").splitlines() if line.strip())
+        except OSError:
+            continue
+    return total
+
+
+class _ProgressLine:
+    """A live status line on a terminal; elsewhere (logs, pipes) one line per state change."""
+
+    def __init__(self):
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.live = self.console.status("waiting for Slurm") if self.console.is_terminal else None
+        self.last_state = None
+
+    def __enter__(self):
+        if self.live:
+            self.live.start()
+        return self
+
+    def show(self, state: str, text: str) -> None:
+        if self.live:
+            self.live.update(text)
+        elif state != self.last_state:
+            self.console.print(text, markup=False, soft_wrap=True)
+        self.last_state = state
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.stop()
+        return False
+
+
+# ---- the outcome -------------------------------------------------------------------------------------
+
+
+def report(submission: slurm.Submission, status: slurm.JobStatus) -> int:
+    job_dir = Path(submission.job_dir)
+    if status.state == slurm.UNKNOWN:
+        _print_log_tail(submission, status)
+        raise CommbenchError(f"Slurm no longer knows job {status.job_id} and has no record of how it ended")
+    ended = f"job {status.job_id} {status.state} after {status.elapsed or '?'}" + (
+        f" (exit code {status.exit_code})" if status.exit_code and status.exit_code != "0:0" else "")
+    if not status.succeeded:
+        _print_log_tail(submission, status)
+        raise CommbenchError(f"{ended}; log: {job_dir / 'job.log'}")
+    run = _latest_run(job_dir)
+    if run is None or not run.info.complete:
+        _print_log_tail(submission, status)
+        raise CommbenchError(f"{ended} but left no complete run directory in {job_dir}")
+    print(ended)
+    print(f"run directory: {run.path}")
+    for line in summary_lines(run):
+        print(line)
+    return 0
+
+
+def _latest_run(job_dir: Path):
+    from commbench.data.rundir import list_runs, load_run
+
+    runs = list_runs(job_dir)
+    return load_run(runs[-1]) if runs else None
+
+
+def _print_log_tail(submission: slurm.Submission, status: slurm.JobStatus) -> None:
+    candidates = [Path(submission.job_dir) / "job.log"]
+    if status.stdout_path:
+        candidates.append(Path(status.stdout_path))  # the script failed before job.log existed
+    path, lines = slurm.log_tail(candidates, _LOG_TAIL_LINES)
+    if path is None:
+        print(f"job {status.job_id}: no log found ({', '.join(map(str, candidates))})", file=sys.stderr)
+        return
+    print(f"--- last {len(lines)} lines of {path}", file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)
+    print("---", file=sys.stderr, flush=True)
+
+
+def summary_lines(run) -> list[str]:
+    """nodes x ranks, scopes, wrong total and the best bus bandwidth per op and scope."""
+    ranks_per_node = sorted({len(node.ranks) for node in run.info.nodes})
+    records = run.records
+    scopes = [scope for scope in _SCOPE_ORDER if any(rec["scope"] == scope for rec in records)]
+    wrong = sum(max(rec["wrong"], 0) for rec in records)
+    best: dict[tuple[str, str], float] = {}
+    for rec in records:
+        key = (rec["op"], rec["scope"])
+        best[key] = max(best.get(key, 0.0), rec["busbw_gbps"])
+    lines = [
+        f"{len(run.info.nodes)} nodes x {'/'.join(map(str, ranks_per_node))} ranks "
+        f"(world {run.info.world_size}), backend {run.info.backend}",
+        f"scopes: {', '.join(scopes)}; records: {len(records)}; wrong: {wrong}",
+        "best busbw (GB/s, one group):",
+    ]
+    ops = list(dict.fromkeys(rec["op"] for rec in records))
+    width = max([len(op) for op in ops] + [2])
+    lines.append(f"  {'op':<{width}}" + "".join(f"{scope:>10}" for scope in scopes))
+    for op in ops:
+        cells = "".join(f"{best[(op, scope)]:>10.4f}" if (op, scope) in best else f"{'-':>10}" for scope in scopes)
+        lines.append(f"  {op:<{width}}{cells}")
+    return lines

@@ -1,0 +1,334 @@
+"""`commbench submit` / `commbench jobs` and the sbatch templates in slurm/.
+
+The first part needs nothing (rendering, parsing, the registry, bad input). The rest runs against
+a real Slurm on the emulated 2-node cluster (tests/cluster/slurm.py; root, slurm-wlm and munge,
+skipped otherwise): jobs run on the nodes with this machine's filesystem, gloo between the nodes
+over their eth0 (GLOO_SOCKET_IFNAME), and the commands find the cluster through SLURM_CONF.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from commbench import slurm
+from commbench.cli import COMMANDS, main as cli_main
+from commbench.data.rundir import list_runs, load_run
+from commbench.errors import CommbenchError
+
+REPO = Path(__file__).resolve().parents[1]
+# `python -m commbench`, with submit and jobs registered until cli.py lists them itself
+CLI = ("import sys; from commbench.cli import COMMANDS, main; "
+       "COMMANDS.setdefault('submit', 'submit'); COMMANDS.setdefault('jobs', 'jobs'); sys.exit(main(sys.argv[1:]))")
+# small and quick: 4 ranks on 2 cores, all_reduce and sendrecv from 1 KiB to 4 MiB in steps of 4x
+QUICK_RUN = ["--ops", "all_reduce,sendrecv", "-b", "1K", "--max-bytes", "4M", "-f", "4"]
+TINY_RUN = ["--ops", "all_reduce", "-b", "1K", "-e", "64K", "-f", "8"]
+
+
+@pytest.fixture
+def commands(monkeypatch):
+    monkeypatch.setitem(COMMANDS, "submit", "submit")
+    monkeypatch.setitem(COMMANDS, "jobs", "jobs")
+
+
+# ---- rendering --------------------------------------------------------------------------------------
+
+
+def _bash_syntax_ok(text: str) -> bool:
+    return subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True).returncode == 0
+
+
+def test_render_srun_fills_directives_settings_and_run_options():
+    opts = slurm.JobOptions(
+        nodes=3, ranks_per_node=4, gpus_per_node=4, cpus_per_rank=2, partition="gpu", time_limit="1:00:00",
+        exclusive=True, results_dir="/data/res dir", python="/opt/py/bin/python",
+        run_args=("--ops", "all_reduce", "--run-id", "a b"), env=(("NCCL_DEBUG", "INFO"),)).validate()
+    text = slurm.render(opts)
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for directive in ("--nodes=3", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=2",
+                      "--partition=gpu", "--time=1:00:00", "--exclusive"):
+        assert f"#SBATCH {directive}" in lines, directive
+    assert "##SBATCH --account=myproject" in lines  # not asked: stays switched off
+    assert "COMMBENCH_PYTHON=${COMMBENCH_PYTHON:-/opt/py/bin/python}" in lines
+    assert "COMMBENCH_RESULTS=${COMMBENCH_RESULTS:-'/data/res dir'}" in lines
+    assert "DEFAULT_RUN_ARGS=(--ops all_reduce --run-id 'a b')" in lines
+    # --env comes after the template's own knob defaults, so it is the value that holds
+    assert lines.index("export NCCL_DEBUG=INFO") > lines.index("export NCCL_DEBUG=${NCCL_DEBUG:-WARN}")
+    assert _bash_syntax_ok(text)
+
+
+def test_render_torchrun_one_task_per_node_with_the_ranks_cores():
+    opts = slurm.JobOptions(nodes=2, ranks_per_node=8, launcher="torchrun", cpus_per_rank=4).validate()
+    lines = slurm.render(opts).splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in lines and "#SBATCH --cpus-per-task=32" in lines
+    assert "COMMBENCH_RANKS_PER_NODE=${COMMBENCH_RANKS_PER_NODE:-8}" in lines
+    assert "##SBATCH --gpus-per-node=8" in lines and "##SBATCH --exclusive" in lines
+    assert any("--rdzv-backend=c10d" in line for line in lines)
+
+
+@pytest.mark.parametrize("template", sorted((REPO / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
+def test_templates_are_bash_and_render_every_line_the_options_need(template):
+    assert _bash_syntax_ok(template.read_text())
+    launcher = template.stem.removeprefix("commbench-")
+    slurm.render(slurm.JobOptions(nodes=1, ranks_per_node=1, launcher=launcher))  # raises on a missing line
+
+
+def test_a_template_missing_a_line_is_an_error(tmp_path, monkeypatch):
+    text = (REPO / "slurm" / "commbench-srun.sbatch").read_text().replace("#SBATCH --exclusive\n", "")
+    (tmp_path / "commbench-srun.sbatch").write_text(text)
+    monkeypatch.setattr(slurm, "TEMPLATES_DIR", tmp_path)
+    with pytest.raises(CommbenchError, match="lacks lines for exclusive"):
+        slurm.render(slurm.JobOptions(nodes=1, ranks_per_node=1))
+
+
+# ---- parsing Slurm's answers ------------------------------------------------------------------------
+
+
+def test_parse_squeue_scontrol_and_sacct():
+    queued = slurm.parse_squeue("12|PENDING|0:00||Resources\n13|RUNNING|1:02|n[0-1]|None\n14_2|RUNNING|0:01|n0|None\n")
+    assert {k: (v.state, v.nodes) for k, v in queued.items()} == {12: ("PENDING", ""), 13: ("RUNNING", "n[0-1]")}
+    fields = slurm.parse_scontrol("JobId=7 JobName=commbench JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 "
+                                  "RunTime=00:01:03 NodeList=n[0-1] StdOut=/w/commbench-7.out")
+    status = slurm.status_from_scontrol(fields)
+    assert (status.job_id, status.state, status.exit_code) == (7, "TIMEOUT", "0:15")
+    assert status.stdout_path == "/w/commbench-7.out"
+    assert status.finished and not status.succeeded
+    assert slurm.parse_sacct("9|CANCELLED by 0|00:00:05|n0|0:0\n").state == "CANCELLED"
+    assert slurm.parse_state("OUT_OF_MEMORY") == "OUT_OF_MEMORY" and slurm.parse_state("") == slurm.UNKNOWN
+
+
+def _fake_slurm(bin_dir: Path, monkeypatch, **scripts: str) -> None:
+    """Stand-in Slurm commands (name -> sh body) first on PATH."""
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\n{body}\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+FORGOTTEN = dict(squeue="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1",
+                 scontrol="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1")
+
+
+def test_a_job_slurmctld_forgot_is_looked_up_in_sacct(tmp_path, monkeypatch):
+    _fake_slurm(tmp_path / "bin", monkeypatch, **FORGOTTEN, sacct="echo '7|OUT_OF_MEMORY|00:03:10|n[0-1]|0:125'")
+    status = slurm.job_status(7)
+    assert (status.state, status.source, status.exit_code) == ("OUT_OF_MEMORY", "sacct", "0:125")
+
+
+def test_without_accounting_a_forgotten_job_is_unknown(tmp_path, monkeypatch):
+    _fake_slurm(tmp_path / "bin", monkeypatch, **FORGOTTEN,
+                sacct="echo 'Slurm accounting storage is disabled' >&2; exit 1")
+    assert slurm.job_status(7).state == slurm.UNKNOWN
+
+
+def test_jobs_without_slurm_shows_the_recorded_states(commands, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMBENCH_JOBS_FILE", str(tmp_path / "jobs.jsonl"))
+    sub = slurm.Submission(3, "alpha", "2026-01-01T00:00:00+00:00", "srun", 2, 4, "/r/slurm-3")
+    slurm.remember_submission(sub)
+    slurm.remember_state(sub, slurm.JobStatus(3, "TIMEOUT", "scontrol", elapsed="00:30:00"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert cli_main(["jobs"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: states as last seen (scontrol not found" in err
+    row = r"^3\s+TIMEOUT\s+00:30:00\s+2026-01-01T00:00:00\s+2 x 4\s+srun\s+/r/slurm-3$"
+    assert re.search(row, out, re.MULTILINE), out
+
+
+def test_registry_merges_states_and_keeps_clusters_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMBENCH_JOBS_FILE", str(tmp_path / "jobs.jsonl"))
+    first = slurm.Submission(5, "alpha", "t0", "srun", 2, 2, "/r/slurm-5")
+    other = slurm.Submission(5, "beta", "t1", "torchrun", 4, 8, "/s/slurm-5")
+    slurm.remember_submission(first)
+    slurm.remember_submission(other)
+    slurm.remember_state(first, slurm.JobStatus(5, "COMPLETED", "scontrol", elapsed="00:01:02"))
+    with open(tmp_path / "jobs.jsonl", "a") as handle:
+        handle.write('{"event": "submitted", "job_id"')  # a torn line
+    subs = slurm.submissions()
+    assert [(s.cluster, s.job_id, s.state, s.elapsed) for s in subs] == [
+        ("alpha", 5, "COMPLETED", "00:01:02"), ("beta", 5, "", "")]
+
+
+# ---- bad input ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--", "--ops", "bogus"], "unknown 'bogus'"),
+    (["--", "--out", "x"], "give the results folder to submit"),
+    (["--time", "2h"], "not a Slurm time limit"),
+    (["--launcher", "mpirun"], "invalid choice"),
+    (["--env", "NOEQUALS"], "expected NAME=VALUE"),
+])
+def test_bad_input_is_one_line_and_exit_2(commands, capsys, argv, message):
+    assert _exit_code(["submit", "--nodes", "2", "--ntasks-per-node", "2", "--dry-run", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def _exit_code(argv: list[str]) -> int:
+    try:
+        return cli_main(argv)
+    except SystemExit as exc:  # argparse's own checks (choices) exit from the parser
+        return exc.code
+
+
+def test_without_sbatch_a_clear_error(commands, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli_main(["submit", "--nodes", "1", "--ntasks-per-node", "1", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("commbench submit: error: sbatch not found") and len(err.splitlines()) == 1
+
+
+# ---- against a real Slurm ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(slurm_cluster, tmp_path_factory):
+    """The cluster, a working directory to submit from, and the environment commbench runs with:
+    the cluster's SLURM_CONF, a private job registry, commbench importable on the nodes."""
+    work = tmp_path_factory.mktemp("slurm-submit")
+    env = {**slurm_cluster.env, "XDG_CACHE_HOME": str(work / "cache"), "PYTHONPATH": str(REPO)}
+    return SimpleNamespace(sc=slurm_cluster, work=work, env=env, results=work / "results")
+
+
+def commbench(site, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLI, *args], cwd=site.work, env=site.env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def submit_args(site, *extra: str) -> list[str]:
+    return ["submit", "--nodes", "2", "--ntasks-per-node", "2", "--out", str(site.results),
+            "--env", "GLOO_SOCKET_IFNAME=eth0", *extra]
+
+
+def job_id_of(stdout: str) -> int:
+    match = re.search(r"submitted job (\d+)", stdout)
+    assert match, stdout
+    return int(match.group(1))
+
+
+def listed_state(site, job_id: int) -> str:
+    p = commbench(site, "jobs", "--json")
+    assert p.returncode == 0, p.stderr
+    return {row["job_id"]: row["state"] for row in json.loads(p.stdout)}[job_id]
+
+
+def the_run(job_dir: Path):
+    runs = list_runs(job_dir)
+    assert len(runs) == 1, (job_dir, runs)
+    return load_run(runs[0])
+
+
+def assert_two_by_two(run, names):
+    assert run.info.complete, run.info.reason
+    assert [(node.hostname, len(node.ranks)) for node in run.info.nodes] == [(names[0], 2), (names[1], 2)]
+    assert {"intra", "inter"} <= {rec["scope"] for rec in run.records}
+    assert run.records and all(rec["wrong"] == 0 for rec in run.records)
+
+
+@pytest.mark.cluster
+@pytest.mark.slurm
+def test_submit_wait_completes_and_summarises(site):
+    t0 = time.monotonic()
+    p = commbench(site, *submit_args(site, "--wait", "--", *QUICK_RUN))
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = job_id_of(p.stdout)
+    run = the_run(site.results / f"slurm-{job}")
+    assert_two_by_two(run, site.sc.ec.names)
+    assert {rec["scope"] for rec in run.records} == {"world", "intra", "inter"}
+    assert max(rec["size_bytes"] for rec in run.records) == 4 << 20
+    assert f"run directory: {run.path}" in p.stdout
+    assert "2 nodes x 2 ranks (world 4)" in p.stdout and "scopes: world, intra, inter;" in p.stdout
+    assert "wrong: 0" in p.stdout and f"job {job} COMPLETED" in p.stdout
+    assert (site.results / f"slurm-{job}" / "job.sbatch").read_text().startswith("#!/bin/bash")
+    assert listed_state(site, job) == "COMPLETED"
+    print(f"\njob {job}: submit --wait took {wall:.0f} s\n{p.stdout}")
+
+
+@pytest.mark.cluster
+@pytest.mark.slurm
+def test_a_failing_job_is_reported_with_its_log_tail(site):
+    # valid for commbench run, impossible on these CPU nodes: fails in the job, not at submit
+    p = commbench(site, *submit_args(site, "--wait", "--", "--backend", "nccl", "-e", "1K"))
+    job = job_id_of(p.stdout)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"error: job {job} FAILED" in p.stderr
+    assert "--- last " in p.stderr and "--backend nccl needs one GPU per rank" in p.stderr
+    assert listed_state(site, job) == "FAILED"
+
+
+@pytest.mark.cluster
+@pytest.mark.slurm
+def test_a_job_over_its_time_limit_is_reported_timeout(site):
+    # a sendrecv that would take hours; SlurmCluster.expire moves its end time to now
+    endless = ["--ops", "sendrecv", "-b", "16M", "-e", "16M", "-n", "100000", "--scopes", "inter"]
+    proc = subprocess.Popen([sys.executable, "-c", CLI, *submit_args(site, "--time", "10", "--wait", "--", *endless)],
+                            cwd=site.work, env=site.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job = job_id_of(proc.stdout.readline())
+        deadline = time.monotonic() + 60
+        while site.sc.state(job) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        site.sc.expire(job)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    assert f"error: job {job} TIMEOUT" in err and "--- last " in err
+    assert listed_state(site, job) == "TIMEOUT"
+
+
+@pytest.mark.cluster
+@pytest.mark.slurm
+def test_dry_run_output_is_a_script_sbatch_runs_as_is(site):
+    p = commbench(site, *submit_args(site, "--launcher", "torchrun", "--dry-run", "--", *TINY_RUN))
+    assert p.returncode == 0, p.stderr
+    script = site.work / "dry-run.sbatch"
+    script.write_text(p.stdout)
+    sub = site.sc.run(["sbatch", "--parsable", str(script)], env=site.env, cwd=site.work, check=True)
+    job = int(sub.stdout.strip())
+    assert site.sc.wait(job, timeout=150) == "COMPLETED", _logs(site, job)
+    run = the_run(site.results / f"slurm-{job}")
+    assert_two_by_two(run, site.sc.ec.names)
+    assert run.info.args["launcher"] == "torchrun"
+
+
+@pytest.mark.cluster
+@pytest.mark.slurm
+def test_templates_run_unmodified_with_sbatch(site):
+    """The files in slurm/ as they are; only sbatch options and exported variables adapt them to
+    2 CPU nodes (no GPUs, 4 cores): what a user would do on the command line."""
+    names = site.sc.ec.names
+    results = site.work / "template-results"
+    env = {"COMMBENCH_PYTHON": sys.executable, "COMMBENCH_RESULTS": str(results), "GLOO_SOCKET_IFNAME": "eth0",
+           "COMMBENCH_RANKS_PER_NODE": "2"}
+    overrides = {"srun": ["--ntasks-per-node=2", "--cpus-per-task=1"], "torchrun": ["--cpus-per-task=2"]}
+    jobs = {}
+    for launcher, args in overrides.items():
+        sub = site.sc.run(["sbatch", "--parsable", "--gpus-per-node=0", *args,
+                           str(REPO / "slurm" / f"commbench-{launcher}.sbatch"), *TINY_RUN],
+                          env={**site.env, **env}, cwd=site.work, check=True)
+        jobs[launcher] = int(sub.stdout.strip())
+    for launcher, job in jobs.items():
+        assert site.sc.wait(job, timeout=150) == "COMPLETED", _logs(site, job, results)
+        run = the_run(results / f"slurm-{job}")
+        assert_two_by_two(run, names)
+        assert run.info.args["launcher"] == launcher
+        pointer = (site.work / f"commbench-{job}.out").read_text()
+        assert str(results / f"slurm-{job}") in pointer  # Slurm's own file says where the results are
+
+
+def _logs(site, job: int, results: Path | None = None) -> str:
+    job_log = (results or site.results) / f"slurm-{job}" / "job.log"
+    text = job_log.read_text()[-3000:] if job_log.exists() else f"(no {job_log})"
+    return text + "\n" + site.sc.run(["scontrol", "show", "job", str(job)]).stdout
