@@ -8,6 +8,7 @@ Standalone, `commbench run --nproc N` starts N ranks on this machine itself.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from commbench.config import GLOO_DTYPES
 from commbench.errors import CommbenchError, UsageError
 
 WORKER_CONFIG_ENV = "COMMBENCH_RUN_CONFIG"
@@ -150,6 +152,27 @@ def _stop(procs: list[subprocess.Popen], sig: int) -> None:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def run_or_spawn(cfg, nproc: int | None, rank_entry: str, worker_module: str) -> int:
+    """Under torchrun/srun this process is one rank: run `rank_entry` ("module:function") here.
+    Otherwise start `nproc` local ranks of `worker_module` (default: one per GPU, else 2)."""
+    env = detect_rank_env()
+    if env is not None:
+        module_name, function = rank_entry.split(":")
+        return getattr(importlib.import_module(module_name), function)(cfg, env)
+    nproc = default_nproc() if nproc is None else nproc
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1 (got {nproc})")
+    if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
+        raise UsageError(f"dtype {cfg.dtype} is not supported by gloo, the only backend without a GPU; use float or half")
+    return spawn_local(nproc, cfg.to_json(), module=worker_module)
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def require_launched() -> RankEnv:

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.commands.run import _csv, _size
+from commbench.commands.run import csv_list, size_arg
 from commbench.config import BACKENDS, DTYPES
-from commbench.errors import UsageError
-from commbench.launch import default_nproc, detect_rank_env, spawn_local
+from commbench.launch import run_or_spawn
 from commbench.overlap.config import OVERLAP_OPS, OverlapConfig
 
 HELP = "time a GEMM and a collective alone and at once: overlap achieved and mutual slowdown"
@@ -44,10 +43,10 @@ _DEFAULTS = OverlapConfig()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to measure")
-    what.add_argument("--ops", type=_csv(OVERLAP_OPS), default=OVERLAP_OPS,
+    what.add_argument("--ops", type=csv_list(OVERLAP_OPS), default=OVERLAP_OPS,
                       help=f"comma-separated ops (default: {','.join(OVERLAP_OPS)})")
-    what.add_argument("-b", "--min-bytes", type=_size, default=_DEFAULTS.min_bytes, help="smallest message size (default 1M)")
-    what.add_argument("-e", "--max-bytes", type=_size, default=_DEFAULTS.max_bytes, help="largest message size (default 64M)")
+    what.add_argument("-b", "--min-bytes", type=size_arg, default=_DEFAULTS.min_bytes, help="smallest message size (default 1M)")
+    what.add_argument("-e", "--max-bytes", type=size_arg, default=_DEFAULTS.max_bytes, help="largest message size (default 64M)")
     what.add_argument("-f", "--step-factor", type=int, default=_DEFAULTS.step_factor,
                       help=f"multiply the size by this each step (default {_DEFAULTS.step_factor})")
     what.add_argument("-d", "--dtype", default="float", help=f"collective element type: {', '.join(DTYPES)} (default float)")
@@ -79,13 +78,4 @@ def config_from_args(args: argparse.Namespace) -> OverlapConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    env = detect_rank_env()
-    if env is not None:  # launched by torchrun or srun: this process is one rank
-        from commbench.overlap.measure import run_rank
-
-        return run_rank(cfg, env)
-    nproc = default_nproc() if args.nproc is None else args.nproc
-    if nproc < 1:
-        raise UsageError(f"--nproc must be at least 1 (got {nproc})")
-    return spawn_local(nproc, cfg.to_json(), module="commbench.overlap.worker")
+    return run_or_spawn(config_from_args(args), args.nproc, "commbench.overlap.measure:run_rank", "commbench.overlap.worker")

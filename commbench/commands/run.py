@@ -21,15 +21,15 @@ from __future__ import annotations
 import argparse
 
 from commbench.collectives import ALL_OPS, DEFAULT_OPS
-from commbench.config import BACKENDS, DTYPES, GLOO_DTYPES, SCOPES, RunConfig
+from commbench.config import BACKENDS, DTYPES, SCOPES, RunConfig
 from commbench.errors import UsageError
-from commbench.launch import default_nproc, detect_rank_env, spawn_local
+from commbench.launch import run_or_spawn
 from commbench.units import parse_size
 
 HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"
 
 
-def _csv(choices):
+def csv_list(choices):
     def parse(text: str) -> tuple[str, ...]:
         items = tuple(item.strip() for item in text.split(",") if item.strip())
         if not items:
@@ -42,7 +42,7 @@ def _csv(choices):
     return parse
 
 
-def _size(text: str) -> int:
+def size_arg(text: str) -> int:
     try:
         return parse_size(text)
     except UsageError as exc:
@@ -51,13 +51,13 @@ def _size(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to measure")
-    what.add_argument("--ops", type=_csv(ALL_OPS), default=DEFAULT_OPS,
+    what.add_argument("--ops", type=csv_list(ALL_OPS), default=DEFAULT_OPS,
                       help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also broadcast, pingpong)")
-    what.add_argument("-b", "--min-bytes", type=_size, default=8, help="smallest size, e.g. 8, 1K (default 8)")
-    what.add_argument("-e", "--max-bytes", type=_size, default=64 << 20, help="largest size, e.g. 4M, 1G (default 64M)")
+    what.add_argument("-b", "--min-bytes", type=size_arg, default=8, help="smallest size, e.g. 8, 1K (default 8)")
+    what.add_argument("-e", "--max-bytes", type=size_arg, default=64 << 20, help="largest size, e.g. 4M, 1G (default 64M)")
     what.add_argument("-f", "--step-factor", type=int, default=2, help="multiply the size by this each step (default 2)")
     what.add_argument("-d", "--dtype", default="float", help=f"element type: {', '.join(DTYPES)} (default float)")
-    what.add_argument("--scopes", type=_csv(SCOPES), default=None,
+    what.add_argument("--scopes", type=csv_list(SCOPES), default=None,
                       help="world, intra (one group per node), inter (one rank per node); default: all that apply")
     what.add_argument("--pairwise", action="store_true",
                       help="instead of a sweep: ping-pong latency (at --min-bytes) and bandwidth (at --max-bytes) of every "
@@ -94,21 +94,4 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    env = detect_rank_env()
-    if env is not None:  # launched by torchrun or srun: this process is one rank
-        from commbench.sweep import run_rank
-
-        return run_rank(cfg, env)
-    nproc = default_nproc() if args.nproc is None else args.nproc
-    if nproc < 1:
-        raise UsageError(f"--nproc must be at least 1 (got {nproc})")
-    if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
-        raise UsageError(f"dtype {cfg.dtype} is not supported by gloo, the only backend without a GPU; use float or half")
-    return spawn_local(nproc, cfg.to_json())
-
-
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+    return run_or_spawn(config_from_args(args), args.nproc, "commbench.sweep:run_rank", "commbench.worker")
