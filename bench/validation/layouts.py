@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 WORLD_SIZE = 2
 PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp")
-DIAGNOSTIC_LAYOUTS = ("local",)
 
 
 @dataclass(frozen=True)

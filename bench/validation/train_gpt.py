@@ -2,15 +2,16 @@
 
 Launched by torchrun, one rank per emulated node (gloo, CPU, one intra-op thread per rank: the
 2 ranks share the machine's 2 cores, as they do while training). For every layout, in order:
-  1. calibration, on both ranks at once (so the cores are shared as in training): forward +
+  1. `--warmup` steps (forward, backward, AdamW step), untimed;
+  2. calibration, on both ranks at once (so the cores are shared as in training): forward +
      backward of every GEMM shape the layout runs (F.linear and its two gradients), of its
      attention core (scaled_dot_product_attention, causal), and a 16 MiB copy (memory bandwidth).
      Each figure is the median of `--repeats` runs; the slower rank's median is kept, since
-     synchronous training goes at the pace of its slower rank.
-  2. `--warmup` steps, then `--steps` timed steps (forward, backward, AdamW step). A step's time is
-     the slowest rank's; the layout's figure is the median over steps.
-Measuring each layout's shapes just before it runs means that load from other work on the
-machine, which changes over minutes, hits the calibration and the steps it is used for alike.
+     synchronous training goes at the pace of its slower rank;
+  3. `--steps` timed steps; a step's time is the slowest rank's, the layout's figure the median;
+  4. the calibration again.
+Calibrating right before and after each layout's steps means that load from other work on the
+machine, which changes from minute to minute, hits the calibration and the steps alike.
 
 Rank 0 writes everything as JSON to --out. Run by bench/validate_planner.py.
 """
@@ -98,6 +99,18 @@ def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
 
 
 # layouts -----------------------------------------------------------------------------------
+def adamw(parameters) -> torch.optim.Optimizer:
+    """The fused implementation: one pass over each parameter's weights, gradient and moments, the
+    memory-bound step the step model prices (the default for-loop one makes a pass per operation).
+    The fused kernel takes one kind of tensor per call, so tensor parallel's sharded DTensors and its
+    replicated plain tensors go in separate parameter groups."""
+    from torch.distributed.tensor import DTensor
+
+    parameters = list(parameters)
+    groups = [[p for p in parameters if isinstance(p, DTensor)], [p for p in parameters if not isinstance(p, DTensor)]]
+    return torch.optim.AdamW([{"params": group} for group in groups if group], lr=LEARNING_RATE, fused=True)
+
+
 def batch(cfg: GPTConfig, sequences: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids and next-token targets; the step time does not depend on their values."""
     generator = torch.Generator().manual_seed(seed)
@@ -125,7 +138,16 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
             for block in model.blocks:
                 fully_shard(block, mesh=mesh)
             fully_shard(model, mesh=mesh)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+            # FSDP2 overlaps its all-gathers with compute through CUDA streams; on CPU it waits for
+            # each one where it is issued unless the all-gathers are asynchronous and prefetched
+            # explicitly (the next block forward, the previous one backward), as the step model's
+            # ZeRO-3 assumes. Its reduce-scatters stay synchronous on CPU: FSDP2 gives no way around.
+            model._set_unshard_async_op(True)
+            blocks = list(model.blocks)
+            for i, block in enumerate(blocks):
+                block.set_modules_to_forward_prefetch(blocks[i + 1:i + 2])
+                block.set_modules_to_backward_prefetch(blocks[i - 1:i] if i else [])
+        optimizer = adamw(model.parameters())
 
         def step():
             optimizer.zero_grad(set_to_none=True)
@@ -145,7 +167,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
             parallelize_module(block, mesh, {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
                                              "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()})
         parallelize_module(model, mesh, {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        optimizer = adamw(model.parameters())
         x, y = batch(cfg, run.mbs, seed=1)  # both ranks work on the same sequences
 
         def step():
@@ -162,7 +184,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
         stage_model = GPT(cfg, first=rank == 0, last=rank == world - 1, blocks=cfg.layers // world)
         stage = PipelineStage(stage_model, rank, world, torch.device("cpu"))
         schedule = Schedule1F1B(stage, n_microbatches=run.global_batch // run.mbs, loss_fn=lm_loss)
-        optimizer = torch.optim.AdamW(stage_model.parameters(), lr=LEARNING_RATE)
+        optimizer = adamw(stage_model.parameters())
         x, y = batch(cfg, run.global_batch, seed=1)
 
         def step():
@@ -178,10 +200,8 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
     raise ValueError(f"unknown layout {name!r}")
 
 
-def time_steps(step, warmup: int, steps: int) -> list[float]:
+def time_steps(step, steps: int) -> list[float]:
     """Seconds of each timed step, the slowest rank's."""
-    for _ in range(warmup):
-        step()
     local = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -194,7 +214,7 @@ def time_steps(step, warmup: int, steps: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layouts", default="ddp,fsdp,tp,pp", help="comma-separated: ddp, fsdp, tp, pp, local")
+    parser.add_argument("--layouts", default="ddp,fsdp,tp,pp,local", help="comma-separated: ddp, fsdp, tp, pp, local")
     parser.add_argument("--hidden", type=int, default=GPTConfig.hidden)
     parser.add_argument("--layers", type=int, default=GPTConfig.layers)
     parser.add_argument("--heads", type=int, default=GPTConfig.heads)
@@ -203,7 +223,7 @@ def main() -> int:
     parser.add_argument("--global-batch", type=int, default=8, help="sequences per step")
     parser.add_argument("--pp-micro-batches", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each calibration kernel")
     parser.add_argument("--out", required=True, help="JSON file rank 0 writes")
     args = parser.parse_args()
@@ -216,19 +236,23 @@ def main() -> int:
     for name in args.layouts.split(","):
         run = runs[name]
         load_before = os.getloadavg()[0]
-        calibration = calibrate(cfg, run, args.repeats)
-        step_s = time_steps(build_step(name, cfg, run), args.warmup, args.steps)
+        step = build_step(name, cfg, run)
+        for _ in range(args.warmup):
+            step()
+        before = calibrate(cfg, run, args.repeats)
+        step_s = time_steps(step, args.steps)
+        calibrations = [before, calibrate(cfg, run, args.repeats)]
         results[name] = {"planner_layout": run.planner, "step_s": step_s, "median_step_s": statistics.median(step_s),
-                         "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]]}
+                         "calibrations": calibrations, "load_average": [load_before, os.getloadavg()[0]]}
         if dist.get_rank() == 0:
-            print(f"{name}: median step {results[name]['median_step_s']:.3f} s over {len(step_s)} steps "
+            print(f"layout {name}: median step {results[name]['median_step_s']:.3f} s over {len(step_s)} steps "
                   f"(load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
         dist.barrier()
     if dist.get_rank() == 0:
         Path(args.out).write_text(json.dumps({
             "model": cfg.to_dict(), "global_batch": args.global_batch, "pp_micro_batches": args.pp_micro_batches,
             "warmup": args.warmup, "steps": args.steps, "world_size": dist.get_world_size(),
-            "torch": torch.__version__, "optimizer": f"AdamW lr={LEARNING_RATE} (fp32)", "layouts": results,
+            "torch": torch.__version__, "optimizer": f"AdamW lr={LEARNING_RATE}, fused, fp32", "layouts": results,
         }, indent=1))
     dist.destroy_process_group()
     return 0

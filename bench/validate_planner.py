@@ -1,0 +1,192 @@
+"""Validate the step model: a small GPT trained for real on the emulated cluster, next to the planner's prediction.
+
+On a 2-node emulated cluster (network namespaces joined by tc-shaped links, tests/cluster/emulated.py;
+needs root), with one rank per node (the machine's 2 cores, one each):
+  1. `commbench run` measures the bandwidth table between the nodes (all_reduce, all_gather,
+     reduce_scatter, sendrecv, one intra-op thread per rank as in training);
+  2. bench/validation/train_gpt.py trains a small GPT (bench/validation/gpt.py) with DDP, FSDP2
+     (ZeRO-3), tensor parallel and pipeline parallel (1F1B), timing its steps, and measures this
+     machine's compute rates (GEMMs of the model's shapes, attention, memory copies) right before
+     each layout, under the same sharing of the cores;
+  3. the planner (Planner.evaluate_layout, what `commbench plan --layout` runs) predicts each
+     layout's step time from that bandwidth table and a processor built from those compute rates
+     (bench/validation/predict.py);
+  4. prints measured vs predicted step time per layout, the error and the mean absolute
+     percentage error (MAPE) over the four parallel layouts, and writes them to --work.
+A diagnostic "local" row (each rank trains alone, no communication) checks the compute side alone;
+it is not part of the MAPE.
+
+Every run repeats the layouts `--rounds` times, interleaved, and takes medians: other work on a
+shared machine changes its speed from minute to minute.
+
+Run (as root):  python bench/validate_planner.py [--rate 1gbit] [--rounds 2] [--work DIR]
+Re-predict saved measurements without training again: --predict-only --work DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO / "tests"))  # the emulated cluster: tests/cluster/emulated.py
+sys.path.insert(0, str(BENCH / "validation"))
+
+from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
+from layouts import PARALLEL_LAYOUTS  # noqa: E402
+from predict import predict, processor_preset_json  # noqa: E402
+
+BANDWIDTH_OPS = "all_reduce,all_gather,reduce_scatter,sendrecv"
+MASTER_PORT = 29655
+GOAL_MAPE = 10.0
+TRAINING_LINE = "layout "  # how train_gpt.py starts the line it prints per layout
+
+
+def torchrun_per_node(cluster: EmulatedCluster, program: list[str], log: Path, timeout: float) -> str:
+    """One torchrun per node (one rank each), c10d store on node 0, gloo over each node's eth0; node 0's output."""
+    procs = []
+    env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"}  # one core's worth per rank
+    for i in range(len(cluster.nodes)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.nodes)), "--nproc-per-node", "1",
+               "--node-rank", str(i), "--master-addr", cluster.addr(0), "--master-port", str(MASTER_PORT), *program]
+        procs.append(cluster.node(i).popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           text=True))
+    results = wait_procs(procs, timeout)
+    with open(log, "a", encoding="utf-8") as handle:
+        for node, (code, out, _) in enumerate(results):
+            handle.write(f"--- node {node}: {' '.join(program[:3])} ... exit {code}\n{out}\n")
+    failed = [node for node, (code, _, _) in enumerate(results) if code != 0]
+    if failed:
+        raise SystemExit(f"{program[:3]} failed on node(s) {failed}; see {log}\n{results[failed[0]][1][-3000:]}")
+    return results[0][1]
+
+
+def measure(args, work: Path) -> None:
+    """The bandwidth table, then `--rounds` rounds of training, on one emulated cluster."""
+    log = work / "measure.log"
+    # node names in /etc/hosts while it runs: gloo and c10d look them up
+    with EmulatedCluster(nodes=2, rate=args.rate, etc_hosts=True) as cluster:
+        start = time.monotonic()
+        # one rank per node: the inter-node scope is the only one; sizes x4 apart keep it to about a minute
+        torchrun_per_node(cluster, ["-m", "commbench", "run", "--ops", BANDWIDTH_OPS, "--scopes", "inter", "-b", "2K",
+                                    "-e", args.max_bytes, "-f", "4", "--warmup", "1", "--min-iters", "3",
+                                    "--out", str(work), "--run-id", "bandwidth", "--no-progress"], log, timeout=600)
+        print(f"bandwidth table measured in {time.monotonic() - start:.0f} s", flush=True)
+        for round_index in range(args.rounds):
+            start = time.monotonic()
+            output = torchrun_per_node(cluster, [str(BENCH / "validation" / "train_gpt.py"), *args.train_args,
+                                                 "--out", str(work / f"training-{round_index}.json")], log, timeout=900)
+            print("".join(f"  {line}\n" for line in output.splitlines() if line.startswith(TRAINING_LINE)), end="")
+            print(f"training round {round_index + 1}/{args.rounds} in {time.monotonic() - start:.0f} s", flush=True)
+
+
+def compare(work: Path) -> dict:
+    """Per layout: measured step time and predictions, medians over rounds.
+
+    `predicted` uses the processor calibrated around the layout's own steps; `predicted_pooled` one
+    processor from every calibration of the round (all layouts), as a user with one measurement would.
+    """
+    rounds = [json.loads(path.read_text()) for path in sorted(work.glob("training-*.json"))]
+    if not rounds:
+        raise SystemExit(f"{work}: no training-*.json; run without --predict-only first")
+    rows, processors, warnings = {}, [], {}
+    for training in rounds:
+        own_processors, own, own_warnings = predict(training, work / "bandwidth")
+        _, pooled, _ = predict(training, work / "bandwidth", pooled=True)
+        processors.append({name: processor_preset_json(proc) for name, proc in own_processors.items()})
+        for name, messages in own_warnings.items():
+            warnings.setdefault(name, set()).update(messages)
+        for name, result in own.items():
+            row = rows.setdefault(name, {"planner_layout": training["layouts"][name]["planner_layout"], "measured_s": [],
+                                         "predicted_s": [], "predicted_pooled_s": [], "load_average": [], "categories": []})
+            row["measured_s"].append(training["layouts"][name]["median_step_s"])
+            row["predicted_s"].append(result.step_s)
+            row["predicted_pooled_s"].append(pooled[name].step_s)
+            row["load_average"] += training["layouts"][name]["load_average"]
+            row["categories"].append(result.categories)
+    for row in rows.values():
+        row["measured"] = statistics.median(row["measured_s"])
+        for key in ("predicted", "predicted_pooled"):
+            row[key] = statistics.median(row[f"{key}_s"])
+            row[f"{key}_error_pct"] = 100 * (row[key] - row["measured"]) / row["measured"]
+        row["breakdown"] = {key: statistics.median(c[key] for c in row["categories"]) for key in row["categories"][0]}
+        del row["categories"]
+    in_mape = [name for name in PARALLEL_LAYOUTS if name in rows]
+
+    def mape(key: str) -> float | None:
+        return statistics.fmean(abs(rows[name][f"{key}_error_pct"]) for name in in_mape) if in_mape else None
+
+    return {"rows": rows, "mape_pct": mape("predicted"), "mape_pooled_pct": mape("predicted_pooled"),
+            "layouts_in_mape": in_mape, "rounds": len(rounds), "processors": processors,
+            "warnings": {name: sorted(messages) for name, messages in warnings.items() if messages},
+            "config": {key: rounds[0][key] for key in ("model", "global_batch", "pp_micro_batches", "warmup", "steps",
+                                                     "world_size", "torch", "optimizer")}}
+
+
+def markdown_table(summary: dict) -> str:
+    lines = ["| layout | planner layout | measured step (s) | predicted (s) | error | predicted, one processor (s) | error "
+             "| predicted breakdown (s) | load avg |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for name, row in summary["rows"].items():
+        parts = ", ".join(f"{key} {value:.3f}" for key, value in
+                          sorted(row["breakdown"].items(), key=lambda item: -item[1]) if value >= 0.0005)
+        load = f"{min(row['load_average']):.1f}-{max(row['load_average']):.1f}"
+        label = name if name in PARALLEL_LAYOUTS else f"{name} (diagnostic)"
+        lines.append(f"| {label} | `{row['planner_layout']}` | {row['measured']:.3f} | {row['predicted']:.3f} | "
+                     f"{row['predicted_error_pct']:+.1f}% | {row['predicted_pooled']:.3f} | "
+                     f"{row['predicted_pooled_error_pct']:+.1f}% | {parts} | {load} |")
+    layouts = ", ".join(summary["layouts_in_mape"])
+    for label, key in (("processor calibrated around each layout's steps", "mape_pct"),
+                       ("one processor for all layouts", "mape_pooled_pct")):
+        value = summary[key]
+        verdict = "meets" if value <= GOAL_MAPE else "misses"
+        lines.append(f"\nMAPE over {layouts} ({label}): **{value:.1f}%** ({verdict} the goal of <= {GOAL_MAPE:.0f}%)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", default="1gbit", help="emulated link rate per node (tc units, default 1gbit)")
+    parser.add_argument("--rounds", type=int, default=2, help="times the layouts are trained, interleaved (default 2)")
+    training = parser.add_argument_group("passed to bench/validation/train_gpt.py (its defaults: the recorded run)")
+    for flag in ("--layouts", "--steps", "--warmup", "--repeats", "--hidden", "--layers", "--heads", "--vocab",
+                 "--seq-len", "--global-batch", "--pp-micro-batches"):
+        training.add_argument(flag)
+    parser.add_argument("--max-bytes", default="32M", help="largest collective size measured (default 32M)")
+    parser.add_argument("--work", help="folder for measurements and results (default: a new temporary one)")
+    parser.add_argument("--predict-only", action="store_true", help="reuse the measurements already in --work")
+    args = parser.parse_args()
+    args.train_args = [item for flag in ("layouts", "steps", "warmup", "repeats", "hidden", "layers", "heads", "vocab",
+                                         "seq_len", "global_batch", "pp_micro_batches")
+                        if getattr(args, flag) is not None
+                        for item in (f"--{flag.replace('_', '-')}", getattr(args, flag))]
+    if args.predict_only and not args.work:
+        parser.error("--predict-only needs --work")
+    work = Path(args.work or tempfile.mkdtemp(prefix="commbench-validation-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if not args.predict_only:
+        if os.geteuid() != 0:
+            raise SystemExit("the emulated cluster needs root (network namespaces and tc)")
+        measure(args, work)
+    summary = compare(work)
+    (work / "validation.json").write_text(json.dumps(summary, indent=1))
+    table = markdown_table(summary)
+    (work / "validation.md").write_text(table + "\n")
+    print(table)
+    for name, messages in summary["warnings"].items():
+        for message in messages:
+            print(f"warning ({name}): {message}")
+    print(f"\nmeasurements and results in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

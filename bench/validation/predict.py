@@ -1,0 +1,117 @@
+"""The planner's prediction for each trained layout, from the measured bandwidth table and compute rates.
+
+No torch: this is the adapter between the training script's measurements and the modelling API
+(commbench/modeling), which has no CPU processor, no fp32 precision and no custom model on the
+command line; everything else is what `commbench plan --layout` runs (Planner.evaluate_layout:
+closed form, then the event simulator).
+
+A processor is built from calibrations: by default each layout's own, taken right before and after
+its timed steps (the machine's speed changes from minute to minute with other work on it), or
+with `pooled` one processor for all layouts from all their calibrations. Either way:
+  gemm curve        every measured GEMM shape gives a point (forward FLOPs 2*n*k*out, fraction of
+                    peak = 3 x forward FLOPs / (seconds for forward + both gradients) / peak), the
+                    layout the step model uses for a GEMM: forward time from the curve, backward 2x;
+                    shapes of equal FLOPs share one point (the median of their rates), since the
+                    curve is indexed by FLOPs only; peak = the fastest point
+  attention         the step model's attention FLOPs (causal: 2*b*s*s*q/t forward, 2.5x that
+                    backward) over the measured forward + backward time, as a fraction of peak;
+                    one figure for all shapes (median), as the processor description has one
+  memory bandwidth  the median copy rate (read + write bytes / seconds): elementwise work and
+                    the optimizer are priced as memory traffic at this rate
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from commbench.modeling.hardware import Processor, System, load_network
+from commbench.modeling.job import Precision, TrainingJob
+from commbench.modeling.layout import parse_layout
+from commbench.modeling.measured import MeasuredNetwork
+from commbench.modeling.models import ModelSpec
+from commbench.modeling.network import PresetNetwork
+from commbench.modeling.planner import Planner
+from commbench.modeling.simulator import Cluster, StepResult
+
+from layouts import layout_runs
+
+# what the training script runs: fp32 weights and gradients, AdamW's m and v in fp32, no master copy
+FP32_ADAMW = Precision("fp32 AdamW: 4 weights + 4 grads + 8 optimizer (m 4, v 4)",
+                       param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=8)
+DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25)
+BACKWARD_GEMM_FACTOR = 2.0  # the step model's, commbench.modeling.compute
+BACKWARD_ATTENTION_FACTOR = 2.5
+# the machine's memory, so that no layout of this small model is dropped as not fitting
+MACHINE_MEMORY_BYTES = 16e9
+
+
+def gpt_spec(model: dict) -> ModelSpec:
+    return ModelSpec(name="validation GPT", hidden=model["hidden"], layers=model["layers"], heads=model["heads"],
+                     kv_heads=model["heads"], ffn_hidden=4 * model["hidden"], vocab=model["vocab"], mlp="gelu",
+                     tied_embeddings=False, max_seq_len=model["seq_len"])
+
+
+def cpu_processor(calibrations: list[dict], model: dict) -> Processor:
+    rates = defaultdict(list)
+    for calibration in calibrations:
+        for tokens, k, out, seconds in calibration["gemm"]:
+            forward_flops = 2.0 * tokens * k * out
+            rates[forward_flops].append((1 + BACKWARD_GEMM_FACTOR) * forward_flops / seconds)
+    curve_rates = {flops: statistics.median(values) for flops, values in sorted(rates.items())}
+    peak = max(curve_rates.values())
+
+    attention = []
+    for calibration in calibrations:
+        att = calibration["attention"]
+        forward_flops = 2.0 * att["batch"] * model["seq_len"] ** 2 * att["heads"] * model["hidden"] / model["heads"]
+        attention.append((1 + BACKWARD_ATTENTION_FACTOR) * forward_flops / att["seconds"] / peak)
+    copy_rate = statistics.median(c["copy"]["bytes"] / c["copy"]["seconds"] for c in calibrations)
+    return Processor(
+        name="this CPU, 1 thread per rank, 2 ranks on 2 cores", peak_flops=peak, memory_bytes=MACHINE_MEMORY_BYTES,
+        memory_bandwidth=copy_rate, gemm_curve=tuple((flops, rate / peak) for flops, rate in curve_rates.items()),
+        attention_efficiency=statistics.median(attention),
+        sources={"peak_flops_bf16": "fastest measured fp32 GEMM (forward + gradients), not a datasheet figure",
+                 "gemm_efficiency": "measured at the validation GPT's own GEMM shapes",
+                 "attention_efficiency": "measured: scaled_dot_product_attention, causal, forward + backward",
+                 "memory_bandwidth_bytes_per_s": "measured: 16 MiB copy, read + write"},
+    )
+
+
+def processor_preset_json(processor: Processor) -> dict:
+    """The processor in the presets' format (commbench/modeling/presets/processor-*.json), for the record."""
+    def figure(key, value):
+        return {"value": value, "source": processor.sources.get(key, "")}
+
+    return {
+        "name": processor.name,
+        "peak_flops_bf16": figure("peak_flops_bf16", processor.peak_flops),
+        "memory_bytes": {"value": processor.memory_bytes, "source": "large enough for every layout here"},
+        "memory_bandwidth_bytes_per_s": figure("memory_bandwidth_bytes_per_s", processor.memory_bandwidth),
+        "gemm_efficiency": figure("gemm_efficiency", [list(point) for point in processor.gemm_curve]),
+        "attention_efficiency": figure("attention_efficiency", processor.attention_efficiency),
+    }
+
+
+def predict(training: dict, bandwidth_run: Path, pooled: bool = False
+            ) -> tuple[dict[str, Processor], dict[str, StepResult], dict[str, list[str]]]:
+    """Per trained layout: the processor used, the planner's step result and the measured network's warnings."""
+    model = training["model"]
+    runs = layout_runs(training["global_batch"], training["pp_micro_batches"])
+    layouts = training["layouts"]
+    everything = [c for layout in layouts.values() for c in layout["calibrations"]]
+    # the fallback prices only what the bandwidth table lacks, and MeasuredNetwork warns when it does
+    ethernet = load_network("eth-25g")
+    processors, results, warnings = {}, {}, {}
+    for name, layout in layouts.items():
+        processor = processors[name] = cpu_processor(everything if pooled else layout["calibrations"], model)
+        system = System("emulated cluster: network-namespace nodes, 1 rank each", processor, 1, ethernet, ethernet)
+        cost = MeasuredNetwork(bandwidth_run, fallback=PresetNetwork(system))
+        run = runs[name]
+        job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch, precision=FP32_ADAMW,
+                          bucket_bytes=DDP_BUCKET_BYTES, reserved_bytes=0.0, activation_bytes=4)
+        planner = Planner(job, Cluster(run.gpus, system, cost))
+        results[name], _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
+        warnings[name] = cost.warnings
+    return processors, results, warnings
