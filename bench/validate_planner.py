@@ -8,9 +8,11 @@ needs root), with one rank per node (the machine's 2 cores, one each):
      (ZeRO-3), tensor parallel and pipeline parallel (1F1B), timing its steps, and measures this
      machine's compute rates (GEMMs of the model's shapes, attention, memory copies) right before
      each layout, under the same sharing of the cores;
-  3. the planner (Planner.evaluate_layout, what `commbench plan --layout` runs) predicts each
-     layout's step time from that bandwidth table and a processor built from those compute rates
-     (bench/validation/predict.py);
+  3. the planner (Planner.evaluate_layout, what `commbench plan --layout --processor FILE.json
+     --precision fp32 --execution torch-eager` runs) predicts each layout's step time from that
+     bandwidth table and a processor built from those compute rates (bench/validation/predict.py);
+     for comparison also with the default Megatron-style execution (overlapped TP backward
+     all-reduces and ZeRO-3 reduce-scatters), which torch on CPU/gloo does not do;
   4. prints measured vs predicted step time per layout, the error and the mean absolute
      percentage error (MAPE) over the four parallel layouts, and writes them to --work.
 A diagnostic "local" row (each rank trains alone, no communication) checks the compute side alone;
@@ -37,6 +39,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+sys.path.insert(0, str(REPO))  # this checkout's commbench, not whichever one is installed
 sys.path.insert(0, str(REPO / "tests"))  # the emulated cluster: tests/cluster/emulated.py
 sys.path.insert(0, str(BENCH / "validation"))
 
@@ -92,29 +95,34 @@ def compare(work: Path) -> dict:
     """Per layout: measured step time and predictions, medians over rounds.
 
     `predicted` uses the processor calibrated around the layout's own steps; `predicted_pooled` one
-    processor from every calibration of the round (all layouts), as a user with one measurement would.
+    processor from every calibration of the round (all layouts), as a user with one measurement would;
+    `predicted_megatron` the first with the Megatron execution instead of torch-eager.
     """
     rounds = [json.loads(path.read_text()) for path in sorted(work.glob("training-*.json"))]
     if not rounds:
         raise SystemExit(f"{work}: no training-*.json; run without --predict-only first")
     rows, processors, warnings = {}, [], {}
-    for training in rounds:
-        own_processors, own, own_warnings = predict(training, work / "bandwidth")
-        _, pooled, _ = predict(training, work / "bandwidth", pooled=True)
+    for index, training in enumerate(rounds):
+        processor_dir = work / f"processors-{index}"
+        own_processors, own, own_warnings = predict(training, work / "bandwidth", processor_dir)
+        _, pooled, _ = predict(training, work / "bandwidth", processor_dir, pooled=True)
+        _, megatron, _ = predict(training, work / "bandwidth", processor_dir, execution="megatron")
         processors.append({name: processor_preset_json(proc) for name, proc in own_processors.items()})
         for name, messages in own_warnings.items():
             warnings.setdefault(name, set()).update(messages)
         for name, result in own.items():
             row = rows.setdefault(name, {"planner_layout": training["layouts"][name]["planner_layout"], "measured_s": [],
-                                         "predicted_s": [], "predicted_pooled_s": [], "load_average": [], "categories": []})
+                                         "predicted_s": [], "predicted_pooled_s": [], "predicted_megatron_s": [],
+                                         "load_average": [], "categories": []})
             row["measured_s"].append(training["layouts"][name]["median_step_s"])
             row["predicted_s"].append(result.step_s)
             row["predicted_pooled_s"].append(pooled[name].step_s)
+            row["predicted_megatron_s"].append(megatron[name].step_s)
             row["load_average"] += training["layouts"][name]["load_average"]
             row["categories"].append(result.categories)
     for row in rows.values():
         row["measured"] = statistics.median(row["measured_s"])
-        for key in ("predicted", "predicted_pooled"):
+        for key in ("predicted", "predicted_pooled", "predicted_megatron"):
             row[key] = statistics.median(row[f"{key}_s"])
             row[f"{key}_error_pct"] = 100 * (row[key] - row["measured"]) / row["measured"]
         row["breakdown"] = {key: statistics.median(c[key] for c in row["categories"]) for key in row["categories"][0]}
@@ -125,6 +133,7 @@ def compare(work: Path) -> dict:
         return statistics.fmean(abs(rows[name][f"{key}_error_pct"]) for name in in_mape) if in_mape else None
 
     return {"rows": rows, "mape_pct": mape("predicted"), "mape_pooled_pct": mape("predicted_pooled"),
+            "mape_megatron_pct": mape("predicted_megatron"),
             "layouts_in_mape": in_mape, "rounds": len(rounds), "processors": processors,
             "warnings": {name: sorted(messages) for name, messages in warnings.items() if messages},
             "config": {key: rounds[0][key] for key in ("model", "global_batch", "pp_micro_batches", "warmup", "steps",
@@ -133,8 +142,8 @@ def compare(work: Path) -> dict:
 
 def markdown_table(summary: dict) -> str:
     lines = ["| layout | planner layout | measured step (s) | predicted (s) | error | predicted, one processor (s) | error "
-             "| predicted breakdown (s) | load avg |",
-             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+             "| predicted, megatron execution (s) | error | predicted breakdown (s) | load avg |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for name, row in summary["rows"].items():
         parts = ", ".join(f"{key} {value:.3f}" for key, value in
                           sorted(row["breakdown"].items(), key=lambda item: -item[1]) if value >= 0.0005)
@@ -142,10 +151,12 @@ def markdown_table(summary: dict) -> str:
         label = name if name in PARALLEL_LAYOUTS else f"{name} (diagnostic)"
         lines.append(f"| {label} | `{row['planner_layout']}` | {row['measured']:.3f} | {row['predicted']:.3f} | "
                      f"{row['predicted_error_pct']:+.1f}% | {row['predicted_pooled']:.3f} | "
-                     f"{row['predicted_pooled_error_pct']:+.1f}% | {parts} | {load} |")
+                     f"{row['predicted_pooled_error_pct']:+.1f}% | {row['predicted_megatron']:.3f} | "
+                     f"{row['predicted_megatron_error_pct']:+.1f}% | {parts} | {load} |")
     layouts = ", ".join(summary["layouts_in_mape"])
-    for label, key in (("processor calibrated around each layout's steps", "mape_pct"),
-                       ("one processor for all layouts", "mape_pooled_pct")):
+    for label, key in (("torch-eager execution, processor calibrated around each layout's steps", "mape_pct"),
+                       ("torch-eager execution, one processor for all layouts", "mape_pooled_pct"),
+                       ("megatron execution, processor calibrated around each layout's steps", "mape_megatron_pct")):
         value = summary[key]
         verdict = "meets" if value <= GOAL_MAPE else "misses"
         lines.append(f"\nMAPE over {layouts} ({label}): **{value:.1f}%** ({verdict} the goal of <= {GOAL_MAPE:.0f}%)")

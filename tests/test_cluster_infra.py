@@ -220,7 +220,12 @@ def test_per_node_rate_and_live_shape(emulated_cluster):
 def test_set_link_down_makes_connections_fail_fast_and_up_restores(emulated_cluster):
     c = emulated_cluster
     listener = c.node(1).popen([PY, TCP, "listen", "6000"])
-    ok = c.node(0).run([PY, TCP, "connect", c.addr(1), "6000", "5"], timeout=30)
+    deadline = time.monotonic() + 30  # the listener's interpreter may take a while to start under load
+    while True:
+        ok = c.node(0).run([PY, TCP, "connect", c.addr(1), "6000", "5"], timeout=30)
+        if ok.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
     c.set_link(1, up=False)

@@ -61,7 +61,10 @@ def _chrome_options() -> Options:
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("results")
-    shutil.copytree(EXAMPLES, root / "examples")
+    # a fixed set of examples, so runs added to results/examples later do not change what the pages show
+    for name in ("example-cpu-2rank", "example-nccl-tests-h100", "example-overlap-cpu", "example-trace-ddp"):
+        shutil.copytree(EXAMPLES / name, root / "examples" / name)
+    shutil.copy(EXAMPLES / "dgx-h100.topology.json", root / "examples")
     broken = root / "broken-run"
     broken.mkdir()
     (broken / "run.json").write_text('{"run_id": "broken-run", "kind": ')  # cut off mid-write

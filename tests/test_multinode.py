@@ -96,16 +96,24 @@ def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_pa
     assert len(run.records) >= 4
 
 
+# 200 Mbit/s: the shaper's token bucket (2 ms of traffic) is then well below the smallest size
+# predicted; at 1 Gbit/s its 256 KB burst lets sizes near it pass faster than the line rate, a
+# step no real link has and no latency-bandwidth model follows
+@pytest.mark.parametrize("emulated_cluster", [dict(nodes=2, rate="200mbit")], indirect=True)
 def test_fitted_table_predicts_sizes_left_out_of_the_fit(emulated_cluster, tmp_path):
-    """One rank per node over the shaped link: fit every other size, predict the others within 10%."""
+    """One rank per node over the shaped link: fit every other size, predict the others within 10%.
+
+    sendrecv, because its time is the link's: an all_reduce on gloo also reduces on the CPU, and on
+    two shared cores that part follows the machine's load, not the network (the same check on real
+    GPU data, an imported nccl-tests all_reduce, is in tests/test_bandwidth_table.py)."""
     from commbench.data.bandwidth_table import BandwidthTable
 
-    results = torchrun_per_node(emulated_cluster, 1, ["--ops", "all_reduce,sendrecv", "-b", "64K", "-e", "16M",
-                                                      "-n", "20"], tmp_path)
+    results = torchrun_per_node(emulated_cluster, 1, ["--ops", "sendrecv", "-b", "64K", "-e", "8M", "-n", "20"],
+                                tmp_path)
     assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
     run = load_run(list_runs(tmp_path)[0])
     errors = {}
-    for op in ("all_reduce", "sendrecv"):
+    for op in ("sendrecv",):
         rows = sorted((r for r in run.records if r["op"] == op and not r["in_place"]), key=lambda r: r["size_bytes"])
         for parity in (0, 1):
             table = BandwidthTable.from_records([r for i, r in enumerate(rows) if i % 2 == parity], source="fit half",

@@ -1,9 +1,14 @@
 """The planner's prediction for each trained layout, from the measured bandwidth table and compute rates.
 
 No torch: this is the adapter between the training script's measurements and the modelling API
-(commbench/modeling), which has no CPU processor, no fp32 precision and no custom model on the
-command line; everything else is what `commbench plan --layout` runs (Planner.evaluate_layout:
-closed form, then the event simulator).
+(commbench/modeling). It writes the measured processor as a JSON file and prices each layout as
+  commbench plan --layout L --processor FILE.json --precision fp32 --execution torch-eager
+                 --bandwidth WORK/bandwidth
+does (Planner.evaluate_layout: closed form, then the event simulator), with the validation GPT
+built as a ModelSpec (the CLI would take it as a config.json). The execution is torch-eager for
+every layout: that is how the training script's torch APIs run on CPU/gloo (DTensor TP
+all-reduces after the matmul's whole backward, FSDP2 reduce-scatters block); `execution` selects
+megatron instead, to show what the Megatron-style overlap assumption predicts.
 
 A processor is built from calibrations: by default each layout's own, taken right before and after
 its timed steps (the machine's speed changes from minute to minute with other work on it), or
@@ -22,12 +27,13 @@ with `pooled` one processor for all layouts from all their calibrations. Either 
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from commbench.modeling.hardware import Processor, System, load_network
-from commbench.modeling.job import Precision, TrainingJob
+from commbench.modeling.hardware import Processor, System, load_network, load_processor
+from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import parse_layout
 from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import ModelSpec
@@ -37,10 +43,7 @@ from commbench.modeling.simulator import Cluster, StepResult
 
 from layouts import layout_runs
 
-# what the training script runs: fp32 weights and gradients, AdamW's m and v in fp32, no master copy
-FP32_ADAMW = Precision("fp32 AdamW: 4 weights + 4 grads + 8 optimizer (m 4, v 4)",
-                       param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=8)
-DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25)
+TRAINING_EXECUTION = "torch-eager"  # DTensor TP and FSDP2 on CPU/gloo, the same for every layout
 BACKWARD_GEMM_FACTOR = 2.0  # the step model's, commbench.modeling.compute
 BACKWARD_ATTENTION_FACTOR = 2.5
 # the machine's memory, so that no layout of this small model is dropped as not fitting
@@ -94,9 +97,13 @@ def processor_preset_json(processor: Processor) -> dict:
     }
 
 
-def predict(training: dict, bandwidth_run: Path, pooled: bool = False
-            ) -> tuple[dict[str, Processor], dict[str, StepResult], dict[str, list[str]]]:
-    """Per trained layout: the processor used, the planner's step result and the measured network's warnings."""
+def predict(training: dict, bandwidth_run: Path, processor_dir: Path, pooled: bool = False,
+            execution: str = TRAINING_EXECUTION) -> tuple[dict[str, Processor], dict[str, StepResult], dict[str, list[str]]]:
+    """Per trained layout: the processor used, the planner's step result and the measured network's warnings.
+
+    Each layout's processor is written to processor_dir/<layout>[-pooled].json and read back the way
+    `commbench plan --processor` reads it.
+    """
     model = training["model"]
     runs = layout_runs(training["global_batch"], training["pp_micro_batches"])
     layouts = training["layouts"]
@@ -104,13 +111,18 @@ def predict(training: dict, bandwidth_run: Path, pooled: bool = False
     # the fallback prices only what the bandwidth table lacks, and MeasuredNetwork warns when it does
     ethernet = load_network("eth-25g")
     processors, results, warnings = {}, {}, {}
+    processor_dir.mkdir(parents=True, exist_ok=True)
     for name, layout in layouts.items():
-        processor = processors[name] = cpu_processor(everything if pooled else layout["calibrations"], model)
+        processor_file = processor_dir / f"{name}{'-pooled' if pooled else ''}.json"
+        measured = cpu_processor(everything if pooled else layout["calibrations"], model)
+        processor_file.write_text(json.dumps(processor_preset_json(measured), indent=1))
+        processor = processors[name] = load_processor(str(processor_file))
         system = System("emulated cluster: network-namespace nodes, 1 rank each", processor, 1, ethernet, ethernet)
         cost = MeasuredNetwork(bandwidth_run, fallback=PresetNetwork(system))
         run = runs[name]
-        job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch, precision=FP32_ADAMW,
-                          bucket_bytes=DDP_BUCKET_BYTES, reserved_bytes=0.0, activation_bytes=4)
+        # DistributedDataParallel(bucket_cap_mb=25) is TrainingJob's default bucket; no CUDA context to reserve
+        job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch,
+                          precision=PRECISIONS["fp32"], reserved_bytes=0.0, execution=EXECUTIONS[execution])
         planner = Planner(job, Cluster(run.gpus, system, cost))
         results[name], _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
         warnings[name] = cost.warnings

@@ -11,7 +11,10 @@ ranked by tokens/s, each with where its step time goes and what makes the next o
 
 Collectives are priced from a measured bandwidth table (--bandwidth RUN_DIR, a commbench run
 or an imported nccl-tests run) or from a hardware preset's documented figures (--hardware).
-The preset also supplies the processor; --inter-network swaps the fabric between nodes.
+The preset also supplies the processor (--processor replaces it, e.g. with a measured one from a
+JSON file); --inter-network swaps the fabric between nodes. --execution says which collectives the
+training framework overlaps with compute: megatron (the default) or torch-eager (DTensor tensor
+parallel and FSDP2 on CPU/gloo, where the TP backward all-reduces and ZeRO-3 reduce-scatters block).
 
 Examples:
   commbench plan --model llama3-70b --gpus 64 --hardware dgx-h100 --global-batch 256 --seq-len 4096
@@ -39,7 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inter-network", help="replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
     parser.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     parser.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
-    parser.add_argument("--precision", choices=("16", "12", "18"), default="16", help="bytes per parameter variant (default 16)")
+    parser.add_argument("--processor", metavar="NAME|FILE.json",
+                        help="replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
+    parser.add_argument("--precision", choices=("16", "12", "18", "fp32"), default="16",
+                        help="bytes per parameter variant (default 16); fp32 also means 4-byte activations")
+    parser.add_argument("--execution", choices=("megatron", "torch-eager"), default="megatron",
+                        help="which collectives overlap compute (default megatron; torch-eager: TP backward all-reduces "
+                             "and ZeRO-3 reduce-scatters block)")
     parser.add_argument("--slowdown", type=float, help="measured compute slowdown while communication overlaps (e.g. 0.13); default 15%% NVLink / 2%% inter-node")
     parser.add_argument("--overlap-run", metavar="RUN_DIR", help="take the slowdown from this `commbench overlap` run directory")
     parser.add_argument("--top", type=int, default=5, help="layouts to show (default 5)")
@@ -49,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_planner(args):
-    from commbench.modeling.hardware import load_network, load_system
-    from commbench.modeling.job import PRECISIONS, TrainingJob
+    from commbench.modeling.hardware import load_network, load_processor, load_system
+    from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
     from commbench.modeling.models import load_model
     from commbench.modeling.network import PresetNetwork
     from commbench.modeling.planner import Planner
@@ -63,6 +72,8 @@ def build_planner(args):
         system = system.with_gpus_per_node(args.gpus_per_node)
     if args.inter_network:
         system = system.with_inter(load_network(args.inter_network))
+    if getattr(args, "processor", None):  # callers that build args by hand may leave it out
+        system = system.with_processor(load_processor(args.processor))
     if args.gpus > system.gpus_per_node and args.gpus % system.gpus_per_node:
         raise UsageError(f"{args.gpus} GPUs is not a whole number of {system.gpus_per_node}-GPU nodes")
     cost = PresetNetwork(system)
@@ -73,7 +84,8 @@ def build_planner(args):
     factor = _slowdown(args)
     slowdown = {} if factor is None else {"slowdown_intra": factor, "slowdown_inter": factor}
     cluster = Cluster(args.gpus, system, cost, **slowdown)
-    job = TrainingJob(load_model(args.model), args.seq_len, args.global_batch, PRECISIONS[args.precision])
+    job = TrainingJob(load_model(args.model), args.seq_len, args.global_batch, PRECISIONS[args.precision],
+                      execution=EXECUTIONS[getattr(args, "execution", "megatron")])
     return Planner(job, cluster)
 
 
@@ -105,7 +117,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps({
             "model": planner.job.model.describe(), "network": planner.cluster.cost.describe(),
-            "slowdown": _slowdown_figures(planner),
+            "slowdown": _slowdown_figures(planner), "execution": planner.job.execution.name,
             "screened": plan.screened, "fitting": plan.fitting, "layouts_per_second": plan.layouts_per_second,
             "ranked": [r.to_dict() for r in plan.ranked], "explanations": explain(plan.ranked),
             "dropped_examples": [{"layout": l, "reason": r} for l, r in plan.dropped_examples], "warnings": warnings,
@@ -126,7 +138,7 @@ def _one_layout(planner, args, warnings) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), "fits": reason is None, "reason": reason,
                           "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
-                          "warnings": warnings}, indent=2))
+                          "execution": planner.job.execution.name, "warnings": warnings}, indent=2))
     else:
         _print_header(planner, warnings)
         _print_results([result], title=f"Layout {layout}")
@@ -142,6 +154,7 @@ def _print_header(planner, warnings) -> None:
     console = Console()
     console.print(f"model: {planner.job.model.describe()}")
     console.print(f"job: global batch {planner.job.global_batch} x seq {planner.job.seq_len}, {planner.job.precision.name}")
+    console.print(f"execution: {planner.job.execution.name}")
     system = planner.cluster.system
     console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_node} per node; "
                   f"{planner.cluster.cost.describe()}")

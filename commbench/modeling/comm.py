@@ -5,12 +5,18 @@ Per layer and micro-batch, with A = b*(s/cp)*h*2 bytes the activation of one mic
   TP with SP    forward 2 all-gather(A) + 2 reduce-scatter(A); backward 4 all-gather + 2 reduce-scatter:
                 2 all-gathers of the output gradient are on the critical path, the re-gather of the
                 layer input (for the weight gradient) and the 2 reduce-scatters overlap the GEMMs
+                (with Execution.tp_backward_overlap False every backward TP collective blocks)
+  TP head       (last stage, per micro-batch) vocab-parallel cross entropy: 3 all-reduces of one fp32
+                per token (max, target logit, sum of exponentials), blocking; with SP the head's input
+                is all-gathered forward. Backward: all-reduce(A) of the input gradient (reduce-scatter
+                with SP), hidden behind the head's weight-gradient GEMM like the layers' (or blocking)
   CP (ring)     forward (cp-1) sendrecv of the local K,V (2*b*(s/cp)*kv*2 bytes, kv split by TP),
                 backward twice that (K,V again and dK,dV); overlapped with the attention core
   EP            per MoE layer: all-to-all dispatch + combine forward, the same two backward, of
                 k * load * A / t bytes per rank (tokens are sequence-split across TP ranks)
   ZeRO-3/FSDP   per layer: all-gather of its weights forward, again backward, reduce-scatter of
-                its gradients; prefetched, so overlapped with the layer's compute
+                its gradients; prefetched, so overlapped with the layer's compute (the reduce-scatter
+                blocks instead with Execution.zero3_reduce_scatter_overlap False)
 Per step:
   DP            all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1, ZeRO-2 per micro-batch) of the
                 stage's gradients in buckets; ZeRO-1/2 then all-gather the updated bf16 weights
@@ -38,12 +44,16 @@ class CommCosts:
     tp_fwd: np.ndarray  # blocking
     tp_bwd_blocking: np.ndarray
     tp_bwd_overlapped: np.ndarray  # runs alongside the backward GEMMs
+    tp_head_fwd: np.ndarray  # blocking, per micro-batch on the last stage
+    tp_head_bwd_blocking: np.ndarray
+    tp_head_bwd_overlapped: np.ndarray  # runs alongside the head's weight-gradient GEMM
     cp_fwd: np.ndarray  # runs alongside the attention core
     cp_bwd: np.ndarray
     ep_fwd: np.ndarray  # blocking
     ep_bwd: np.ndarray
     zero3_fwd: np.ndarray  # prefetched: overlaps the layer compute
     zero3_bwd: np.ndarray
+    zero3_bwd_blocking: np.ndarray  # the reduce-scatter, when the framework does not overlap it
     pp_p2p: np.ndarray  # one boundary crossing of one micro-batch
     dp_bucket: np.ndarray  # one gradient bucket's reduction
     dp_buckets: np.ndarray  # buckets per reduction
@@ -66,14 +76,25 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gp
     act = batch.mbs * seq_local * model.hidden * job.activation_bytes
     sp = batch.seq_parallel
     moe_share = model.moe_layers / model.layers
+    execution = job.execution
 
     # tensor parallel
     ag = price(cost, "all_gather", act, groups["tp"])
     rs = price(cost, "reduce_scatter", act, groups["tp"])
     ar = price(cost, "all_reduce", act, groups["tp"])
     tp_fwd = np.where(sp, 2 * ag + 2 * rs, 2 * ar)
-    tp_bwd_blocking = np.where(sp, 2 * ag, 0.0)
-    tp_bwd_overlapped = np.where(sp, 2 * ag + 2 * rs, 2 * ar)
+    tp_bwd_critical = np.where(sp, 2 * ag, 0.0)  # the output gradient's all-gathers: the next GEMM needs them
+    tp_bwd_hideable = np.where(sp, 2 * ag + 2 * rs, 2 * ar)
+    loss_reduction = price(cost, "all_reduce", batch.mbs * seq_local * 4.0, groups["tp"])
+    tp_head_fwd = np.where(sp, ag, 0.0) + 3 * loss_reduction
+    tp_head_bwd_hideable = np.where(sp, rs, ar)
+    none = np.zeros_like(tp_fwd)
+    if execution.tp_backward_overlap:
+        tp_bwd_blocking, tp_bwd_overlapped = tp_bwd_critical, tp_bwd_hideable
+        tp_head_bwd_blocking, tp_head_bwd_overlapped = none, tp_head_bwd_hideable
+    else:
+        tp_bwd_blocking, tp_bwd_overlapped = tp_bwd_critical + tp_bwd_hideable, none
+        tp_head_bwd_blocking, tp_head_bwd_overlapped = tp_head_bwd_hideable, none
 
     # context parallel ring
     kv_split = np.minimum(t, model.kv_heads)
@@ -95,7 +116,11 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gp
                 + price(cost, op, np.where(zero3, expert / layers * nbytes, 0.0), groups["edp"]))
 
     zero3_fwd = per_layer("all_gather", prec.param_bytes)
-    zero3_bwd = zero3_fwd + per_layer("reduce_scatter", prec.grad_bytes)
+    zero3_reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes)
+    if execution.zero3_reduce_scatter_overlap:
+        zero3_bwd, zero3_bwd_blocking = zero3_fwd + zero3_reduce_scatter, np.zeros_like(zero3_fwd)
+    else:
+        zero3_bwd, zero3_bwd_blocking = zero3_fwd, zero3_reduce_scatter
 
     # data parallel gradient reduction in buckets, and the ZeRO-1/2 weight gather
     grad_bytes = (dense + expert) * prec.grad_bytes
@@ -116,7 +141,8 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gp
 
     # pipeline boundary
     p2p_bytes = np.where(sp, act / t, act)
-    pp_p2p = np.where(batch.pp > 1, price(cost, "sendrecv", p2p_bytes, groups["pp"]), 0.0)
+    # priced only where there is a boundary: a measured table need not have the pp=1 group's placement
+    pp_p2p = price(cost, "sendrecv", np.where(batch.pp > 1, p2p_bytes, 0.0), groups["pp"])
 
     passes = m * layers  # layer passes per step, forward (backward has as many)
     bytes_per_step = {
@@ -131,8 +157,9 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gp
     }
     return CommCosts(
         tp_fwd=tp_fwd, tp_bwd_blocking=tp_bwd_blocking, tp_bwd_overlapped=tp_bwd_overlapped,
+        tp_head_fwd=tp_head_fwd, tp_head_bwd_blocking=tp_head_bwd_blocking, tp_head_bwd_overlapped=tp_head_bwd_overlapped,
         cp_fwd=cp_fwd, cp_bwd=2 * cp_fwd, ep_fwd=ep_fwd, ep_bwd=ep_fwd,
-        zero3_fwd=zero3_fwd, zero3_bwd=zero3_bwd, pp_p2p=pp_p2p,
+        zero3_fwd=zero3_fwd, zero3_bwd=zero3_bwd, zero3_bwd_blocking=zero3_bwd_blocking, pp_p2p=pp_p2p,
         dp_bucket=reduce_op_cost, dp_buckets=buckets, dp_reductions=reductions, dp_param_gather=param_gather,
         inter_node={name: group[2] > 1 for name, group in groups.items()},
         bytes_per_step=bytes_per_step,

@@ -2,7 +2,8 @@
 
 Each lives in presets/<kind>-<name>.json, and every figure there is {"value": ..., "source": ...}
 so a reader can check where it came from; figures that are modelling defaults rather than
-datasheet numbers say so in their source.
+datasheet numbers say so in their source. A processor can also come from a JSON file of the same
+format anywhere (load_processor("path/to/cpu.json")): a device measured rather than a preset.
 
 A system is `gpus_per_node` processors joined by an intra-node network, with nodes joined by an
 inter-node network. A NIC-based network with `links_per_node` NICs gives each GPU
@@ -72,6 +73,9 @@ class System:
     def with_gpus_per_node(self, gpus_per_node: int) -> "System":
         return replace(self, gpus_per_node=gpus_per_node)
 
+    def with_processor(self, processor: Processor) -> "System":
+        return replace(self, processor=processor, name=f"{self.name} with {processor.name}")
+
 
 def _read(kind: str, name: str) -> dict:
     path = PRESET_DIR / f"{kind}-{name.lower()}.json"
@@ -95,9 +99,26 @@ def preset_names(kind: str) -> list[str]:
     return sorted(p.stem.split("-", 1)[1] for p in PRESET_DIR.glob(f"{kind}-*.json"))
 
 
+def load_processor(name_or_path: str) -> Processor:
+    """A preset by name, or a JSON file in the presets' format (a name ending in .json)."""
+    if not str(name_or_path).endswith(".json"):
+        return _preset_processor(name_or_path)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise UsageError(f"processor file {path} not found")
+    try:
+        return processor_from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (KeyError, TypeError, ValueError) as error:
+        raise UsageError(f"{path}: not a processor description ({error!r}); see presets/processor-*.json") from error
+
+
 @lru_cache(maxsize=None)
-def load_processor(name: str) -> Processor:
-    values, sources = _values(_read("processor", name))
+def _preset_processor(name: str) -> Processor:
+    return processor_from_json(_read("processor", name))
+
+
+def processor_from_json(raw: dict) -> Processor:
+    values, sources = _values(raw)
     return Processor(
         name=values["name"],
         peak_flops=float(values["peak_flops_bf16"]),

@@ -1,4 +1,5 @@
-"""What is being trained and how: model, batch, sequence, precision and the runtime knobs the costs use."""
+"""What is being trained and how: model, batch, sequence, precision, how the framework executes the
+step (which collectives it overlaps with compute) and the runtime knobs the costs use."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class Precision:
     grad_bytes: int = 2  # bf16 gradients (also the size the data-parallel reduction moves)
     master_bytes: int = 4  # fp32 master weights, 0 when the optimizer updates bf16 weights directly
     moment_bytes: int = 8  # Adam m + v in fp32
+    activation_bytes: int = 2  # bf16 activations and the messages TP/PP/CP/EP move
 
     @property
     def optimizer_bytes(self) -> int:
@@ -38,6 +40,38 @@ PRECISIONS = {
     "12": Precision("bf16 + Adam without fp32 master: 2 weights + 2 grads + 8 optimizer (m 4, v 4)", master_bytes=0),
     # Megatron with fp32 main gradients: 2 + 4 + 12; its distributed optimizer shards only the 12
     "18": Precision("bf16 + fp32 main grads + Adam (Megatron): 2 weights + 4 grads + 12 optimizer", grad_bytes=4),
+    # plain fp32 training (no autocast): fp32 weights, gradients and activations, Adam m and v, no master copy
+    "fp32": Precision("fp32 + Adam: 4 weights + 4 grads + 8 optimizer (m 4, v 4), fp32 activations",
+                      param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=8, activation_bytes=4),
+}
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Which collectives the training framework overlaps with compute: a property of the framework
+    and device, not of the layout, so one setting applies to every layout alike.
+
+    tp_backward_overlap
+        True: the backward TP collectives that Megatron overlaps (without SP the input-gradient
+        all-reduce of each column-parallel GEMM, with SP the re-gather and the reduce-scatters)
+        run during the weight-gradient GEMM. False: they run after the GEMM's whole backward and
+        the next op waits for them, as torch's ColwiseParallel/RowwiseParallel do (the all-reduce
+        is issued when the autograd node of the matmul has computed both gradients).
+    zero3_reduce_scatter_overlap
+        True: ZeRO-3's per-layer gradient reduce-scatter runs on its own stream during the
+        backward of the previous layer (Megatron, DeepSpeed, FSDP on GPU). False: it blocks the
+        backward where it is issued, as FSDP2 does on CPU/gloo (no stream to put it on).
+    """
+
+    name: str
+    tp_backward_overlap: bool = True
+    zero3_reduce_scatter_overlap: bool = True
+
+
+EXECUTIONS = {
+    "megatron": Execution("Megatron-style: TP backward collectives and ZeRO-3 reduce-scatters overlap compute"),
+    "torch-eager": Execution("torch eager (DTensor TP, FSDP2 on CPU/gloo): TP backward all-reduces and ZeRO-3 "
+                             "reduce-scatters block", tp_backward_overlap=False, zero3_reduce_scatter_overlap=False),
 }
 
 
@@ -52,10 +86,16 @@ class TrainingJob:
     bucket_bytes: float = 25 * 2**20
     # CUDA context, cuBLAS workspaces, NCCL buffers and allocator slack: a documented default
     reserved_bytes: float = 2e9
-    activation_bytes: int = 2  # bf16 activations and the messages TP/PP/CP/EP move
+    # bytes per activation element; None takes the precision's (2 for bf16 training, 4 for fp32)
+    activation_bytes: int | None = None
     # MoE routing: tokens per expert relative to a perfectly even split (capacity factor when
     # tokens are padded to capacity; the measured max/mean load for dropless routing)
     expert_load: float = 1.0
+    execution: Execution = field(default_factory=lambda: EXECUTIONS["megatron"])
+
+    def __post_init__(self):
+        if self.activation_bytes is None:
+            object.__setattr__(self, "activation_bytes", self.precision.activation_bytes)
 
     @property
     def tokens_per_step(self) -> int:

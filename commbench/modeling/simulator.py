@@ -7,6 +7,9 @@ Inside one layer (the same for both models below):
   backward  compute (+ recompute) + the blocking TP all-gathers + whatever of the overlappable TP
             collectives the backward GEMMs do not cover + EP + uncovered CP; ZeRO-3 as forward with
             gather + reduce-scatter. Full recompute repeats the forward's blocking communication.
+            Collectives the job's Execution says the framework does not overlap are added whole.
+  head      (last stage) output GEMM + loss, the TP loss all-reduces, and in backward whatever of
+            the input gradient's all-reduce the head's weight-gradient GEMM does not cover
 Compute runs slower while a collective overlaps it (SM and HBM contention): the overlapped time
 is charged `slowdown` extra, a measured factor when the caller has one, else the defaults below.
 
@@ -64,8 +67,8 @@ class OpCosts:
 
     forward: dict[str, np.ndarray]
     backward: dict[str, np.ndarray]
-    head_fwd: np.ndarray  # output layer + loss, added to the last stage's last chunk
-    head_bwd: np.ndarray
+    head_forward: dict[str, np.ndarray]  # output layer + loss, added to the last stage's last chunk
+    head_backward: dict[str, np.ndarray]
     comm_fwd: dict[str, np.ndarray]  # total (hidden or not) collective time per op, for the timeline
     comm_bwd: dict[str, np.ndarray]
 
@@ -76,6 +79,18 @@ class OpCosts:
     @property
     def b(self) -> np.ndarray:
         return sum(self.backward.values())
+
+    @property
+    def head_fwd(self) -> np.ndarray:
+        return sum(self.head_forward.values())
+
+    @property
+    def head_bwd(self) -> np.ndarray:
+        return sum(self.head_backward.values())
+
+    def head_category(self, name: str):
+        """Seconds of one category in one micro-batch's head, forward + backward."""
+        return self.head_forward.get(name, 0.0) + self.head_backward.get(name, 0.0)
 
 
 def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Cluster, layers: np.ndarray) -> OpCosts:
@@ -100,7 +115,7 @@ def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Clust
                      + slow["cp"] * np.minimum(cc.cp_bwd, lc.bwd_attention) + full * cp_f_slow),
     }
     bwd_base = sum(bwd.values())
-    bwd["dp"] = np.maximum(0.0, cc.zero3_bwd - bwd_base)
+    bwd["dp"] = np.maximum(0.0, cc.zero3_bwd - bwd_base) + cc.zero3_bwd_blocking
     bwd["slowdown"] = bwd["slowdown"] + slow["dp"] * np.minimum(cc.zero3_bwd, lc.backward + recompute)
 
     forward = {name: layers * value for name, value in fwd.items()}
@@ -111,8 +126,14 @@ def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Clust
     comm_fwd = {"tp": layers * cc.tp_fwd, "cp": layers * cc.cp_fwd, "ep": layers * cc.ep_fwd, "dp": layers * cc.zero3_fwd}
     comm_bwd = {"tp": layers * (cc.tp_bwd_blocking + cc.tp_bwd_overlapped + full * cc.tp_fwd),
                 "cp": layers * (cc.cp_bwd + full * cc.cp_fwd), "ep": layers * (cc.ep_bwd + full * cc.ep_fwd),
-                "dp": layers * cc.zero3_bwd}
-    return OpCosts(forward, backward, lc.head_fwd, lc.head_bwd, comm_fwd, comm_bwd)
+                "dp": layers * (cc.zero3_bwd + cc.zero3_bwd_blocking)}
+    # the head's weight-gradient GEMM takes as long as its forward GEMM (head_fwd also has the loss, a small share)
+    head_wgrad = lc.head_fwd
+    head_forward = {"compute": lc.head_fwd, "tp": cc.tp_head_fwd}
+    head_backward = {"compute": lc.head_bwd,
+                     "tp": cc.tp_head_bwd_blocking + np.maximum(0.0, cc.tp_head_bwd_overlapped - head_wgrad),
+                     "slowdown": slow["tp"] * np.minimum(cc.tp_head_bwd_overlapped, head_wgrad)}
+    return OpCosts(forward, backward, head_forward, head_backward, comm_fwd, comm_bwd)
 
 
 @dataclass
@@ -151,7 +172,8 @@ class StepModel:
         f, b = ops.f, ops.b
 
         categories = {name: m * v * (ops.forward.get(name, 0.0) + ops.backward.get(name, 0.0)) for name in CATEGORIES}
-        categories["compute"] = categories["compute"] + m * (ops.head_fwd + ops.head_bwd)
+        for name in CATEGORIES:
+            categories[name] = categories[name] + m * ops.head_category(name)
         categories["bubble"] = (p - 1) * (f + b) + (p - 1) * (ops.head_fwd + ops.head_bwd) / v * (p > 1)
         # fill and drain cross every boundary; in steady state a stage's sends (one per op) can
         # outlast its compute, and then the pipeline runs at the pace of its pp stream
@@ -363,7 +385,8 @@ class EventSimulation:
         categories = {name: ops_per_stage * float(np.sum(ops.forward.get(name, 0.0)) + np.sum(ops.backward.get(name, 0.0)))
                       for name in CATEGORIES}
         if s == self.layout.pp - 1:
-            categories["compute"] += self.m * (self.head[0] + self.head[1])
+            for name in CATEGORIES:
+                categories[name] += self.m * float(np.sum(ops.head_category(name)))
         categories["pp"] = self.pp_wait[s]
         categories["bubble"] = self.bubble[s]
         categories["dp"] += max(0.0, self.dp_free[s] - self.compute_free[s]) + float(ev.comm.dp_param_gather[0])
