@@ -60,6 +60,8 @@ class RunConfig:
     argv: list[str] = field(default_factory=list)
 
     def validate(self) -> "RunConfig":
+        if not self.ops:
+            raise UsageError("--ops is empty; name at least one op")
         self.ops = tuple(check_op_name(op) for op in self.ops)
         self.dtype = canonical_dtype(self.dtype)
         if self.backend not in BACKENDS:
@@ -81,8 +83,9 @@ class RunConfig:
             raise UsageError("--min-iters must be at least 1 and at most --max-iters")
         if not 0 < self.outlier_ratio < 1:
             raise UsageError("--outlier-ratio must be between 0 and 1")
-        if self.time_budget_ms <= 0 or self.timeout_s <= 0:
-            raise UsageError("--time-budget-ms and --timeout must be positive")
+        for flag, value, most in (("--time-budget-ms", self.time_budget_ms, 3_600_000), ("--timeout", self.timeout_s, 86_400)):
+            if not 0 < value <= most:  # also refuses nan, which every comparison fails
+                raise UsageError(f"{flag} must be a positive number of at most {most} (got {value})")
         if self.scopes is not None:
             for scope in self.scopes:
                 if scope not in SCOPES:

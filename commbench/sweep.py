@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from commbench import __version__
 from commbench.collectives import get_collective
-from commbench.collectives.base import Buffers, Collective, Counts, GroupContext, Variant, pattern
+from commbench.collectives.base import PERIOD, Buffers, Collective, Counts, GroupContext, Variant, pattern
 from commbench.config import DTYPES, GLOO_DTYPES, RunConfig
 from commbench.data.rundir import RunWriter, new_run_id, utc_now
 from commbench.data.schema import NodeInfo, Record, RunInfo
@@ -204,13 +204,17 @@ def op_callable(session: Session, collective: Collective, buffers: Buffers, ctx:
     return lambda: collective.launch(buffers, ctx, variant)
 
 
+# largest integer each float type holds exactly: sums of the known inputs up to it compare exactly
+_EXACT_UP_TO = {torch.float64: 2 ** 53, torch.float32: 2 ** 24, torch.float16: 2 ** 11, torch.bfloat16: 2 ** 8}
+
+
 def count_wrong(result: torch.Tensor, expected: torch.Tensor, group_size: int) -> int:
-    if result.dtype.is_floating_point:
-        # sums of small integers are exact until they outgrow the mantissa (half: 2048, bf16: 256)
-        tolerance = expected.double().abs() * torch.finfo(result.dtype).eps * group_size
-        ok = (result.double() - expected.double()).abs() <= tolerance
-    else:
-        ok = result == expected
+    largest = (PERIOD - 1) * group_size  # the largest value a sum of known inputs can reach
+    if not result.dtype.is_floating_point or largest <= _EXACT_UP_TO[result.dtype]:
+        return int((result != expected).sum().item())  # NaN != NaN: a NaN counts as wrong
+    # beyond the mantissa the collective's summation order rounds differently from ours
+    tolerance = expected.float().abs() * torch.finfo(result.dtype).eps * group_size
+    ok = (result.float() - expected.float()).abs() <= tolerance
     return int((~ok).sum().item())
 
 
@@ -369,8 +373,15 @@ class Sweep:
     def run(self) -> int:
         session = self.session
         run_id = _broadcast_str(session.cfg.run_id or new_run_id())
+        refusal = ""
         if session.rank == 0:
-            self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id, self.kind))
+            try:
+                self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id, self.kind))
+            except UsageError as exc:
+                refusal = str(exc)
+        refusal = _broadcast_str(refusal)  # every rank stops together, before any collective under test
+        if refusal:
+            raise UsageError(refusal)
         hosts = {rank: node.hostname for node in session.nodes for rank in node.ranks}
         self.monitor = session.monitor = RankMonitor(session.env.master_addr, session.env.master_port, session.rank,
                                    session.env.world_size, hosts, session.cfg.timeout_s, self._on_hang).start()

@@ -95,22 +95,38 @@ def aligned_chunk(count: int, n: int, elt_size: int) -> int:
     return per_rank - per_rank % align
 
 
-def pattern(rank: int, numel: int, dtype: "torch.dtype", device) -> "torch.Tensor":
-    """Known inputs: small integers that every dtype holds exactly, different on every rank."""
+PERIOD = 13  # inputs cycle through 0..12: exact in every dtype, int8 and bfloat16 included
+_BASES: dict = {}  # (dtype, device) -> 0, 1, ..., 12, 0, 1, ... long enough for every slice so far
+
+
+def _base(length: int, dtype, device) -> "torch.Tensor":
     import torch
 
-    values = (torch.arange(numel, device=device, dtype=torch.int64) + 7 * rank) % 13
-    return values.to(dtype)
+    key = (dtype, str(device))
+    base = _BASES.get(key)
+    if base is None or base.numel() < length:
+        size = 1 << max(length - 1, 1).bit_length()  # grow in powers of two: few rebuilds per sweep
+        base = _BASES[key] = (torch.arange(size, device=device) % PERIOD).to(dtype)
+    return base
+
+
+def pattern(rank: int, numel: int, dtype: "torch.dtype", device, start: int = 0) -> "torch.Tensor":
+    """Known inputs, different on every rank: element i of rank r is (i + 7r) mod 13.
+    A view of one cached tensor, so filling and checking cost no arithmetic."""
+    shift = (7 * rank) % PERIOD
+    return _base(start + shift + numel, dtype, device)[start + shift: start + shift + numel]
 
 
 def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> "torch.Tensor":
-    """Sum over ranks of pattern(r)[start:start+numel], accumulated exactly in 64-bit."""
+    """Sum over ranks 0..ranks-1 of pattern(r)[start:start+numel]. Ranks whose shift 7r mod 13 is the
+    same contribute the same slice, so this is at most 13 multiply-adds, however many ranks."""
     import torch
 
-    index = torch.arange(start, start + numel, device=device, dtype=torch.int64)
-    total = torch.zeros(numel, device=device, dtype=torch.int64)
-    for rank in range(ranks):
-        total += (index + 7 * rank) % 13
+    accumulate = torch.int64 if not dtype.is_floating_point else (torch.float64 if dtype == torch.float64 else torch.float32)
+    total = torch.zeros(numel, dtype=accumulate, device=device)
+    for shift in range(min(ranks, PERIOD)):
+        owners = len(range(shift, ranks, PERIOD))  # ranks r with r mod 13 == shift
+        total += owners * pattern(shift, numel, accumulate, device, start)
     return total.to(dtype)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from commbench.data.schema import RECORD_FIELDS, SCHEMA_VERSION, Record, RunInfo
-from commbench.errors import CommbenchError
+from commbench.errors import CommbenchError, UsageError
 
 RUN_FILE = "run.json"
 RECORDS_JSONL = "records.jsonl"
@@ -69,7 +69,7 @@ class RunWriter:
         try:
             self.path.mkdir()  # exclusive: two runs never share (or clobber) a directory
         except FileExistsError:
-            raise CommbenchError(f"run directory {self.path} already exists; pick another --run-id") from None
+            raise UsageError(f"run directory {self.path} already exists; pick another --run-id") from None
         self.info = info
         self.records: list[dict] = []
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written

@@ -232,10 +232,11 @@ class _RankRecording:
         if kind is None:
             return
         on_gpu = category in _KERNEL_CATEGORIES or category in _MEMORY_CATEGORIES
-        key = (kind, on_gpu, event.get("pid"), event.get("tid"))
+        pid, tid = _lane_id(event.get("pid")), _lane_id(event.get("tid"))
+        key = (kind, on_gpu, pid, tid)
         lane = self.lanes.get(key)
         if lane is None:
-            lane = self.lanes[key] = _Lane(kind, on_gpu, event.get("pid"), event.get("tid"))
+            lane = self.lanes[key] = _Lane(kind, on_gpu, pid, tid)
         num_bytes = _message_bytes(args) if kind == COMMUNICATION else None
         correlation = args.get("correlation") if on_gpu else None
         correlation = correlation if isinstance(correlation, int) else -1
@@ -498,3 +499,8 @@ def _rounded(value):
     if isinstance(value, list):
         return [_rounded(item) for item in value]
     return value
+
+
+def _lane_id(value):
+    """pid/tid as written (numbers or names); anything else (a list, an object) as its text."""
+    return value if isinstance(value, (int, float, str)) or value is None else str(value)
