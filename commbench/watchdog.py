@@ -30,6 +30,7 @@ KEY = "commbench/beat/{}"
 class Diagnosis:
     culprits: tuple[int, ...]  # ranks lost or behind; empty when every rank looks healthy
     text: str
+    store_lost: bool = False  # this rank could not reach rank 0's store: it may be the one cut off
 
 
 class RankMonitor:
@@ -102,7 +103,9 @@ class RankMonitor:
             time.sleep(2.5 * BEAT_INTERVAL_S)
             second = self._read_all(store)
         except Exception:
-            return Diagnosis((0,), f"lost {self.describe([0])}, which hosted the rendezvous store")
+            here = self.hosts.get(self.rank, "?")
+            return Diagnosis((0,), f"node {here} cannot reach {self.describe([0])}, which hosts the rendezvous "
+                                   f"store: {here} lost its network link, or rank 0 is gone", store_lost=True)
         lost = [rank for rank in range(self.world_size) if second[rank][0] <= first[rank][0]]
         if lost:
             return Diagnosis(tuple(lost), f"lost {self.describe(lost)} (no heartbeat)")
@@ -121,7 +124,11 @@ class RankMonitor:
         return "; ".join(f"{label} {','.join(map(str, rs))} on node {node}" for node, rs in by_node.items())
 
     def is_reporter(self, diagnosis: Diagnosis) -> bool:
-        """The lowest rank not named in the diagnosis prints it, so users read it once."""
+        """The lowest rank not named in the diagnosis prints it, so users read it once. A node cut
+        off from the store cannot know who else is alive: its own lowest rank tells its side."""
+        if diagnosis.store_lost:
+            here = self.hosts.get(self.rank)
+            return self.rank == min(rank for rank, host in self.hosts.items() if host == here)
         healthy = [rank for rank in range(self.world_size) if rank not in diagnosis.culprits]
         return bool(healthy) and self.rank == healthy[0]
 
