@@ -128,7 +128,8 @@ class RankMonitor:
         off from the store cannot know who else is alive: its own lowest rank tells its side."""
         if diagnosis.store_lost:
             here = self.hosts.get(self.rank)
-            return self.rank == min(rank for rank, host in self.hosts.items() if host == here)
+            neighbours = [rank for rank, host in self.hosts.items() if host == here and rank not in diagnosis.culprits]
+            return bool(neighbours) and self.rank == min(neighbours)
         healthy = [rank for rank in range(self.world_size) if rank not in diagnosis.culprits]
         return bool(healthy) and self.rank == healthy[0]
 
