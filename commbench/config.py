@@ -45,7 +45,7 @@ class RunConfig:
     scopes: tuple[str, ...] | None = None  # None: every scope that applies to the placement
     iters: int | None = None  # None: adapt to the size under time_budget_ms
     warmup: int = 2
-    time_budget_ms: float = 50.0
+    time_budget_ms: float = 20.0
     min_iters: int = 5
     max_iters: int = 200
     check_iters: int = 1

@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo")
     how.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per size (default: adapt to the size)")
     how.add_argument("-w", "--warmup", type=int, default=2, help="warm-up iterations per size (default 2)")
-    how.add_argument("--time-budget-ms", type=float, default=50.0, help="timed time per row when adapting iterations (default 50)")
+    how.add_argument("--time-budget-ms", type=float, default=20.0, help="timed time per row when adapting iterations (default 20)")
     how.add_argument("--min-iters", type=int, default=5, help="fewest iterations when adapting (default 5)")
     how.add_argument("--max-iters", type=int, default=200, help="most iterations when adapting (default 200)")
     how.add_argument("-c", "--check-iters", type=int, default=1, help="correctness checks per row (0: none, default 1)")

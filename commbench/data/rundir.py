@@ -40,12 +40,15 @@ def new_run_id(prefix: str = "") -> str:
     return f"{prefix}{stamp}-{host}-{secrets.token_hex(3)}"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
+    """Write a temporary file and rename it over `path`. The rename alone protects readers and
+    crashes of this process; `durable` also syncs to disk, against losing power (slow: once per run)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
@@ -90,16 +93,17 @@ class RunWriter:
             self.records = list(records)
             self._write_records()
 
-    def _write_records(self) -> None:
+    def _write_records(self, durable: bool = False) -> None:
         lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
-        atomic_write_text(self.path / RECORDS_JSONL, lines)
-        atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records))
+        atomic_write_text(self.path / RECORDS_JSONL, lines, durable)
+        atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records), durable)
 
     def finish(self, complete: bool, reason: str | None = None) -> None:
         with self._lock:
             self.info.complete = complete
             self.info.reason = reason
             self.info.finished = utc_now()
+            self._write_records(durable=True)
             self.write_info()
 
 
