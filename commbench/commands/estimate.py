@@ -43,10 +43,14 @@ def build_report(args) -> dict:
     from commbench.modeling.job import PRECISIONS
     from commbench.modeling.memory import static_ledger
 
-    if args.params <= 0 or args.tokens <= 0:
-        raise UsageError("--params and --tokens must be positive")
-    if args.gpus < 1 or not 0 < args.mfu <= 1:
-        raise UsageError("--gpus must be >= 1 and --mfu in (0, 1]")
+    from commbench.modeling.limits import MAX_GPUS, MAX_PARAMS, MAX_TOKENS, MIN_MFU, finite_number, whole_number
+
+    # argparse's float() takes "nan", "inf" and 1e308: bounded here so that every figure is finite
+    finite_number("--params", args.params, 0, MAX_PARAMS)
+    finite_number("--tokens", args.tokens, 0, MAX_TOKENS)
+    whole_number("--gpus", args.gpus, 1, MAX_GPUS)
+    if not MIN_MFU <= args.mfu <= 1:  # False for NaN too
+        raise UsageError(f"--mfu must be between {MIN_MFU:g} and 1, not {args.mfu!r}")
     if args.gpu:
         proc = load_processor(args.gpu)
         peak, capacity, gpu_name = proc.peak_flops, proc.memory_bytes, proc.name

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from commbench.errors import UsageError
 
 HELP = "rank parallel training layouts by predicted throughput, or evaluate one with --layout"
+
+# compute 10x slower while communication overlaps it is a broken measurement, not a slowdown
+MAX_SLOWDOWN = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,15 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_planner(args):
     from commbench.modeling.hardware import load_network, load_processor, load_system
     from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
+    from commbench.modeling.limits import (MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP,
+                                           whole_number)
     from commbench.modeling.models import load_model
     from commbench.modeling.network import PresetNetwork
     from commbench.modeling.planner import Planner
     from commbench.modeling.simulator import Cluster
 
-    if args.gpus < 1 or args.global_batch < 1 or args.seq_len < 1 or args.top < 1:
-        raise UsageError("--gpus, --global-batch, --seq-len and --top must be positive")
+    # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
+    for option, value, high in (("--gpus", args.gpus, MAX_GPUS), ("--global-batch", args.global_batch, MAX_GLOBAL_BATCH),
+                                ("--seq-len", args.seq_len, MAX_SEQ_LEN), ("--top", args.top, MAX_TOP)):
+        whole_number(option, value, 1, high)
     system = load_system(args.hardware)
-    if args.gpus_per_node:
+    if args.gpus_per_node is not None:
+        whole_number("--gpus-per-node", args.gpus_per_node, 1, MAX_GPUS_PER_NODE)
         system = system.with_gpus_per_node(args.gpus_per_node)
     if args.inter_network:
         system = system.with_inter(load_network(args.inter_network))
@@ -93,12 +102,17 @@ def _slowdown(args) -> float | None:
     """--slowdown, the factor an overlap run measured, or None for the simulator's defaults."""
     overlap_run = getattr(args, "overlap_run", None)  # callers that build args by hand may leave it out
     if overlap_run is None:
-        return args.slowdown
-    if args.slowdown is not None:
+        factor = args.slowdown
+    elif args.slowdown is not None:
         raise UsageError("give --slowdown or --overlap-run, not both")
-    from commbench.overlap.slowdown import measured_slowdown
+    else:
+        from commbench.overlap.slowdown import measured_slowdown
 
-    return measured_slowdown(overlap_run)
+        factor = measured_slowdown(overlap_run)
+    # a fraction of extra compute time: NaN or infinity would reach every figure of the plan
+    if factor is not None and not (math.isfinite(factor) and 0 <= factor <= MAX_SLOWDOWN):
+        raise UsageError(f"the compute slowdown must be between 0 and {MAX_SLOWDOWN:g}, not {factor!r}")
+    return factor
 
 
 def _slowdown_figures(planner) -> dict:
@@ -132,6 +146,7 @@ def _one_layout(planner, args, warnings) -> int:
 
     layout = parse_layout(args.layout, planner.cluster.gpus)
     result, reason = planner.evaluate_layout(layout)
+    warnings = warnings + result.notes
     if args.timeline:
         with open(args.timeline, "w", encoding="utf-8") as handle:
             json.dump(result.timeline, handle)

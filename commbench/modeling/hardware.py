@@ -78,10 +78,12 @@ class System:
 
 
 def _read(kind: str, name: str) -> dict:
-    path = PRESET_DIR / f"{kind}-{name.lower()}.json"
-    if not path.is_file():
-        raise UsageError(f"unknown {kind} {name!r}: presets are {', '.join(preset_names(kind))}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    # the name picks one of the preset files; it never becomes a path of its own (a long or odd one
+    # would make the file system, not this message, answer)
+    names = preset_names(kind)
+    if name.lower() not in names:
+        raise UsageError(f"unknown {kind} {name!r}: presets are {', '.join(names)}")
+    return json.loads((PRESET_DIR / f"{kind}-{name.lower()}.json").read_text(encoding="utf-8"))
 
 
 def _values(raw: dict) -> tuple[dict, dict]:
@@ -104,10 +106,12 @@ def load_processor(name_or_path: str) -> Processor:
     if not str(name_or_path).endswith(".json"):
         return _preset_processor(name_or_path)
     path = Path(name_or_path)
-    if not path.is_file():
-        raise UsageError(f"processor file {path} not found")
     try:
-        return processor_from_json(json.loads(path.read_text(encoding="utf-8")))
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError):  # missing, unreadable, or a name no file system takes
+        raise UsageError(f"processor file {path} not found or not readable text") from None
+    try:
+        return processor_from_json(json.loads(text))
     except (KeyError, TypeError, ValueError) as error:
         raise UsageError(f"{path}: not a processor description ({error!r}); see presets/processor-*.json") from error
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from commbench.errors import UsageError
+from commbench.modeling.limits import MAX_GPUS, whole_number
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs")
@@ -33,8 +34,7 @@ class Layout:
 
     def __post_init__(self):
         for name in _INT_FIELDS:
-            if getattr(self, name) < (0 if name == "zero" else 1):
-                raise UsageError(f"layout: {name} must be >= {0 if name == 'zero' else 1}")
+            whole_number(f"layout: {name}", getattr(self, name), 0 if name == "zero" else 1, MAX_GPUS)
         if self.zero > 3:
             raise UsageError("layout: zero must be 0, 1, 2 or 3")
         if self.recompute not in RECOMPUTE_MODES:
@@ -70,8 +70,9 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
         elif key == "sp":
             values[key] = value in ("1", "true", "yes", "on")
         else:
-            if not value.isdigit():
-                raise UsageError(f"bad layout item {item!r}: {key} takes a whole number")
+            # ASCII digits only: str.isdigit() also takes '²' and other scripts' digits, which int() refuses
+            if not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_GPUS)):
+                raise UsageError(f"bad layout item {item!r}: {key} takes a whole number up to {MAX_GPUS}")
             values[key] = int(value)
     if "dp" not in values and gpus:
         others = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)

@@ -16,10 +16,13 @@ its config.json).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from commbench.errors import UsageError
+from commbench.modeling.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
+                                       MAX_PARAMS, MAX_SEQ_LEN, MAX_VOCAB, whole_number)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,15 @@ class MoESpec:
     shared_ffn_hidden: int = 0  # always-on shared experts, summed (DeepSeekMoE: 2 x 1408)
     dense_layers: int = 0  # leading layers that keep a dense MLP (DeepSeek's first_k_dense_replace)
     capacity_factor: float | None = None  # None: dropless routing
+
+    def __post_init__(self):
+        whole_number("moe: num_experts", self.num_experts, 1, MAX_EXPERTS)
+        whole_number("moe: top_k", self.top_k, 1, self.num_experts)
+        whole_number("moe: expert_ffn_hidden", self.expert_ffn_hidden, 1, MAX_FFN)
+        whole_number("moe: shared_ffn_hidden", self.shared_ffn_hidden, 0, MAX_FFN)
+        whole_number("moe: dense_layers", self.dense_layers, 0, MAX_LAYERS)
+        if self.capacity_factor is not None and not 0 < self.capacity_factor < math.inf:
+            raise UsageError(f"moe: capacity_factor must be a positive number, not {self.capacity_factor!r}")
 
 
 @dataclass(frozen=True)
@@ -52,10 +64,21 @@ class ModelSpec:
     def __post_init__(self):
         if self.mlp not in ("swiglu", "gelu"):
             raise UsageError(f"model {self.name}: mlp must be swiglu or gelu, not {self.mlp!r}")
-        if min(self.hidden, self.layers, self.heads, self.kv_heads, self.vocab) <= 0:
-            raise UsageError(f"model {self.name}: sizes must be positive")
+        for name, high in (("hidden", MAX_HIDDEN), ("layers", MAX_LAYERS), ("heads", MAX_HEADS),
+                           ("kv_heads", MAX_HEADS), ("ffn_hidden", MAX_FFN), ("vocab", MAX_VOCAB),
+                           ("max_seq_len", MAX_SEQ_LEN)):
+            whole_number(f"model {self.name}: {name}", getattr(self, name), 1, high)
+        if self.head_dim is not None:
+            whole_number(f"model {self.name}: head_dim", self.head_dim, 1, MAX_HEAD_DIM)
+        elif self.heads > self.hidden:
+            raise UsageError(f"model {self.name}: {self.heads} heads leave no width per head of hidden={self.hidden}")
         if self.heads % self.kv_heads:
             raise UsageError(f"model {self.name}: {self.heads} heads do not split into {self.kv_heads} KV groups")
+        if self.moe and self.moe.dense_layers > self.layers:
+            raise UsageError(f"model {self.name}: {self.moe.dense_layers} dense layers, more than its {self.layers} layers")
+        # every size is bounded above, but their products could still be absurd (and leave int64)
+        if self.total_params > MAX_PARAMS:
+            raise UsageError(f"model {self.name}: {self.total_params:.3g} parameters, more than the {MAX_PARAMS:.0e} modelled")
 
     # shapes ---------------------------------------------------------------------------------
     @property
@@ -175,59 +198,78 @@ def load_model(name_or_path: str) -> ModelSpec:
     if key in PRESETS:
         return PRESETS[key]
     path = Path(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+        is_file = path.is_file()
+    except OSError:  # a name no file system takes (too long, say) is no config.json either
+        is_file = False
+    if is_file:
         return from_hf_config(path)
     raise UsageError(f"unknown model {name_or_path!r}: use a preset ({', '.join(PRESETS)}) or a config.json path")
 
 
 def from_hf_config(path: str | Path) -> ModelSpec:
-    """Read the fields transformers' Llama, Mistral, Mixtral, Qwen2(-MoE), DeepSeek and GPT-2 configs use."""
+    """Read the fields transformers' Llama, Mistral, Mixtral, Qwen2(-MoE), DeepSeek and GPT-2 configs use.
+
+    Every size must be a whole number within the limits of commbench.modeling.limits; a field that
+    is not is refused by its name in the file, before any model sees it.
+    """
     path = Path(path)
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: bad JSON, or a number too long to read
         raise UsageError(f"{path}: not a readable config.json ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise UsageError(f"{path}: a config.json holds a JSON object, not {type(cfg).__name__}")
 
-    def first(*keys, default=None):
+    def first(*keys):
+        """(key, value) of the first key present with a value, or (None, None)."""
         for key in keys:
             if cfg.get(key) is not None:
-                return cfg[key]
-        return default
+                return key, cfg[key]
+        return None, None
 
-    hidden = first("hidden_size", "n_embd", "d_model")
-    layers = first("num_hidden_layers", "n_layer", "num_layers")
-    heads = first("num_attention_heads", "n_head")
-    vocab = first("vocab_size")
+    def size(*keys, high: int, low: int = 1, default: int | None = None) -> int | None:
+        key, value = first(*keys)
+        return default if key is None else whole_number(f"{path}: {key}", value, low, high)
+
+    hidden = size("hidden_size", "n_embd", "d_model", high=MAX_HIDDEN)
+    layers = size("num_hidden_layers", "n_layer", "num_layers", high=MAX_LAYERS)
+    heads = size("num_attention_heads", "n_head", high=MAX_HEADS)
+    vocab = size("vocab_size", high=MAX_VOCAB)
     if None in (hidden, layers, heads, vocab):
         raise UsageError(f"{path}: needs hidden_size, num_hidden_layers, num_attention_heads and vocab_size")
     # GPT-2-era families have a two-matrix MLP; Llama-era ones (and Gemma's GeGLU) a gated three-matrix one
-    mlp = "gelu" if cfg.get("model_type") in _TWO_MATRIX_MLP_FAMILIES else "swiglu"
-    experts = first("num_local_experts", "n_routed_experts", "num_experts")
+    model_type = cfg.get("model_type")
+    mlp = "gelu" if isinstance(model_type, str) and model_type in _TWO_MATRIX_MLP_FAMILIES else "swiglu"
+    experts = size("num_local_experts", "n_routed_experts", "num_experts", low=0, high=MAX_EXPERTS)
     moe = None
-    if experts and int(experts) > 1:
-        expert_ffn = first("moe_intermediate_size", "intermediate_size")
-        shared = first("shared_expert_intermediate_size", default=0) or (
-            int(first("n_shared_experts", default=0)) * int(expert_ffn))
+    if experts and experts > 1:
+        expert_ffn = size("moe_intermediate_size", "intermediate_size", high=MAX_FFN)
+        if expert_ffn is None:
+            raise UsageError(f"{path}: an MoE config needs moe_intermediate_size or intermediate_size")
+        shared = size("shared_expert_intermediate_size", low=0, high=MAX_FFN) or (
+            size("n_shared_experts", low=0, high=MAX_EXPERTS, default=0) * expert_ffn)
         moe = MoESpec(
-            num_experts=int(experts),
-            top_k=int(first("num_experts_per_tok", "top_k", default=2)),
-            expert_ffn_hidden=int(expert_ffn),
-            shared_ffn_hidden=int(shared),
-            dense_layers=int(first("first_k_dense_replace", default=0)),
+            num_experts=experts,
+            top_k=size("num_experts_per_tok", "top_k", high=experts, default=2),
+            expert_ffn_hidden=expert_ffn,
+            shared_ffn_hidden=shared,
+            dense_layers=size("first_k_dense_replace", low=0, high=layers, default=0),
         )
+    tied = first("tie_word_embeddings")[1]
     return ModelSpec(
-        name=str(first("_name_or_path", default="") or path.parent.name or path.stem),
-        hidden=int(hidden),
-        layers=int(layers),
-        heads=int(heads),
-        kv_heads=int(first("num_key_value_heads", default=heads)),
-        ffn_hidden=int(first("intermediate_size", "n_inner", default=4 * int(hidden))),
-        vocab=int(vocab),
+        name=str(first("_name_or_path")[1] or path.parent.name or path.stem),
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=size("num_key_value_heads", high=heads, default=heads),
+        ffn_hidden=size("intermediate_size", "n_inner", high=MAX_FFN, default=4 * hidden),
+        vocab=vocab,
         mlp=mlp,
-        tied_embeddings=bool(first("tie_word_embeddings", default=True)),  # transformers' default
-        head_dim=first("head_dim"),
+        tied_embeddings=True if tied is None else bool(tied),  # absent: transformers' default, tied
+        head_dim=size("head_dim", high=MAX_HEAD_DIM),
         moe=moe,
-        max_seq_len=int(first("max_position_embeddings", "n_positions", "n_ctx", default=4096)),
+        max_seq_len=size("max_position_embeddings", "n_positions", "n_ctx", high=MAX_SEQ_LEN, default=4096),
     )

@@ -20,8 +20,9 @@ import numpy as np
 from commbench.errors import UsageError
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
+from commbench.modeling.limits import MAX_SIMULATED_OPS
 from commbench.modeling.memory import LEDGER_ITEMS
-from commbench.modeling.simulator import CATEGORIES, Cluster, Evaluation, StepModel, StepResult
+from commbench.modeling.simulator import CATEGORIES, Cluster, Evaluation, StepModel, StepResult, simulated_ops
 
 SIMPLICITY_MARGIN = 0.005
 GB = 1e9
@@ -79,7 +80,9 @@ def ranking_key(result: StepResult) -> tuple[float, float]:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in ascending order, found up to sqrt(n) (n is at most MAX_GPUS or MAX_LAYERS)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 class Planner:
@@ -95,21 +98,28 @@ class Planner:
         model, gpus = self.job.model, self.cluster.gpus
         experts = model.moe.num_experts if model.moe else 1
         shapes = []
-        for tp, pp, cp in itertools.product(_divisors(gpus), repeat=3):
-            if gpus % (tp * pp * cp):
-                continue
-            dp = gpus // (tp * pp * cp)
-            if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or pp > model.layers:
-                continue
-            if cp > 1 and self.job.seq_len % (2 * cp):  # the load-balanced ring splits the sequence in 2*cp
-                continue
-            if self.job.global_batch % dp:
-                continue
-            chunks = model.layers // pp if model.layers % pp == 0 else 1
-            vpps = [v for v in _divisors(chunks) if v <= self.space.max_vpp] if pp > 1 else [1]
-            eps = [e for e in _divisors(dp) if experts % e == 0] if model.moe else [1]
-            shapes += [(tp, pp, cp, dp, ep, vpp) for ep in eps for vpp in vpps]
+        # pp and cp range over what tp leaves, not over all divisors again: with many divisors (720720
+        # GPUs has 240) a cube of them would be millions of combinations that do not divide the cluster
+        for tp in _divisors(gpus):
+            for pp in _divisors(gpus // tp):
+                for cp in _divisors(gpus // (tp * pp)):
+                    shapes += self._shape(tp, pp, cp, experts)
         return shapes
+
+    def _shape(self, tp: int, pp: int, cp: int, experts: int) -> list[tuple[int, int, int, int, int, int]]:
+        """The (tp, pp, cp, dp, ep, vpp) shapes with these tp, pp, cp that the model and batch allow."""
+        model = self.job.model
+        dp = self.cluster.gpus // (tp * pp * cp)
+        if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or pp > model.layers:
+            return []
+        if cp > 1 and self.job.seq_len % (2 * cp):  # the load-balanced ring splits the sequence in 2*cp
+            return []
+        if self.job.global_batch % dp:
+            return []
+        chunks = model.layers // pp if model.layers % pp == 0 else 1
+        vpps = [v for v in _divisors(chunks) if v <= self.space.max_vpp] if pp > 1 else [1]
+        eps = [e for e in _divisors(dp) if experts % e == 0] if model.moe else [1]
+        return [(tp, pp, cp, dp, ep, vpp) for ep in eps for vpp in vpps]
 
     def enumerate(self) -> LayoutBatch:
         shapes = np.array(self._shapes(), dtype=np.int64).reshape(-1, 6)
@@ -125,6 +135,7 @@ class Planner:
         ok = (per_step % mbs == 0)
         m = per_step // np.maximum(mbs, 1)
         ok &= (vpp == 1) | (m % pp == 0)  # interleaving needs whole rounds of pp micro-batches
+        ok &= simulated_ops(m, pp, vpp) <= MAX_SIMULATED_OPS  # a shortlisted layout is simulated op by op
         cols = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero=zero, mbs=mbs, recompute=recompute,
                     sp=np.ones_like(tp))
         return LayoutBatch({name: col[ok] for name, col in cols.items()})

@@ -30,11 +30,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commbench.errors import UsageError
 from commbench.modeling.comm import CommCosts, communication
 from commbench.modeling.compute import LayerCompute, layer_compute
 from commbench.modeling.hardware import System
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import Layout, LayoutBatch
+from commbench.modeling.limits import MAX_SIMULATED_OPS, MAX_TIMELINE_EVENTS
 from commbench.modeling.memory import layers_per_chunk, memory_per_gpu, micro_batches, stage_parameters
 from commbench.modeling.network import CollectiveCost
 
@@ -208,7 +210,17 @@ class StepModel:
 
     def simulate(self, layout: Layout, timeline: bool = False) -> "StepResult":
         evaluation = self.evaluate(LayoutBatch.from_layouts([layout]))
+        ops = int(simulated_ops(evaluation.micro_batches[0], layout.pp, layout.vpp))
+        if ops > MAX_SIMULATED_OPS:
+            raise UsageError(f"layout {layout}: one step is {ops:,} pipeline ops ({evaluation.micro_batches[0]} "
+                             f"micro-batches), more than the {MAX_SIMULATED_OPS:,} the simulator schedules; "
+                             f"use a larger mbs or fewer pipeline stages")
         return EventSimulation(layout, evaluation, timeline).run()
+
+
+def simulated_ops(micro_batches, pp, vpp):
+    """Forward and backward ops of all pipeline stages in one step: the event simulator's work."""
+    return 2 * micro_batches * vpp * pp
 
 
 @dataclass
@@ -222,6 +234,7 @@ class StepResult:
     comm_bytes: dict[str, float]  # bytes one rank sends per step, per parallelism
     micro_batches: int
     timeline: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the reader should know about the figures
 
     def to_dict(self) -> dict:
         return {
@@ -277,6 +290,7 @@ class EventSimulation:
         self.buckets = int(cc.dp_buckets[0])
         self.m = int(evaluation.micro_batches[0])
         self.events: list[dict] = []
+        self.events_dropped = 0  # past MAX_TIMELINE_EVENTS
         p = layout.pp
         self.finished: dict[tuple, float] = {}  # (kind, stage, mb, chunk) -> compute end
         self.arrived: dict[tuple, float] = {}  # same key -> when its output reached the next stage
@@ -284,7 +298,11 @@ class EventSimulation:
         self.bubble, self.pp_wait = [0.0] * p, [0.0] * p
 
     def _emit(self, stream: str, start: float, dur: float, name: str, category: str) -> None:
-        if self.record and dur > 0:
+        if not self.record or dur <= 0:
+            return
+        if len(self.events) >= MAX_TIMELINE_EVENTS:  # a timeline nobody could draw; the step time is still exact
+            self.events_dropped += 1
+        else:
             self.events.append({"stream": stream, "start_us": start * 1e6, "dur_us": dur * 1e6, "name": name, "category": category})
 
     def _duration(self, kind: str, stage: int, chunk: int) -> float:
@@ -334,11 +352,29 @@ class EventSimulation:
             self._emit(f"pp{s}.{name}", start, float(seconds[0]), f"{name} {kind} mb{mb} c{chunk}", name)
         self.arrived[key] = self._send(kind, s, mb, chunk, end)
         released = self._buckets_released(kind, mb)
-        for j in range(released):
-            begin = max(self.dp_free[s], start + dur * (j + 1) / released)
-            self.dp_free[s] = begin + self.bucket
-            self._emit(f"pp{s}.dp", begin, self.bucket, f"grad bucket {j}", "dp")
+        if released:
+            self._reduce_buckets(s, start, dur, released)
         return True
+
+    def _reduce_buckets(self, s: int, start: float, dur: float, count: int) -> None:
+        """Queue `count` gradient buckets, ready one by one evenly through the op, on stage s's dp stream.
+
+        The stream is a queue, so its last bucket ends at the latest of: the earlier backlog plus
+        all buckets, the first bucket's release plus all buckets, the last release plus one bucket.
+        That closed form keeps a model with millions of buckets as quick to simulate as one with a
+        few; only a recorded timeline walks the queue bucket by bucket (and stops where it is full).
+        """
+        first_ready = start + dur / count
+        end = max(self.dp_free[s] + count * self.bucket, first_ready + count * self.bucket, start + dur + self.bucket)
+        free = self.dp_free[s]
+        for j in range(count if self.record else 0):
+            if len(self.events) >= MAX_TIMELINE_EVENTS:
+                self.events_dropped += count - j
+                break
+            begin = max(free, start + dur * (j + 1) / count)
+            free = begin + self.bucket
+            self._emit(f"pp{s}.dp", begin, self.bucket, f"grad bucket {j}", "dp")
+        self.dp_free[s] = end
 
     def _send(self, kind: str, s: int, mb: int, chunk: int, end: float) -> float:
         """Queue the op's output on this stage's pp stream; returns when it arrives (now, if local)."""
@@ -399,4 +435,6 @@ class EventSimulation:
             memory={name: float(value[0]) for name, value in ev.memory.items()},
             comm_bytes={name: float(value[0]) for name, value in ev.comm.bytes_per_step.items()},
             micro_batches=self.m, timeline=sorted(self.events, key=lambda e: (e["stream"], e["start_us"])),
+            notes=[f"timeline cut at {MAX_TIMELINE_EVENTS:,} events ({self.events_dropped:,} more not kept); "
+                   f"the step time counts them all"] * (self.events_dropped > 0),
         )

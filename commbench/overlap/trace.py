@@ -212,7 +212,9 @@ class _RankRecording:
         if phase == "X":
             self._add_complete_event(event)
         elif phase == "M" and event.get("name") == "thread_name":
-            self.thread_names[(event.get("pid"), event.get("tid"))] = event.get("args", {}).get("name", "")
+            args = event.get("args")
+            name = args.get("name", "") if isinstance(args, dict) else ""
+            self.thread_names[(_lane_id(event.get("pid")), _lane_id(event.get("tid")))] = str(name)
 
     def _add_complete_event(self, event: dict) -> None:
         name = str(event.get("name", ""))
@@ -405,7 +407,8 @@ def _message_bytes(args: dict) -> int | None:
 
 def _rank_numbers(recordings: list[_RankRecording], warnings: list[str]) -> list[int]:
     """distributedInfo.rank of each file, or the file's position when that is missing or repeated."""
-    declared = [(r.metadata.get("distributedInfo") or {}).get("rank") for r in recordings]
+    infos = [r.metadata.get("distributedInfo") for r in recordings]
+    declared = [info.get("rank") if isinstance(info, dict) else None for info in infos]
     if all(isinstance(rank, int) for rank in declared) and len(set(declared)) == len(declared):
         return declared
     if len(recordings) > 1:
