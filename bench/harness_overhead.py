@@ -46,9 +46,9 @@ def commbench_row(session, size: int, iters: int) -> float:
 
     collective = get_collective("all_reduce")
     row = Row("world", collective, ((0, 1),), size, collective.counts(size // 4, 2, 4))
-    values, used = measure(session, row, IN_PLACE)  # in-place: torch's all_reduce, no extra copy
-    table = gather_to_rank0(session, values, used)
-    median = to_record(session, row, IN_PLACE, table, used).time_us if table is not None else 0.0
+    measured = measure(session, row, IN_PLACE)  # in-place: torch's all_reduce, no extra copy
+    table = gather_to_rank0(session, measured)
+    median = to_record(session, row, IN_PLACE, table, measured).time_us if table is not None else 0.0
     return slowest_median(median)
 
 

@@ -57,10 +57,10 @@ class PairwiseSweep(Sweep):
         host = {rank: node.hostname for node in session.nodes for rank in node.ranks}
         for row in self.rows:
             session.monitor.progress(f"pairwise {row.size} B {row.groups[0]}")
-            values, iters = measure(session, row, UNI)
-            table = gather_to_rank0(session, values, iters)
+            measured = measure(session, row, UNI)
+            table = gather_to_rank0(session, measured)
             if table is not None:
-                records = [to_record(session, replace(row, groups=(pair,)), UNI, table, iters).model_copy(
+                records = [to_record(session, replace(row, groups=(pair,)), UNI, table, measured).model_copy(
                     update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]]}) for pair in row.groups]
                 self.total_wrong += sum(max(r.wrong, 0) for r in records)
                 self.writer.add_records(records)

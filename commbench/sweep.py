@@ -249,8 +249,16 @@ def _graphed(run_op):
     return graph.replay
 
 
-def measure(session: Session, row: Row, variant: Variant) -> tuple[list[float] | None, int]:
-    """Run one variant of one row on this rank: ([samples..., wrong] or None outside every group, iters)."""
+@dataclass(frozen=True)
+class Measured:
+    """One variant of one row on this rank: [samples..., wrong] (None outside every group)."""
+
+    values: list[float] | None
+    iters: int
+    warmups: int
+
+
+def measure(session: Session, row: Row, variant: Variant) -> Measured:
     cfg = session.cfg
     ctx = my_context(session, row)
     estimate = torch.zeros(1, dtype=torch.float64)
@@ -264,17 +272,23 @@ def measure(session: Session, row: Row, variant: Variant) -> tuple[list[float] |
         run_op = op_callable(session, row.collective, buffers, ctx, variant)
         if cfg.cuda_graph and session.device.type == "cuda":
             run_op = _graphed(run_op)
-        warm = HostTimer(session.sync).time(run_op, max(cfg.warmup, 1))
-        estimate[0] = min(warm)
-    dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every group runs the same number of iterations
+        estimate[0] = HostTimer(session.sync).time(run_op, 1)[0]
+    dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every group warms up and times alike
+    warmups = 1
+    if estimate.item() < cfg.time_budget_ms * 1000 and cfg.warmup > 1:
+        # more warm-up only where one op is short: a long op has warmed everything up already
+        warmups = cfg.warmup
+        more = HostTimer(session.sync).time(run_op, cfg.warmup - 1) if ctx is not None else []
+        estimate[0] = min([estimate.item()] + more) if ctx is not None else 0.0
+        dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
     iters = cfg.iters or choose_iters(estimate.item(), cfg.time_budget_ms, cfg.min_iters, cfg.max_iters)
     dist.barrier()
     if ctx is None:
-        return None, iters
+        return Measured(None, iters, warmups)
     dist.barrier(group=ctx.group) if session.backend == "gloo" else _device_barrier(session, ctx)
     samples = _timer(session).time(run_op, iters)
     wrong = check(session, row, variant, ctx, buffers, run_op) if cfg.check_iters else -1
-    return samples + [float(wrong)], iters
+    return Measured(samples + [float(wrong)], iters, warmups)
 
 
 def _device_barrier(session: Session, ctx: GroupContext) -> None:
@@ -283,20 +297,21 @@ def _device_barrier(session: Session, ctx: GroupContext) -> None:
     session.sync()
 
 
-def gather_to_rank0(session: Session, values: list[float] | None, iters: int) -> torch.Tensor | None:
+def gather_to_rank0(session: Session, measured: Measured) -> torch.Tensor | None:
     """Every rank's [samples..., wrong] as one (world, iters + 2) tensor on rank 0; column -1 says
     whether the rank took part (ranks outside every group send NaNs)."""
+    iters = measured.iters
     mine = torch.full((iters + 2,), float("nan"), dtype=torch.float64)
-    if values is not None:
-        mine[: iters + 1] = torch.tensor(values, dtype=torch.float64)
+    if measured.values is not None:
+        mine[: iters + 1] = torch.tensor(measured.values, dtype=torch.float64)
         mine[-1] = 1.0
     gathered = [torch.empty_like(mine) for _ in range(session.env.world_size)] if session.rank == 0 else None
     dist.gather(mine, gathered, dst=0)
     return torch.stack(gathered) if gathered is not None else None
 
 
-def to_record(session: Session, row: Row, variant: Variant, table: torch.Tensor, iters: int) -> Record:
-    cfg = session.cfg
+def to_record(session: Session, row: Row, variant: Variant, table: torch.Tensor, measured: Measured) -> Record:
+    cfg, iters = session.cfg, measured.iters
     members = [rank for group in row.groups for rank in group]
     divisor = 2.0 if variant.round_trip else 1.0
     per_rank = {rank: Stats.of(table[rank, :iters].numpy() / divisor) for rank in members}
@@ -312,7 +327,7 @@ def to_record(session: Session, row: Row, variant: Variant, table: torch.Tensor,
         op=row.collective.name, scope=row.scope, group_size=n, n_groups=len(row.groups),
         size_bytes=size_bytes, count=row.counts.param, dtype=cfg.dtype, redop=row.collective.redop,
         root=0 if row.collective.name == "broadcast" else -1, in_place=variant.in_place,
-        direction=variant.direction, iters=iters, warmup=max(cfg.warmup, 1), timer=_timer(session).kind,
+        direction=variant.direction, iters=iters, warmup=measured.warmups, timer=_timer(session).kind,
         time_us=stats.median, time_us_p10=stats.p10, time_us_p90=stats.p90, time_us_min=stats.min,
         time_us_max=stats.max, cv=stats.cv,
         time_us_mean_nccl=sum(per_rank[r].mean for r in members) / len(members),
@@ -431,10 +446,10 @@ class Sweep:
             records = []
             for variant in row.collective.variants:
                 self.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}")
-                values, iters = measure(self.session, row, variant)
-                table = gather_to_rank0(self.session, values, iters)
+                measured = measure(self.session, row, variant)
+                table = gather_to_rank0(self.session, measured)
                 if table is not None:
-                    records.append(to_record(self.session, row, variant, table, iters))
+                    records.append(to_record(self.session, row, variant, table, measured))
             if records:
                 self.total_wrong += sum(max(r.wrong, 0) for r in records)
                 self.writer.add_records(records)

@@ -69,12 +69,14 @@ class RankMonitor:
         except Exception:  # the store's host is gone before we started: the main thread will fail too
             return
         beat = 0
-        while not self._stop.wait(BEAT_INTERVAL_S):
+        while True:  # beat at once: a short run may fail before the first interval is over
             beat += 1
             try:
                 store.set(KEY.format(self.rank), f"{beat} {self.step} {self.doing}")
             except Exception:
                 pass  # rank 0 (the store) is gone; diagnose() will say so
+            if self._stop.wait(BEAT_INTERVAL_S):
+                return
 
     def _watch(self) -> None:
         while not self._stop.wait(BEAT_INTERVAL_S):
@@ -88,11 +90,12 @@ class RankMonitor:
     def _read_all(self, store) -> dict[int, tuple[int, int, str]]:
         states = {}
         for rank in range(self.world_size):
-            try:
-                beat, step, doing = store.get(KEY.format(rank)).decode().split(" ", 2)
-                states[rank] = (int(beat), int(step), doing)
-            except Exception:
+            key = KEY.format(rank)
+            if not store.check([key]):  # get() would wait for a key a dead rank never wrote
                 states[rank] = (-1, -1, "never reported")
+                continue
+            beat, step, doing = store.get(key).decode().split(" ", 2)
+            states[rank] = (int(beat), int(step), doing)
         return states
 
     def diagnose(self) -> Diagnosis:
