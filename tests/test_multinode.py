@@ -91,6 +91,9 @@ def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_pa
     assert code != 0 and elapsed < 150
     lines = [line for line in err.splitlines() if line.startswith("commbench run: error")]
     assert len(lines) == 1 and f"on node {emulated_cluster.names[1]}" in lines[0], err[-3000:]
+    # the node that was cut off says so on its own side, once
+    cut_off = [line for line in results[1][2].splitlines() if line.startswith("commbench run: error")]
+    assert len(cut_off) == 1 and "cannot reach rank 0" in cut_off[0], results[1][2][-3000:]
     run = load_run(list_runs(tmp_path)[0])
     assert not run.info.complete and emulated_cluster.names[1] in run.info.reason
     assert len(run.records) >= 4
