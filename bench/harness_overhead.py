@@ -1,7 +1,8 @@
 """Harness overhead: commbench's reported time vs a minimal torch.distributed loop, same ranks, same run.
 
 For each size (8 B - 64 KiB all_reduce, 2 gloo ranks) the raw loop and commbench's harness are
-measured alternately, ROUNDS times each, so drift and noise hit both alike. The raw loop times
+measured alternately, ROUNDS times each (who goes first alternates too), so drift and noise hit
+both alike. The raw loop times
 each iteration with perf_counter around dist.all_reduce; its figure is the median of the slowest
 rank, the same aggregation commbench reports. Goal: commbench / raw <= 1.05.
 
@@ -63,9 +64,13 @@ def worker(rank: int, port: int, rounds: int, iters: int, out: dict) -> None:
     results = {}
     for size in SIZES:
         raw, ours = [], []
-        for _ in range(rounds):
-            raw.append(raw_loop(size // 4, iters))
-            ours.append(commbench_row(session, size, iters))
+        for round_number in range(rounds):  # alternate who goes first: neither gets the warmer slot
+            if round_number % 2:
+                ours.append(commbench_row(session, size, iters))
+                raw.append(raw_loop(size // 4, iters))
+            else:
+                raw.append(raw_loop(size // 4, iters))
+                ours.append(commbench_row(session, size, iters))
         results[size] = (statistics.median(raw), statistics.median(ours))
     if rank == 0:
         out.update(results)
