@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Callable
 
@@ -84,7 +84,7 @@ class RankMonitor:
                 stalled = time.monotonic() - self._last_progress
                 found = self.diagnose()
                 prefix = f"no progress for {stalled:.0f} s (--timeout {self.timeout_s:g}) in {self.doing}: "
-                self.on_hang(Diagnosis(found.culprits, prefix + found.text))
+                self.on_hang(replace(found, text=prefix + found.text))
                 return
 
     def _read_all(self, store) -> dict[int, tuple[int, int, str]]:
