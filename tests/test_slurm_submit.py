@@ -276,8 +276,10 @@ def test_a_job_over_its_time_limit_is_reported_timeout(site):
                             cwd=site.work, env=site.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         job = job_id_of(proc.stdout.readline())
-        deadline = time.monotonic() + 60
-        while site.sc.state(job) != "RUNNING" and time.monotonic() < deadline:
+        # expire only once the ranks are measuring: expiring a job whose batch script has not yet
+        # started its srun step makes srun fail ("already completing") and the job FAILED, not TIMEOUT
+        deadline = time.monotonic() + 90
+        while not list((site.results / f"slurm-{job}").glob("*/run.json")) and time.monotonic() < deadline:
             time.sleep(0.3)
         site.sc.expire(job)
         out, err = proc.communicate(timeout=90)
