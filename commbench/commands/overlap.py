@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.commands.run import csv_list, size_arg
+from commbench.commands.run import add_where_arguments, csv_list, size_arg
 from commbench.config import BACKENDS, DTYPES
 from commbench.launch import run_or_spawn
 from commbench.overlap.config import OVERLAP_OPS, OverlapConfig
@@ -60,12 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"untimed iterations of both at once per size (default {_DEFAULTS.warmup})")
     how.add_argument("--timeout", type=float, default=_DEFAULTS.timeout_s,
                      help="seconds before a stuck collective aborts the run (default 300)")
-    where = parser.add_argument_group("where")
-    where.add_argument("--nproc", type=int, default=None, help="ranks to start on this machine when not under torchrun/srun")
-    where.add_argument("--out", default="results", help="results folder (default results/)")
-    where.add_argument("--run-id", default=None, help="name of the run directory (default: time-host-random)")
-    where.add_argument("--node-name", default=None, help="this node's name in the results (default: hostname)")
-    where.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_where_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> OverlapConfig:

@@ -74,6 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("-c", "--check-iters", type=int, default=1, help="correctness checks per row (0: none, default 1)")
     how.add_argument("-G", "--cuda-graph", action="store_true", help="NCCL: capture each op in a CUDA graph")
     how.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck collective aborts the run (default 300)")
+    add_where_arguments(parser)
+
+
+def add_where_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where ranks start and results land: shared by every command that launches ranks."""
     where = parser.add_argument_group("where")
     where.add_argument("--nproc", type=int, default=None, help="ranks to start on this machine when not under torchrun/srun")
     where.add_argument("--out", default="results", help="results folder (default results/)")
