@@ -216,3 +216,22 @@ def test_gpu_work_launched_outside_every_step_is_measured_as_one_window(tmp_path
     (rank,) = analysed(write_trace(tmp_path, events))["ranks"]
     assert rank["iterations"] == []
     assert figures(rank["total"]) == (15, 10, 10, 0, 5, 50.0, 5, 0)
+
+
+def test_odd_correlation_ids_and_args_are_ignored(tmp_path):
+    """A list as a correlation id or as `args` (seen by the property tests) is skipped, not fatal."""
+    import json
+
+    from commbench.overlap.trace import analyse_traces
+
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 0, "dur": 1,
+         "args": {"correlation": []}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "pid": 0, "tid": 7, "ts": 5, "dur": 10,
+         "args": {"correlation": [1]}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 8, "ts": 5, "dur": 10, "args": [1, 2]},
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    figures = analyse_traces([path]).to_dict()["ranks"][0]["total"]
+    assert figures["communication_us"] == 10 and figures["compute_us"] == 10 and figures["overlap_pct"] == 100

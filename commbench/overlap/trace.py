@@ -223,11 +223,12 @@ class _RankRecording:
             start, duration = float(event["ts"]), float(event.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             return
-        args = event.get("args") or {}
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
         if category == "user_annotation" and name.startswith("ProfilerStep#"):
             self._add_step(name, start, duration)
             return
-        if category in _LAUNCH_CATEGORIES and "correlation" in args:
+        if category in _LAUNCH_CATEGORIES and isinstance(args.get("correlation"), int):
             self.launch_times[args["correlation"]] = start
             return
         kind = _classify(name, category)
