@@ -121,17 +121,22 @@ class Run:
         return self.info.run_id
 
 
+def read_json(path: Path, missing: str):
+    """The JSON in `path`, or CommbenchError with `missing` (no file) or the parser's complaint."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CommbenchError(missing) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CommbenchError(f"{path}: unreadable ({exc})") from None
+
+
 def load_run(path: str | Path) -> Run:
     """Read a run directory, keeping every valid record; raises CommbenchError if run.json is unusable."""
     path = Path(path)
     warnings: list[str] = []
     run_file = path / RUN_FILE
-    try:
-        raw = json.loads(run_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CommbenchError(f"{path}: not a run directory (no {RUN_FILE})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CommbenchError(f"{run_file}: unreadable ({exc})") from None
+    raw = read_json(run_file, f"{path}: not a run directory (no {RUN_FILE})")
     if not isinstance(raw, dict):
         raise CommbenchError(f"{run_file}: expected a JSON object")
     version = raw.get("schema_version")

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from commbench.data.rundir import RunWriter, atomic_write_text, new_run_id, utc_now
+from commbench.data.rundir import RunWriter, atomic_write_text, new_run_id, read_json, utc_now
 from commbench.data.schema import RunInfo
 from commbench.errors import CommbenchError
 from commbench.overlap.trace import TraceAnalysis
@@ -58,12 +58,7 @@ def save_trace_analysis(
 def load_trace_analysis(run_dir: str | Path) -> dict:
     """The analysis dict stored in a trace run directory; CommbenchError if it is missing or unreadable."""
     path = Path(run_dir) / TRACE_FILE
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CommbenchError(f"{path}: missing (the trace run was not finished)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CommbenchError(f"{path}: unreadable ({exc})") from None
+    result = read_json(path, f"{path}: missing (the trace run was not finished)")
     if not isinstance(result, dict) or not isinstance(result.get("ranks"), list):
         raise CommbenchError(f"{path}: not a trace analysis (no 'ranks' list)")
     result.setdefault("timeline", [])
