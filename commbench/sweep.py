@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -435,6 +436,8 @@ class Sweep:
         self._finish(False, diagnosis.text)
         if self.monitor.is_reporter(diagnosis):
             print(f"commbench {self.command}: error: {diagnosis.text}", file=sys.stderr, flush=True)
+        else:
+            time.sleep(3)  # let the reporter print first: a launcher may stop it once any rank has exited
         exit_now(1)
 
     def _run_rows(self, progress) -> None:
