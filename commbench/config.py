@@ -52,6 +52,7 @@ class RunConfig:
     cuda_graph: bool = False
     pairwise: bool = False
     outlier_ratio: float = 0.75
+    max_retransmit_pct: float = 0.5
     timeout_s: float = 300.0
     out_dir: str = "results"
     run_id: str | None = None
@@ -83,6 +84,8 @@ class RunConfig:
             raise UsageError("--min-iters must be at least 1 and at most --max-iters")
         if not 0 < self.outlier_ratio < 1:
             raise UsageError("--outlier-ratio must be between 0 and 1")
+        if not 0 <= self.max_retransmit_pct <= 100:  # also refuses nan
+            raise UsageError(f"--max-retransmit-pct must be a percentage between 0 and 100 (got {self.max_retransmit_pct})")
         for flag, value, most in (("--time-budget-ms", self.time_budget_ms, 3_600_000), ("--timeout", self.timeout_s, 86_400)):
             if not 0 < value <= most:  # also refuses nan, which every comparison fails
                 raise UsageError(f"{flag} must be a positive number of at most {most} (got {value})")

@@ -7,8 +7,12 @@ between nodes, no node — belongs to two pairs: pairs measured together never s
 Inter-node rounds run one after another; the intra-node rounds of all nodes run together.
 
 A pair is flagged as an outlier when its bandwidth is below `outlier_ratio` x the best pair of
-its kind (between nodes, or inside a node): peers in one cluster should be alike, and a slow
-node or NIC drags down every pair that touches it, which the report then names.
+its kind (between nodes, or inside a node) — peers in one cluster should be alike, and a slow
+node or NIC drags down every pair that touches it — or when TCP re-sent more than
+`max_retransmit_pct` of its segments while the pair was measured: a lossy link that TCP repairs
+at nearly full speed (see commbench.linkhealth). The report then names the node every flagged
+pair touches. Because no node is in two pairs of one round, the two nodes' counter deltas over
+a measurement belong to that pair.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from dataclasses import replace
 
 from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
+import torch
+import torch.distributed as dist
+
 from commbench.config import DTYPES
-from commbench.sweep import Row, Sweep, gather_to_rank0, measure, to_record
+from commbench.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
+from commbench.sweep import Row, Session, Sweep, gather_to_rank0, measure, to_record
 
 
 def round_robin(members: list[int]) -> list[list[tuple[int, int]]]:
@@ -57,20 +65,50 @@ class PairwiseSweep(Sweep):
         host = {rank: node.hostname for node in session.nodes for rank in node.ranks}
         for row in self.rows:
             session.monitor.progress(f"pairwise {row.size} B {row.groups[0]}")
+            before = read_tcp_counters()
             measured = measure(session, row, UNI)
+            after = read_tcp_counters()
             table = gather_to_rank0(session, measured)
+            counters = gather_counter_deltas(session, before, after)
             if table is not None:
                 records = [to_record(session, replace(row, groups=(pair,)), UNI, table, measured).model_copy(
-                    update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]]}) for pair in row.groups]
+                    update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]],
+                            **pair_counters(counters, pair, host)}) for pair in row.groups]
                 self.total_wrong += sum(max(r.wrong, 0) for r in records)
                 self.writer.add_records(records)
             progress.advance(f"pairwise {row.size} B round")
 
     def report(self) -> None:
-        records = flag_outliers(self.writer.records, self.session.cfg.max_bytes, self.session.cfg.outlier_ratio)
+        cfg = self.session.cfg
+        records = flag_outliers(self.writer.records, cfg.max_bytes, cfg.outlier_ratio, cfg.max_retransmit_pct)
         self.writer.set_records(records)
-        print_pairwise(records, self.session.cfg.outlier_ratio)
+        print_pairwise(records, cfg.outlier_ratio, cfg.max_retransmit_pct)
         self.printer.print(f"# Results: {self.writer.path}")
+
+
+def gather_counter_deltas(session: Session, before: TcpCounters | None, after: TcpCounters | None
+                          ) -> torch.Tensor | None:
+    """Every rank's (segments sent, retransmitted) over its last measurement, as a (world, 2)
+    tensor on rank 0; NaN where a rank could not read its counters."""
+    mine = torch.full((2,), float("nan"), dtype=torch.float64)
+    if before is not None and after is not None:
+        delta = after - before
+        mine[:] = torch.tensor([delta.segments_sent, delta.retransmitted], dtype=torch.float64)
+    gathered = [torch.empty_like(mine) for _ in range(session.env.world_size)] if session.rank == 0 else None
+    dist.gather(mine, gathered, dst=0)
+    return torch.stack(gathered) if gathered is not None else None
+
+
+def pair_counters(counters: torch.Tensor | None, pair: tuple[int, int], host: dict[int, str]) -> dict:
+    """The TCP segments and retransmissions of a pair of nodes: both nodes' deltas. Ranks on one
+    node talk over loopback or shared memory, which loses nothing; its counters would only show
+    the node's other traffic, so such pairs get none."""
+    if counters is None or host[pair[0]] == host[pair[1]]:
+        return {}
+    sent, retransmitted = counters[list(pair)].sum(dim=0).tolist()
+    if sent != sent or retransmitted != retransmitted:  # NaN: some end could not read its counters
+        return {}
+    return {"tcp_segments_sent": int(sent), "tcp_retransmits": int(retransmitted)}
 
 
 def pair_kind(record: dict) -> str:
@@ -78,14 +116,31 @@ def pair_kind(record: dict) -> str:
     return "intra" if a == b else "inter"
 
 
-def flag_outliers(records: list[dict], bandwidth_size: int, ratio: float) -> list[dict]:
-    """Mark bandwidth rows below ratio x the best of their kind; latency rows stay unflagged."""
+def record_retransmit_pct(record: dict) -> float | None:
+    if record.get("tcp_segments_sent") is None or record.get("tcp_retransmits") is None:
+        return None
+    return retransmit_percent(record["tcp_segments_sent"], record["tcp_retransmits"])
+
+
+def flag_outliers(records: list[dict], bandwidth_size: int, ratio: float, max_retransmit_pct: float) -> list[dict]:
+    """Mark bandwidth rows below ratio x the best of their kind ("slow") or re-sending more than
+    max_retransmit_pct of their TCP segments ("lossy"); latency rows carry too few segments to
+    judge loss by, and stay unflagged."""
     best: dict[str, float] = {}
     for r in records:
         if r["size_bytes"] == bandwidth_size:
             best[pair_kind(r)] = max(best.get(pair_kind(r), 0.0), r["algbw_gbps"])
-    return [{**r, "outlier": r["size_bytes"] == bandwidth_size and r["algbw_gbps"] < ratio * best[pair_kind(r)]}
-            for r in records]
+    flagged = []
+    for r in records:
+        reasons = []
+        if r["size_bytes"] == bandwidth_size:
+            if r["algbw_gbps"] < ratio * best[pair_kind(r)]:
+                reasons.append("slow")
+            retransmits = record_retransmit_pct(r)
+            if retransmits is not None and retransmits > max_retransmit_pct:
+                reasons.append("lossy")
+        flagged.append({**r, "outlier": bool(reasons), "outlier_reasons": reasons})
+    return flagged
 
 
 def suspects(records: list[dict]) -> list[str]:
@@ -103,7 +158,7 @@ def _ends(record: dict) -> list[str]:
     return [f"{record['pair_nodes'][0]}:rank{rank}" for rank in record["pair"]]
 
 
-def print_pairwise(records: list[dict], ratio: float) -> None:
+def print_pairwise(records: list[dict], ratio: float, max_retransmit_pct: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -111,20 +166,22 @@ def print_pairwise(records: list[dict], ratio: float) -> None:
     sizes = sorted({r["size_bytes"] for r in records})
     latency = {tuple(r["pair"]): r["time_us"] for r in records if r["size_bytes"] == sizes[0]}
     table = Table(title=f"pairwise ping-pong: one-way latency at {sizes[0]} B, bandwidth at {sizes[-1]} B")
-    for column in ("pair (ranks)", "nodes", "latency (us)", "bandwidth (GB/s)", ""):
+    for column in ("pair (ranks)", "nodes", "latency (us)", "bandwidth (GB/s)", "retrans (%)", ""):
         table.add_column(column, justify="right" if "(" in column and column != "pair (ranks)" else "left")
     for r in sorted((r for r in records if r["size_bytes"] == sizes[-1]), key=lambda r: (pair_kind(r), r["pair"])):
         a, b = r["pair"]
-        mark = "[bold red]SLOW[/]" if r["outlier"] else ""
+        retransmits = record_retransmit_pct(r)
+        mark = " ".join(f"[bold red]{reason.upper()}[/]" for reason in r.get("outlier_reasons") or [])
         table.add_row(f"{a} <-> {b}", " <-> ".join(r["pair_nodes"]), f"{latency.get((a, b), float('nan')):.1f}",
-                      f"{r['algbw_gbps']:.4f}", mark)
+                      f"{r['algbw_gbps']:.4f}", "n/a" if retransmits is None else f"{retransmits:.2f}", mark)
     console.print(table)
     flagged = [r for r in records if r.get("outlier")]
+    console.print(f"# slow: < {ratio:.0%} of the best pair of its kind; lossy: TCP re-sent > {max_retransmit_pct:g}% of segments")
     if flagged:
-        names = ", ".join(f"{a}-{b}" for a, b in (r["pair"] for r in flagged))
-        console.print(f"# {len(flagged)} pair(s) below {ratio:.0%} of the best of their kind: {names}")
+        names = ", ".join(f"{r['pair'][0]}-{r['pair'][1]} ({', '.join(r['outlier_reasons'])})" for r in flagged)
+        console.print(f"# {len(flagged)} pair(s) flagged: {names}")
         common = suspects(records)
         if common:
-            console.print(f"# every slow pair touches: {', '.join(common)}")
+            console.print(f"# every flagged pair touches: {', '.join(common)}")
     else:
-        console.print(f"# no pair below {ratio:.0%} of the best of its kind")
+        console.print("# no pair flagged")

@@ -42,6 +42,7 @@ def test_existing_run_id_is_refused_before_measuring(cli, tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["-e", "9" * 309], "larger than"), (["--timeout", "nan"], "--timeout"), (["--time-budget-ms", "inf"], "--time-budget-ms"),
+    (["--pairwise", "--max-retransmit-pct", "nan"], "--max-retransmit-pct"), (["--max-retransmit-pct", "-1"], "--max-retransmit-pct"),
 ])
 def test_absurd_numbers_are_refused(cli, tmp_path, args, needle):
     result = cli("run", *args, "--out", str(tmp_path))

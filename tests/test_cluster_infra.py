@@ -247,7 +247,7 @@ def test_set_link_down_makes_connections_fail_fast_and_up_restores(emulated_clus
 def test_loss_drops_packets_and_delay_needs_netem(emulated_cluster):
     c = emulated_cluster
     c.shape(1, loss=5)
-    bw = _tcp_transfer(c, 1, 0, 2 << 20, 5005)  # TCP still completes
+    bw = _tcp_transfer(c, 0, 1, 2 << 20, 5005)  # into the lossy node; TCP still completes
     assert bw > 0 and c.dropped_packets(1) > 0
     c.shape(1, loss=None)
     assert c.dropped_packets(1) == 0

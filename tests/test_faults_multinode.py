@@ -1,16 +1,16 @@
 """Degraded links on the emulated cluster: a lossy (or slow-to-answer) node does not stop a run,
 and `commbench run --pairwise` should point at it.
 
-Three nodes at 1 Gbit/s, one rank each; node 2 drops 3% of the packets it sends (nftables, see
-tests/cluster/emulated.py), or, where the kernel has netem, answers 20 ms late. Needs root;
-skips with the reason otherwise.
+Three nodes at 1 Gbit/s, one rank each; node 2's link drops 3% of the packets sent to it
+(nftables, see tests/cluster/emulated.py), or, where the kernel has netem, answers 20 ms late.
+Needs root; skips with the reason otherwise.
 
-What loss does to the figures (measured here, 1 MiB ping-pong, 30 iterations): nothing to the
-median. On a sub-millisecond link TCP repairs a lost segment within a round trip (SACK), so
-only the rare tail loss that waits for a retransmission timeout (>= 200 ms) shows, as a huge
-time_us_max on some pairs of the lossy node and not others. Pairwise flags pairs by their
-median bandwidth, so it does not see a lossy node; that test is an expected failure until it
-looks at the tail too. Delay, by contrast, adds to every message and is flagged.
+What loss does to the figures (measured here, 1 MiB ping-pong): almost nothing to the median
+bandwidth (0.148-0.153 GB/s on the lossy node's pairs against 0.154 on the clean one). On a
+sub-millisecond link TCP repairs a lost segment within a round trip (SACK), so bandwidth alone
+cannot name a lossy node; the kernel's retransmission counter can (about 2% of the segments
+re-sent on the lossy pairs, ~0 on the clean one), and pairwise flags those pairs "lossy".
+Delay, by contrast, adds to every message and is flagged "slow".
 """
 
 import pytest
@@ -27,8 +27,7 @@ THREE_NODES = dict(nodes=3, rate="1gbit")
 # iterations keep each run near 10 s on two shared cores.
 PAIRWISE = ["--pairwise", "-b", "8", "-e", "1M", "-n", "5", "-w", "1"]
 SWEEP = ["--ops", "all_reduce,all_gather", "-b", "1K", "-e", "1M", "-n", "5", "-w", "1", "--timeout", "60"]
-LOSS_NOT_SEEN = ("pairwise flags pairs by median bandwidth; 3% loss on a sub-ms link only lengthens the tail "
-                 "(time_us_max), so the lossy node is not named")
+SIGN_OF = {"loss": "lossy", "delay": "slow"}
 
 
 def degrade(cluster, how: str) -> None:
@@ -57,8 +56,7 @@ def test_sweep_completes_over_a_degraded_link(emulated_cluster, tmp_path, how):
 
 
 @pytest.mark.parametrize("emulated_cluster", [THREE_NODES], indirect=True)
-@pytest.mark.parametrize("how", [pytest.param("loss", marks=pytest.mark.xfail(strict=True, reason=LOSS_NOT_SEEN)),
-                                 "delay"])
+@pytest.mark.parametrize("how", ["loss", "delay"])
 def test_pairwise_points_at_the_degraded_node(emulated_cluster, tmp_path, how):
     degrade(emulated_cluster, how)
     results = torchrun_per_node(emulated_cluster, 1, PAIRWISE, tmp_path, timeout=180)
@@ -69,6 +67,10 @@ def test_pairwise_points_at_the_degraded_node(emulated_cluster, tmp_path, how):
     assert len(bandwidth_rows) == 3
     flagged = {tuple(r["pair_nodes"]) for r in bandwidth_rows if r["outlier"]}
     touching = {tuple(r["pair_nodes"]) for r in bandwidth_rows if degraded in r["pair_nodes"]}
-    summary = "; ".join(f"{'-'.join(r['pair_nodes'])} {r['algbw_gbps']:.4f} GB/s" for r in bandwidth_rows)
+    summary = "; ".join(f"{'-'.join(r['pair_nodes'])} {r['algbw_gbps']:.4f} GB/s, TCP re-sent "
+                        f"{r.get('tcp_retransmits')}/{r.get('tcp_segments_sent')} {r['outlier_reasons']}"
+                        for r in bandwidth_rows)
+    print(summary)
     assert flagged == touching, summary
-    assert f"every slow pair touches: {degraded}" in results[0][1], results[0][1][-3000:]
+    assert all(SIGN_OF[how] in r["outlier_reasons"] for r in bandwidth_rows if r["outlier"]), summary
+    assert f"every flagged pair touches: {degraded}" in results[0][1], results[0][1][-3000:]

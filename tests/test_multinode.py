@@ -64,7 +64,8 @@ def test_pairwise_flags_the_pairs_of_the_slow_node(emulated_cluster, tmp_path):
     assert len(bandwidth_rows) == 3
     flagged = {tuple(r["pair_nodes"]) for r in bandwidth_rows if r["outlier"]}
     assert flagged == {tuple(r["pair_nodes"]) for r in bandwidth_rows if slow in r["pair_nodes"]}
-    assert f"every slow pair touches: {slow}" in results[0][1]
+    assert all(r["outlier_reasons"] == ["slow"] for r in bandwidth_rows if r["outlier"])
+    assert f"every flagged pair touches: {slow}" in results[0][1]
 
 
 def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_path):

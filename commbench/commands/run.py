@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "pair of nodes and of ranks inside each node, in rounds that share no link; flags slow pairs")
     what.add_argument("--outlier-ratio", type=float, default=0.75,
                       help="--pairwise: flag a pair below this fraction of the best pair's bandwidth (default 0.75)")
+    what.add_argument("--max-retransmit-pct", type=float, default=0.5, metavar="PCT",
+                      help="--pairwise: flag a pair whose nodes' TCP re-sent more than PCT%% of their segments while "
+                           "it was measured — loss TCP repairs at nearly full speed (default 0.5)")
     how = parser.add_argument_group("how to measure")
     how.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo")
     how.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per size (default: adapt to the size)")
@@ -93,7 +96,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         dtype=args.dtype, backend=args.backend, scopes=args.scopes, iters=args.iters, warmup=args.warmup,
         time_budget_ms=args.time_budget_ms, min_iters=args.min_iters, max_iters=args.max_iters,
         check_iters=args.check_iters, cuda_graph=args.cuda_graph, pairwise=args.pairwise,
-        outlier_ratio=args.outlier_ratio, timeout_s=args.timeout,
+        outlier_ratio=args.outlier_ratio, max_retransmit_pct=args.max_retransmit_pct, timeout_s=args.timeout,
         out_dir=args.out, run_id=args.run_id, node_name=args.node_name, progress=not args.no_progress,
     ).validate()
 

@@ -57,7 +57,12 @@ class Record(BaseModel):
     slowest_rank: int | None = Field(None, description="global rank whose median time was reported")
     pair: list[int] | None = Field(None, description="scope pair: the two global ranks measured")
     pair_nodes: list[str] | None = Field(None, description="scope pair: the nodes of those two ranks")
-    outlier: bool | None = Field(None, description="scope pair: bandwidth below --outlier-ratio of the best pair of its kind")
+    outlier: bool | None = Field(None, description="scope pair: flagged, for the reasons in outlier_reasons")
+    outlier_reasons: list[Literal["slow", "lossy"]] | None = Field(
+        None, description="scope pair: slow = bandwidth below --outlier-ratio of the best pair of its kind; "
+                          "lossy = TCP re-sent over --max-retransmit-pct of its segments")
+    tcp_segments_sent: int | None = Field(None, ge=0, description="scope pair: TCP segments the pair's nodes sent while it was measured (kernel counters, whole node)")
+    tcp_retransmits: int | None = Field(None, ge=0, description="scope pair: of those, segments re-sent")
 
 
 class NodeInfo(BaseModel):

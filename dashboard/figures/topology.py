@@ -381,26 +381,31 @@ def pair_ends(record: dict) -> tuple[str, str]:
 
 def pairwise_figure(frame: pd.DataFrame) -> go.Figure | None:
     """Heatmap of each pair's ping-pong bandwidth at the largest size measured, with the pairs that
-    `commbench run --pairwise` flagged crossed out; None without pair records."""
+    `commbench run --pairwise` flagged (slow or lossy) crossed out and their TCP retransmissions
+    in the hover; None without pair records."""
     pairs = frame[frame["scope"] == "pair"] if "scope" in frame else frame.iloc[0:0]
     if pairs.empty:
         return None
     pairs = pairs[pairs["size_bytes"] == pairs["size_bytes"].max()]
-    bandwidth = {pair_ends(r): float(r["algbw_gbps"]) for r in pairs.to_dict("records")}
-    flagged = [pair_ends(r) for r in pairs.to_dict("records") if r.get("outlier") is True]
+    records = pairs.to_dict("records")
+    bandwidth = {pair_ends(r): float(r["algbw_gbps"]) for r in records}
+    health = {pair_ends(r): _pair_health(r) for r in records}
+    flagged = [pair_ends(r) for r in records if r.get("outlier") is True]
     names = sorted({end for ends in bandwidth for end in ends}, key=_natural_key)
     index = {name: i for i, name in enumerate(names)}
     grid = np.full((len(names), len(names)), np.nan)
+    notes = np.full((len(names), len(names)), "", dtype=object)
     for (a, b), value in bandwidth.items():
         grid[index[a], index[b]] = grid[index[b], index[a]] = value
+        notes[index[a], index[b]] = notes[index[b], index[a]] = health[(a, b)]
     figure = go.Figure(go.Heatmap(
-        z=grid, x=names, y=names, colorscale="Viridis", colorbar={"title": "GB/s"},
-        texttemplate="%{z:.3g}", hovertemplate="%{y} ↔ %{x}: %{z:.4g} GB/s<extra></extra>",
+        z=grid, x=names, y=names, customdata=notes, colorscale="Viridis", colorbar={"title": "GB/s"},
+        texttemplate="%{z:.3g}", hovertemplate="%{y} ↔ %{x}: %{z:.4g} GB/s<br>%{customdata}<extra></extra>",
     ))
     if flagged:
         xs = [end for a, b in flagged for end in (b, a)]
         ys = [end for a, b in flagged for end in (a, b)]
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="flagged slow pair",
+        figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="flagged pair (slow or lossy)",
                                     marker={"symbol": "x-thin-open", "size": 22, "color": "red", "line": {"width": 3}},
                                     hoverinfo="skip"))
     size = int(pairs["size_bytes"].iloc[0])
@@ -408,6 +413,18 @@ def pairwise_figure(frame: pd.DataFrame) -> go.Figure | None:
                          height=max(320, 40 * len(names) + 140), yaxis={"autorange": "reversed"},
                          legend={"orientation": "h", "y": -0.15}, margin={"t": 40})
     return figure
+
+
+def _pair_health(record: dict) -> str:
+    """'TCP re-sent 2.10% of segments · flagged: lossy' (parts left out when unknown or clean)."""
+    parts = []
+    sent, resent = record.get("tcp_segments_sent"), record.get("tcp_retransmits")
+    if isinstance(sent, (int, float)) and isinstance(resent, (int, float)) and sent > 0:
+        parts.append(f"TCP re-sent {100 * resent / sent:.2f}% of segments")
+    reasons = record.get("outlier_reasons")
+    if isinstance(reasons, (list, tuple)) and len(reasons):
+        parts.append("flagged: " + ", ".join(map(str, reasons)))
+    return " · ".join(parts)
 
 
 def _natural_key(name: str):

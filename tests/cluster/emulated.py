@@ -24,8 +24,8 @@ Conventions
   with ``latency`` 50ms and ``burst`` 256kb at 1 Gbit/s as in the verified recipe; by default
   (``burst="auto"``) the burst scales with the rate (2 ms of traffic, at least 16 KiB), so that
   slower links do not let short transfers beat their ceiling.
-  ``loss`` (percent, netem convention: ``1`` or ``"1%"``) drops packets leaving the node's eth0,
-  implemented with nftables (netdev egress hook, ``numgen random``) because the kernel of the CI
+  ``loss`` (percent, netem convention: ``1`` or ``"1%"``) drops packets arriving at the node's
+  eth0, implemented with nftables (netdev ingress hook, ``numgen random``) because the kernel of the CI
   machines has no netem (CONFIG_NET_SCH_NETEM is not set); needs the ``nft`` binary (Debian
   package ``nftables``). ``delay`` needs netem and raises `EmulationUnsupported` where the kernel
   lacks it (tests should skip on that exception; `netem_available()` tells in advance).
@@ -769,7 +769,9 @@ class EmulatedCluster:
         _sh(["tc", "qdisc", "del", "dev", nd.veth, "root"], check=False)
         if nd.rate is not None and self.shape_ingress:
             _sh(["tc", "qdisc", "add", "dev", nd.veth, "root"] + self._tbf(nd.rate))
-        # loss through nftables in the node's namespace (egress hook on eth0)
+        # loss through nftables in the node's namespace, on eth0's ingress: a drop on egress would
+        # be a local transmit failure that TCP quietly re-sends (no retransmission, no loss seen
+        # on the wire), while a drop on ingress is a packet the sender must recover from
         nft = ["nsenter", f"--net={nd.netns_path}", "nft"]
         if shutil.which("nft"):
             _sh(nft + ["delete", "table", "netdev", "cbloss"], check=False)
@@ -778,7 +780,7 @@ class EmulatedCluster:
             _sh(nft + ["-f", "-"], input=(
                 "table netdev cbloss {\n"
                 " chain out {\n"
-                '  type filter hook egress device "eth0" priority 0; policy accept;\n'
+                '  type filter hook ingress device "eth0" priority 0; policy accept;\n'
                 f"  numgen random mod 1000000 < {per_million} counter drop\n"
                 " }\n}\n"))
 
