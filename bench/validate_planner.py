@@ -3,7 +3,8 @@
 On a 2-node emulated cluster (network namespaces joined by tc-shaped links, tests/cluster/emulated.py;
 needs root), with one rank per node (the machine's 2 cores, one each):
   1. `commbench run` measures the bandwidth table between the nodes (all_reduce, all_gather,
-     reduce_scatter, sendrecv, one intra-op thread per rank as in training);
+     reduce_scatter, sendrecv, one intra-op thread per rank as in training), and `commbench
+     overlap` how much a GEMM slows down while those collectives run beside it;
   2. bench/validation/train_gpt.py trains a small GPT (bench/validation/gpt.py) with DDP, FSDP2
      (ZeRO-3), tensor parallel and pipeline parallel (1F1B), timing its steps, and measures this
      machine's compute rates (GEMMs of the model's shapes, attention, memory copies) right before
@@ -47,7 +48,10 @@ from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
 from layouts import PARALLEL_LAYOUTS  # noqa: E402
 from predict import predict, processor_preset_json  # noqa: E402
 
+from commbench.overlap.slowdown import measured_slowdown  # noqa: E402
+
 BANDWIDTH_OPS = "all_reduce,all_gather,reduce_scatter,sendrecv"
+OVERLAP_OPS = "all_reduce,all_gather,reduce_scatter"  # the collectives the layouts overlap with compute
 MASTER_PORT = 29655
 GOAL_MAPE = 10.0
 TRAINING_LINE = "layout "  # how train_gpt.py starts the line it prints per layout
@@ -83,6 +87,12 @@ def measure(args, work: Path) -> None:
                                     "-e", args.max_bytes, "-f", "4", "--warmup", "1", "--min-iters", "3",
                                     "--out", str(work), "--run-id", "bandwidth", "--no-progress"], log, timeout=600)
         print(f"bandwidth table measured in {time.monotonic() - start:.0f} s", flush=True)
+        start = time.monotonic()
+        torchrun_per_node(cluster, ["-m", "commbench", "overlap", "--ops", OVERLAP_OPS, "-b", "1M", "-e", args.max_bytes,
+                                    "--iters", "5", "--out", str(work), "--run-id", "overlap", "--no-progress"],
+                          log, timeout=600)
+        print(f"overlap slowdown measured in {time.monotonic() - start:.0f} s: "
+              f"{measured_slowdown(work / 'overlap'):.1%} extra compute per overlapped second", flush=True)
         for round_index in range(args.rounds):
             start = time.monotonic()
             output = torchrun_per_node(cluster, [str(BENCH / "validation" / "train_gpt.py"), *args.train_args,
@@ -101,12 +111,14 @@ def compare(work: Path) -> dict:
     rounds = [json.loads(path.read_text()) for path in sorted(work.glob("training-*.json"))]
     if not rounds:
         raise SystemExit(f"{work}: no training-*.json; run without --predict-only first")
+    # work directories measured before the overlap step have none: the step model's default then
+    slowdown = measured_slowdown(work / "overlap") if (work / "overlap").is_dir() else None
     rows, processors, warnings = {}, [], {}
     for index, training in enumerate(rounds):
         processor_dir = work / f"processors-{index}"
-        own_processors, own, own_warnings = predict(training, work / "bandwidth", processor_dir)
-        _, pooled, _ = predict(training, work / "bandwidth", processor_dir, pooled=True)
-        _, megatron, _ = predict(training, work / "bandwidth", processor_dir, execution="megatron")
+        own_processors, own, own_warnings = predict(training, work / "bandwidth", processor_dir, slowdown=slowdown)
+        _, pooled, _ = predict(training, work / "bandwidth", processor_dir, pooled=True, slowdown=slowdown)
+        _, megatron, _ = predict(training, work / "bandwidth", processor_dir, execution="megatron", slowdown=slowdown)
         processors.append({name: processor_preset_json(proc) for name, proc in own_processors.items()})
         for name, messages in own_warnings.items():
             warnings.setdefault(name, set()).update(messages)
@@ -135,6 +147,7 @@ def compare(work: Path) -> dict:
     return {"rows": rows, "mape_pct": mape("predicted"), "mape_pooled_pct": mape("predicted_pooled"),
             "mape_megatron_pct": mape("predicted_megatron"),
             "layouts_in_mape": in_mape, "rounds": len(rounds), "processors": processors,
+            "overlap_slowdown": slowdown,
             "warnings": {name: sorted(messages) for name, messages in warnings.items() if messages},
             "config": {key: rounds[0][key] for key in ("model", "global_batch", "pp_micro_batches", "warmup", "steps",
                                                      "world_size", "torch", "optimizer")}}
@@ -154,6 +167,10 @@ def markdown_table(summary: dict) -> str:
                      f"{row['predicted_pooled_error_pct']:+.1f}% | {row['predicted_megatron']:.3f} | "
                      f"{row['predicted_megatron_error_pct']:+.1f}% | {parts} | {load} |")
     layouts = ", ".join(summary["layouts_in_mape"])
+    slowdown = summary.get("overlap_slowdown")
+    lines.append("\nCompute slowdown under overlapping communication: " + (
+        f"{slowdown:.1%} (measured by `commbench overlap` on this cluster)" if slowdown is not None
+        else "the step model's default (this work directory has no overlap run)"))
     for label, key in (("torch-eager execution, processor calibrated around each layout's steps", "mape_pct"),
                        ("torch-eager execution, one processor for all layouts", "mape_pooled_pct"),
                        ("megatron execution, processor calibrated around each layout's steps", "mape_megatron_pct")):

@@ -124,3 +124,25 @@ def test_cli_flags_reach_the_job_and_cluster(tmp_path):
     assert planner.cluster.system.processor.name == "measured device"
     assert planner.job.precision is PRECISIONS["fp32"] and planner.job.activation_bytes == 4
     assert planner.job.execution is EXECUTIONS["torch-eager"]
+
+
+def test_elementwise_efficiency_scales_only_the_elementwise_work(tmp_path):
+    from dataclasses import replace
+
+    from commbench.modeling.compute import layer_compute
+
+    h100 = load_processor("h100")
+    assert h100.elementwise_efficiency == 1.0  # presets leave it out: elementwise at memory bandwidth
+    half = replace(h100, elementwise_efficiency=0.5)
+    job, batch = TrainingJob(MODEL, SEQ, 8), LayoutBatch.from_layouts([parse_layout("tp=8,dp=1,mbs=1", 8)])
+    fast, slow = layer_compute(job, batch, h100), layer_compute(job, batch, half)
+    assert slow.fwd_elementwise == pytest.approx(2 * fast.fwd_elementwise)
+    assert slow.fwd_gemm == pytest.approx(fast.fwd_gemm) and slow.fwd_attention == pytest.approx(fast.fwd_attention)
+    raw = json.loads(device_file(tmp_path).read_text())
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({**raw, "elementwise_efficiency": {"value": 0.25, "source": "measured"}}))
+    assert load_processor(str(path)).elementwise_efficiency == 0.25
+    for bad in (0, 1.5, "nan"):
+        path.write_text(json.dumps({**raw, "elementwise_efficiency": bad}))
+        with pytest.raises(UsageError, match="elementwise_efficiency"):
+            load_processor(str(path))

@@ -27,7 +27,7 @@ def test_validation_trains_every_layout_and_predicts_it(tmp_path):
     require_cluster()
     result = subprocess.run([sys.executable, str(REPO / "bench" / "validate_planner.py"), "--rounds", "1",
                              "--max-bytes", "4M", "--work", str(tmp_path), *SMALL],
-                            capture_output=True, text=True, timeout=170, cwd=REPO)
+                            capture_output=True, text=True, timeout=240, cwd=REPO)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     summary = json.loads((tmp_path / "validation.json").read_text())
     assert set(summary["rows"]) == {"ddp", "fsdp", "tp", "pp", "local"}

@@ -21,8 +21,14 @@ with `pooled` one processor for all layouts from all their calibrations. Either 
   attention         the step model's attention FLOPs (causal: 2*b*s*s*q/t forward, 2.5x that
                     backward) over the measured forward + backward time, as a fraction of peak;
                     one figure for all shapes (median), as the processor description has one
-  memory bandwidth  the median copy rate (read + write bytes / seconds): elementwise work and
-                    the optimizer are priced as memory traffic at this rate
+  memory bandwidth  the median copy rate (read + write bytes / seconds): the optimizer is priced
+                    as memory traffic at this rate
+  elementwise       the bytes the step model counts for one block's elementwise work (norms,
+                    residual adds, activation, 3x forward for forward + backward) over the
+                    measured time of that work, as a fraction of the copy rate: on this CPU GELU
+                    is bound by computing erf, not by memory, so a copy overstates its speed
+And the compute slowdown while communication runs beside it, measured on the same cluster by
+`commbench overlap` (commbench.overlap.slowdown), when the work directory has that run.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from commbench.modeling.compute import elementwise_bytes
 from commbench.modeling.hardware import Processor, System, load_network, load_processor
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import parse_layout
@@ -46,6 +53,7 @@ from layouts import layout_runs
 TRAINING_EXECUTION = "torch-eager"  # DTensor TP and FSDP2 on CPU/gloo, the same for every layout
 BACKWARD_GEMM_FACTOR = 2.0  # the step model's, commbench.modeling.compute
 BACKWARD_ATTENTION_FACTOR = 2.5
+BACKWARD_ELEMENTWISE_FACTOR = 2.0  # LayerCompute.backward: twice the forward's elementwise traffic
 # the machine's memory, so that no layout of this small model is dropped as not fitting
 MACHINE_MEMORY_BYTES = 16e9
 
@@ -75,11 +83,29 @@ def cpu_processor(calibrations: list[dict], model: dict) -> Processor:
         name="this CPU, 1 thread per rank, 2 ranks on 2 cores", peak_flops=peak, memory_bytes=MACHINE_MEMORY_BYTES,
         memory_bandwidth=copy_rate, gemm_curve=tuple((flops, rate / peak) for flops, rate in curve_rates.items()),
         attention_efficiency=statistics.median(attention),
+        elementwise_efficiency=elementwise_efficiency(calibrations, model, copy_rate),
         sources={"peak_flops_bf16": "fastest measured fp32 GEMM (forward + gradients), not a datasheet figure",
                  "gemm_efficiency": "measured at the validation GPT's own GEMM shapes",
                  "attention_efficiency": "measured: scaled_dot_product_attention, causal, forward + backward",
-                 "memory_bandwidth_bytes_per_s": "measured: 16 MiB copy, read + write"},
+                 "memory_bandwidth_bytes_per_s": "measured: 16 MiB copy, read + write",
+                 "elementwise_efficiency": "measured: one block's norms, residual adds, GELU and head split/merge, "
+                                           "forward + backward, as bytes the step model counts for them / copy rate"},
     )
+
+
+def elementwise_efficiency(calibrations: list[dict], model: dict, copy_rate: float) -> float:
+    """The rate at which the block's elementwise work moves the bytes the step model counts for
+    it, as a fraction of the copy rate (1.0 for calibrations taken before it was measured)."""
+    rates = []
+    for calibration in calibrations:
+        measured = calibration.get("elementwise")
+        if measured is None:
+            continue
+        spec, t = gpt_spec(model), measured["tp"]
+        forward = elementwise_bytes(PRECISIONS["fp32"].activation_bytes, spec.hidden, spec.q_dim + spec.kv_dim,
+                                    spec.mlp_matrices * spec.ffn_hidden / t, measured["tokens"], t)
+        rates.append((1 + BACKWARD_ELEMENTWISE_FACTOR) * forward / measured["seconds"])
+    return min(1.0, statistics.median(rates) / copy_rate) if rates else 1.0
 
 
 def processor_preset_json(processor: Processor) -> dict:
@@ -94,12 +120,17 @@ def processor_preset_json(processor: Processor) -> dict:
         "memory_bandwidth_bytes_per_s": figure("memory_bandwidth_bytes_per_s", processor.memory_bandwidth),
         "gemm_efficiency": figure("gemm_efficiency", [list(point) for point in processor.gemm_curve]),
         "attention_efficiency": figure("attention_efficiency", processor.attention_efficiency),
+        "elementwise_efficiency": figure("elementwise_efficiency", processor.elementwise_efficiency),
     }
 
 
 def predict(training: dict, bandwidth_run: Path, processor_dir: Path, pooled: bool = False,
-            execution: str = TRAINING_EXECUTION) -> tuple[dict[str, Processor], dict[str, StepResult], dict[str, list[str]]]:
+            execution: str = TRAINING_EXECUTION, slowdown: float | None = None,
+            ) -> tuple[dict[str, Processor], dict[str, StepResult], dict[str, list[str]]]:
     """Per trained layout: the processor used, the planner's step result and the measured network's warnings.
+
+    `slowdown` is the measured compute slowdown under overlapping communication (what `commbench
+    plan --overlap-run` reads); None keeps the step model's defaults.
 
     Each layout's processor is written to processor_dir/<layout>[-pooled].json and read back the way
     `commbench plan --processor` reads it.
@@ -123,7 +154,8 @@ def predict(training: dict, bandwidth_run: Path, processor_dir: Path, pooled: bo
         # DistributedDataParallel(bucket_cap_mb=25) is TrainingJob's default bucket; no CUDA context to reserve
         job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch,
                           precision=PRECISIONS["fp32"], reserved_bytes=0.0, execution=EXECUTIONS[execution])
-        planner = Planner(job, Cluster(run.gpus, system, cost))
+        overlap = {} if slowdown is None else {"slowdown_intra": slowdown, "slowdown_inter": slowdown}
+        planner = Planner(job, Cluster(run.gpus, system, cost, **overlap))
         results[name], _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
         warnings[name] = cost.warnings
     return processors, results, warnings

@@ -5,7 +5,9 @@ Launched by torchrun, one rank per emulated node (gloo, CPU, one intra-op thread
   1. `--warmup` steps (forward, backward, AdamW step), untimed;
   2. calibration, on both ranks at once (so the cores are shared as in training): forward +
      backward of every GEMM shape the layout runs (F.linear and its two gradients), of its
-     attention core (scaled_dot_product_attention, causal), and a 16 MiB copy (memory bandwidth).
+     attention core (scaled_dot_product_attention, causal), of one block's elementwise work (its
+     layer norms, residual adds, GELU and attention head split/merge) and a 16 MiB copy (memory
+     bandwidth).
      Each figure is the median of `--repeats` runs; the slower rank's median is kept, since
      synchronous training goes at the pace of its slower rank;
   3. `--steps` timed steps; a step's time is the slowest rank's, the layout's figure the median;
@@ -75,6 +77,29 @@ def time_attention(cfg: GPTConfig, run: LayoutRun, repeats: int) -> float:
     return median_seconds(fwd_bwd, repeats)
 
 
+def time_elementwise(cfg: GPTConfig, run: LayoutRun, repeats: int) -> float:
+    """Forward + backward of what one block runs besides its GEMMs and attention core, on this
+    layout's shapes: two layer norms and two residual adds over the hidden state (replicated under
+    tensor parallelism), GELU over this rank's MLP width, the split of the fused QKV into heads and
+    the merge of the heads (the step model prices all of it as elementwise memory traffic)."""
+    b, s, h, heads, hd = run.mbs, cfg.seq_len, cfg.hidden, cfg.heads // run.tp, cfg.head_dim
+    ln1, ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+    x, attention_branch, mlp_branch = (torch.randn(b, s, h, requires_grad=True) for _ in range(3))
+    qkv = torch.randn(b, s, 3 * heads * hd, requires_grad=True)
+    heads_out = torch.randn(b, heads, s, hd, requires_grad=True)  # what the attention core returns
+    fc1_out = torch.randn(b, s, cfg.ffn // run.tp, requires_grad=True)
+    inputs = (x, attention_branch, mlp_branch, qkv, heads_out, fc1_out, *ln1.parameters(), *ln2.parameters())
+
+    def forward():
+        q, k, v = qkv.view(b, s, heads, 3, hd).permute(3, 0, 2, 1, 4)
+        merged = heads_out.transpose(1, 2).reshape(b, s, heads * hd)
+        mid = x + attention_branch
+        return ln1(x), q, k, v, merged, ln2(mid), F.gelu(fc1_out), mid + mlp_branch
+
+    grads = [torch.randn_like(out) for out in forward()]
+    return median_seconds(lambda: torch.autograd.grad(forward(), inputs, grads), repeats)
+
+
 def time_copy(repeats: int) -> float:
     source, target = torch.ones(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
     return median_seconds(lambda: target.copy_(source), repeats)
@@ -85,6 +110,7 @@ def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
     local = {
         "gemm": [[n, k, out, time_gemm(n, k, out, repeats)] for n, k, out in gemm_shapes(cfg, run)],
         "attention": {"batch": run.mbs, "heads": cfg.heads // run.tp, "seconds": time_attention(cfg, run, repeats)},
+        "elementwise": {"tokens": run.mbs * cfg.seq_len, "tp": run.tp, "seconds": time_elementwise(cfg, run, repeats)},
         "copy": {"bytes": 2 * COPY_ELEMENTS * 4, "seconds": time_copy(repeats)},  # read + write
     }
     ranks = [None] * dist.get_world_size()
@@ -93,7 +119,7 @@ def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
     for other in ranks[1:]:
         for mine, theirs in zip(slowest["gemm"], other["gemm"]):
             mine[3] = max(mine[3], theirs[3])
-        for key in ("attention", "copy"):
+        for key in ("attention", "elementwise", "copy"):
             slowest[key]["seconds"] = max(slowest[key]["seconds"], other[key]["seconds"])
     return slowest
 

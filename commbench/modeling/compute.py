@@ -76,6 +76,13 @@ def _gemms(proc: Processor, count: float, flops) -> np.ndarray:
     return count * proc.gemm_time(np.asarray(flops, dtype=float))
 
 
+def elementwise_bytes(activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0):
+    """Forward memory traffic of one layer's elementwise work: norms and residual adds (read 2,
+    write 1) on the hidden state, rotary on q and k, the activation function over the MLP width
+    (mlp_width already divided by tp). The backward moves twice this."""
+    return activation_bytes * tokens * (14 * hidden * replicated + 2 * qkv_width / tp + mlp_width)
+
+
 def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> LayerCompute:
     model = job.model
     h, t = model.hidden, batch.tp
@@ -103,13 +110,12 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> Laye
         mlp = dense_mlp
     attention_flops = 2.0 * batch.mbs * seq_local * job.seq_len * model.q_dim / t
     attention = attention_flops / (proc.peak_flops * proc.attention_efficiency)
-    # norms, residual adds (read 2, write 1), rotary on q and k, activation function: bytes of bf16
-    elementwise_bytes = job.activation_bytes * n * (14 * h * replicated + 2 * (model.q_dim + model.kv_dim) / t + mlp_elementwise)
     head = (_gemms(proc, 1, 2 * n * h * model.vocab / t)
-            + n * model.vocab / t * 12 / proc.memory_bandwidth)  # softmax + loss over fp32 logits
+            + n * model.vocab / t * 12 / proc.elementwise_bandwidth)  # softmax + loss over fp32 logits
     return LayerCompute(
         fwd_gemm=attention_gemms + mlp,
         fwd_attention=np.broadcast_to(attention, n.shape).astype(float),
-        fwd_elementwise=elementwise_bytes / proc.memory_bandwidth,
+        fwd_elementwise=elementwise_bytes(job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_elementwise,
+                                          n, t, replicated) / proc.elementwise_bandwidth,
         head_fwd=head,
     )

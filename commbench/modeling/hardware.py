@@ -33,7 +33,15 @@ class Processor:
     memory_bandwidth: float  # HBM bytes/s
     gemm_curve: tuple[tuple[float, float], ...]  # (FLOPs of one GEMM, fraction of peak)
     attention_efficiency: float
+    # fraction of memory_bandwidth that norms, activation functions and residual adds reach: they
+    # are priced as memory traffic, and a processor whose activation functions are compute-bound
+    # (a CPU evaluating erf) moves their bytes slower than a copy; 1.0 unless measured
+    elementwise_efficiency: float = 1.0
     sources: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def elementwise_bandwidth(self) -> float:
+        return self.memory_bandwidth * self.elementwise_efficiency
 
     def gemm_efficiency(self, flops):
         """Fraction of peak one GEMM of `flops` reaches: log-linear interpolation of the curve."""
@@ -130,8 +138,16 @@ def processor_from_json(raw: dict) -> Processor:
         memory_bandwidth=float(values["memory_bandwidth_bytes_per_s"]),
         gemm_curve=tuple((float(f), float(e)) for f, e in values["gemm_efficiency"]),
         attention_efficiency=float(values["attention_efficiency"]),
+        elementwise_efficiency=_fraction(values.get("elementwise_efficiency", 1.0), "elementwise_efficiency"),
         sources=sources,
     )
+
+
+def _fraction(value, name: str) -> float:
+    value = float(value)
+    if not 0 < value <= 1:  # also refuses nan
+        raise ValueError(f"{name} must be in (0, 1], not {value}")
+    return value
 
 
 @lru_cache(maxsize=None)
