@@ -12,7 +12,8 @@ node or NIC drags down every pair that touches it — or when TCP re-sent more t
 `max_retransmit_pct` of its segments while the pair was measured: a lossy link that TCP repairs
 at nearly full speed (see commbench.linkhealth). The report then names the node every flagged
 pair touches. Because no node is in two pairs of one round, the two nodes' counter deltas over
-a measurement belong to that pair.
+a measurement are that pair's traffic, plus the few segments of the world-wide estimate exchange
+and barrier around it (dozens against the thousands one bandwidth-size measurement sends).
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from commbench.collectives import get_collective
-from commbench.collectives.pingpong import UNI
+import math
+import os
+
 import torch
 import torch.distributed as dist
 
+from commbench.collectives import get_collective
+from commbench.collectives.pingpong import UNI
 from commbench.config import DTYPES
+from commbench.errors import UsageError
 from commbench.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
 from commbench.sweep import Row, Session, Sweep, gather_to_rank0, measure, to_record
 
@@ -47,6 +52,8 @@ class PairwiseSweep(Sweep):
 
     def plan(self) -> list[Row]:
         cfg, nodes = self.session.cfg, self.session.nodes
+        if self.session.env.world_size < 2:
+            raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
         pingpong = get_collective("pingpong")
         elt = DTYPES[cfg.dtype][1]
         inter_rounds = round_robin([node.ranks[0] for node in nodes])
@@ -63,11 +70,12 @@ class PairwiseSweep(Sweep):
     def _run_rows(self, progress) -> None:
         session = self.session
         host = {rank: node.hostname for node in session.nodes for rank in node.ranks}
+        over_tcp = moves_data_over_tcp(session.backend)
         for row in self.rows:
             session.monitor.progress(f"pairwise {row.size} B {row.groups[0]}")
-            before = read_tcp_counters()
+            before = read_tcp_counters() if over_tcp else None
             measured = measure(session, row, UNI)
-            after = read_tcp_counters()
+            after = read_tcp_counters() if over_tcp else None
             table = gather_to_rank0(session, measured)
             counters = gather_counter_deltas(session, before, after)
             if table is not None:
@@ -84,6 +92,14 @@ class PairwiseSweep(Sweep):
         self.writer.set_records(records)
         print_pairwise(records, cfg.outlier_ratio, cfg.max_retransmit_pct)
         self.printer.print(f"# Results: {self.writer.path}")
+
+
+def moves_data_over_tcp(backend: str) -> bool:
+    """gloo always; NCCL only on its socket transport (InfiniBand and RoCE retransmit in the NIC,
+    where these counters would read a clean 0% whatever the link does)."""
+    if backend == "gloo":
+        return True
+    return os.environ.get("NCCL_NET", "").lower() == "socket" or os.environ.get("NCCL_IB_DISABLE") == "1"
 
 
 def gather_counter_deltas(session: Session, before: TcpCounters | None, after: TcpCounters | None
@@ -106,7 +122,7 @@ def pair_counters(counters: torch.Tensor | None, pair: tuple[int, int], host: di
     if counters is None or host[pair[0]] == host[pair[1]]:
         return {}
     sent, retransmitted = counters[list(pair)].sum(dim=0).tolist()
-    if sent != sent or retransmitted != retransmitted:  # NaN: some end could not read its counters
+    if math.isnan(sent) or math.isnan(retransmitted):  # some end could not read its counters
         return {}
     return {"tcp_segments_sent": int(sent), "tcp_retransmits": int(retransmitted)}
 

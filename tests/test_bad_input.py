@@ -13,6 +13,7 @@ BAD_RUNS = [
     (["--nproc", "0"], "--nproc"),
     (["--iters", "0"], "--iters"),
     (["--scopes", "galaxy"], "galaxy"),
+    (["--pairwise", "--nproc", "1"], "at least 2"),
 ]
 
 

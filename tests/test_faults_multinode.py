@@ -1,14 +1,14 @@
 """Degraded links on the emulated cluster: a lossy (or slow-to-answer) node does not stop a run,
 and `commbench run --pairwise` should point at it.
 
-Three nodes at 1 Gbit/s, one rank each; node 2's link drops 3% of the packets sent to it
+Three nodes at 1 Gbit/s, one rank each; the third node's (index 2) link drops 3% of the packets sent to it
 (nftables, see tests/cluster/emulated.py), or, where the kernel has netem, answers 20 ms late.
 Needs root; skips with the reason otherwise.
 
 What loss does to the figures (measured here, 1 MiB ping-pong): almost nothing to the median
-bandwidth (0.148-0.153 GB/s on the lossy node's pairs against 0.154 on the clean one). On a
+bandwidth (0.148-0.150 GB/s on the lossy node's pairs against 0.153-0.154 on the clean one). On a
 sub-millisecond link TCP repairs a lost segment within a round trip (SACK), so bandwidth alone
-cannot name a lossy node; the kernel's retransmission counter can (about 2% of the segments
+cannot name a lossy node; the kernel's retransmission counter can (about 1.5% of the segments
 re-sent on the lossy pairs, ~0 on the clean one), and pairwise flags those pairs "lossy".
 Delay, by contrast, adds to every message and is flagged "slow".
 """

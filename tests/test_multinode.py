@@ -64,7 +64,8 @@ def test_pairwise_flags_the_pairs_of_the_slow_node(emulated_cluster, tmp_path):
     assert len(bandwidth_rows) == 3
     flagged = {tuple(r["pair_nodes"]) for r in bandwidth_rows if r["outlier"]}
     assert flagged == {tuple(r["pair_nodes"]) for r in bandwidth_rows if slow in r["pair_nodes"]}
-    assert all(r["outlier_reasons"] == ["slow"] for r in bandwidth_rows if r["outlier"])
+    # (a 200 Mbit/s link can also overflow its shaper's queue and retransmit: "lossy" may join "slow")
+    assert all("slow" in r["outlier_reasons"] for r in bandwidth_rows if r["outlier"])
     assert f"every flagged pair touches: {slow}" in results[0][1]
 
 

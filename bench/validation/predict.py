@@ -3,7 +3,7 @@
 No torch: this is the adapter between the training script's measurements and the modelling API
 (commbench/modeling). It writes the measured processor as a JSON file and prices each layout as
   commbench plan --layout L --processor FILE.json --precision fp32 --execution torch-eager
-                 --bandwidth WORK/bandwidth
+                 --bandwidth WORK/bandwidth --overlap-run WORK/overlap
 does (Planner.evaluate_layout: closed form, then the event simulator), with the validation GPT
 built as a ModelSpec (the CLI would take it as a config.json). The execution is torch-eager for
 every layout: that is how the training script's torch APIs run on CPU/gloo (DTensor TP
@@ -38,7 +38,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from commbench.modeling.compute import elementwise_bytes
+from commbench.modeling.compute import (BACKWARD_ATTENTION_FACTOR, BACKWARD_ELEMENTWISE_FACTOR, BACKWARD_GEMM_FACTOR,
+                                        elementwise_bytes)
 from commbench.modeling.hardware import Processor, System, load_network, load_processor
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import parse_layout
@@ -51,9 +52,6 @@ from commbench.modeling.simulator import Cluster, StepResult
 from layouts import layout_runs
 
 TRAINING_EXECUTION = "torch-eager"  # DTensor TP and FSDP2 on CPU/gloo, the same for every layout
-BACKWARD_GEMM_FACTOR = 2.0  # the step model's, commbench.modeling.compute
-BACKWARD_ATTENTION_FACTOR = 2.5
-BACKWARD_ELEMENTWISE_FACTOR = 2.0  # LayerCompute.backward: twice the forward's elementwise traffic
 # the machine's memory, so that no layout of this small model is dropped as not fitting
 MACHINE_MEMORY_BYTES = 16e9
 

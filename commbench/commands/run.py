@@ -61,12 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="world, intra (one group per node), inter (one rank per node); default: all that apply")
     what.add_argument("--pairwise", action="store_true",
                       help="instead of a sweep: ping-pong latency (at --min-bytes) and bandwidth (at --max-bytes) of every "
-                           "pair of nodes and of ranks inside each node, in rounds that share no link; flags slow pairs")
+                           "pair of nodes and of ranks inside each node, in rounds that share no link; flags slow or lossy pairs")
     what.add_argument("--outlier-ratio", type=float, default=0.75,
-                      help="--pairwise: flag a pair below this fraction of the best pair's bandwidth (default 0.75)")
+                      help="--pairwise: flag a pair below this fraction of the best pair of its kind (between nodes, or "
+                           "inside a node) as slow (default 0.75)")
     what.add_argument("--max-retransmit-pct", type=float, default=0.5, metavar="PCT",
-                      help="--pairwise: flag a pair whose nodes' TCP re-sent more than PCT%% of their segments while "
-                           "it was measured — loss TCP repairs at nearly full speed (default 0.5)")
+                      help="--pairwise: flag a pair of nodes as lossy when their TCP re-sent more than PCT%% of its "
+                           "segments while the pair was measured: loss that TCP repairs at nearly full bandwidth "
+                           "(gloo, or NCCL over sockets; default 0.5)")
     how = parser.add_argument_group("how to measure")
     how.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo")
     how.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per size (default: adapt to the size)")

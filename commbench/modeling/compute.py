@@ -27,6 +27,7 @@ from commbench.modeling.layout import LayoutBatch
 SECONDS_PER_YEAR = 365.25 * 86400
 BACKWARD_GEMM_FACTOR = 2.0
 BACKWARD_ATTENTION_FACTOR = 2.5
+BACKWARD_ELEMENTWISE_FACTOR = 2.0  # norm, activation and residual gradients read and write about twice the forward's bytes
 
 
 def training_flops(params: float, tokens: float) -> float:
@@ -61,7 +62,7 @@ class LayerCompute:
 
     @property
     def backward(self) -> np.ndarray:
-        return self.bwd_gemm + self.bwd_attention + 2 * self.fwd_elementwise
+        return self.bwd_gemm + self.bwd_attention + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise
 
     @property
     def head_bwd(self) -> np.ndarray:

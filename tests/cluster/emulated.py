@@ -27,7 +27,9 @@ Conventions
   ``loss`` (percent, netem convention: ``1`` or ``"1%"``) drops packets arriving at the node's
   eth0, implemented with nftables (netdev ingress hook, ``numgen random``) because the kernel of the CI
   machines has no netem (CONFIG_NET_SCH_NETEM is not set); needs the ``nft`` binary (Debian
-  package ``nftables``). ``delay`` needs netem and raises `EmulationUnsupported` where the kernel
+  package ``nftables``); without ``nft`` but with netem, netem drops them on the node's egress
+  instead (netem reports a drop to TCP as sent, so it is loss on the wire too, and
+  ``dropped_packets`` reads 0 there). ``delay`` needs netem and raises `EmulationUnsupported` where the kernel
   lacks it (tests should skip on that exception; `netem_available()` tells in advance).
 - Only addresses inside namespaces created here (and the bridge address) are ever used.
 
@@ -58,6 +60,7 @@ REGISTRY = Path("/run/commbench-testclusters")
 ETC_HOSTS = Path("/etc/hosts")
 HOSTS_MARKER = "# commbench-testcluster"
 DEFAULT_PREFIX = "cbt"
+GSO_MAX_SEGS = 65535  # the kernel's default for a veth
 SUBNET_BASE = "10.77"
 NODE_HOST_OFFSET = 11  # node i -> 10.77.k.(11 + i), as in the reference recipe
 REQUIRED_TOOLS = ("ip", "tc", "nsenter", "unshare")
@@ -775,11 +778,15 @@ class EmulatedCluster:
         nft = ["nsenter", f"--net={nd.netns_path}", "nft"]
         if shutil.which("nft"):
             _sh(nft + ["delete", "table", "netdev", "cbloss"], check=False)
+        # TCP hands the veth 64 KiB GSO bursts that travel whole to the node; segmenting them on the
+        # way in (one segment per skb) makes the rule drop single packets, as a lossy wire does,
+        # instead of a few whole bursts that leave the count of losses to chance
+        _sh(["ip", "link", "set", "dev", nd.veth, "gso_max_segs", "1" if use_nft_loss else str(GSO_MAX_SEGS)])
         if use_nft_loss:
             per_million = int(round(_percent(nd.loss) * 1e4))
             _sh(nft + ["-f", "-"], input=(
                 "table netdev cbloss {\n"
-                " chain out {\n"
+                " chain in {\n"
                 '  type filter hook ingress device "eth0" priority 0; policy accept;\n'
                 f"  numgen random mod 1000000 < {per_million} counter drop\n"
                 " }\n}\n"))
