@@ -9,7 +9,8 @@ Plain Slurm commands, not submitit or simple_slurm:
 - four commands with stable output (sbatch --parsable, squeue -o, scontrol -o, sacct -P) are
   less to keep working than a dependency.
 
-Rendering: the templates in slurm/ are the only source of the script text. `render` copies a
+Rendering: the templates in slurm/ are the only source of the script text (the package reaches
+them through the link commbench/slurm_templates -> ../slurm, which a wheel turns into copies). `render` copies a
 template and fills in, line by line: the #SBATCH directives the options set (a directive the
 options leave unset becomes `##SBATCH`, which sbatch ignores), the defaults of the settings
 (`COMMBENCH_PYTHON=${COMMBENCH_PYTHON:-...}`), the default `commbench run` options
@@ -43,7 +44,7 @@ from pathlib import Path
 from commbench.data.rundir import utc_now
 from commbench.errors import CommbenchError, UsageError
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "slurm"
+TEMPLATES_DIR = Path(__file__).resolve().parent / "slurm_templates"
 LAUNCHERS = ("srun", "torchrun")
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -135,8 +136,8 @@ def render(options: JobOptions) -> str:
     try:
         lines = options.template.read_text().splitlines()
     except OSError:
-        raise CommbenchError(f"sbatch template {options.template} not found; commbench submit needs the "
-                             "slurm/ folder of a source checkout (pip install -e .)") from None
+        raise CommbenchError(f"sbatch template {options.template} not found or not readable: the install "
+                             "is missing commbench/slurm_templates (reinstall commbench)") from None
     directives = options.directives()
     settings = options.settings()
     seen: set[str] = set()

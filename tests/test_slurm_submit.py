@@ -89,6 +89,13 @@ def test_a_template_missing_a_line_is_an_error(tmp_path, monkeypatch):
         slurm.render(slurm.JobOptions(nodes=1, ranks_per_node=1))
 
 
+def test_templates_ship_with_the_package():
+    """The package reads the slurm/ templates through a link that a wheel turns into copies."""
+    for name in ("commbench-srun.sbatch", "commbench-torchrun.sbatch"):
+        assert (slurm.TEMPLATES_DIR / name).read_text() == (REPO / "slurm" / name).read_text()
+    assert '"slurm_templates/*.sbatch"' in (REPO / "pyproject.toml").read_text()
+
+
 # ---- parsing Slurm's answers ------------------------------------------------------------------------
 
 
