@@ -48,8 +48,9 @@ def test_torch_eager_tp_pays_every_backward_all_reduce():
     assert eager.evaluate(batch).categories["tp"][0] == pytest.approx(
         m * (MODEL.layers * 4 * all_reduce + all_reduce + 3 * loss_all_reduce))
     exposed = m * (MODEL.layers * 2 + 1) * all_reduce
+    accumulation = float(eager.accumulation_seconds(batch, m)[0])  # torch eager adds gradients unfused
     for fast, slow in zip(both_models(megatron, text), both_models(eager, text)):
-        assert slow - fast == pytest.approx(exposed)
+        assert slow - fast == pytest.approx(exposed + accumulation)
 
 
 def test_torch_eager_zero3_reduce_scatter_blocks():
@@ -60,13 +61,31 @@ def test_torch_eager_zero3_reduce_scatter_blocks():
     dense, _ = stage_parameters(megatron.job, batch)
     per_layer_bytes = float(dense[0]) / MODEL.layers * megatron.job.precision.grad_bytes
     reduce_scatter = float(PresetNetwork(DGX).time_s("reduce_scatter", per_layer_bytes, 8, NODE))
+    accumulation = float(eager.accumulation_seconds(batch, m)[0])
     for fast, slow in zip(both_models(megatron, text), both_models(eager, text)):
-        assert slow - fast == pytest.approx(m * MODEL.layers * reduce_scatter)
+        assert slow - fast == pytest.approx(m * MODEL.layers * reduce_scatter + accumulation)
 
 
 @pytest.mark.parametrize("text", ["dp=8,mbs=1,zero=0", "dp=4,pp=2,mbs=1", "dp=8,mbs=1,zero=1"])
 def test_execution_leaves_layouts_without_tp_or_zero3_alone(text):
-    assert both_models(step_model("megatron"), text) == both_models(step_model("torch-eager"), text)
+    """Apart from accumulating gradients over micro-batches, which torch eager does unfused."""
+    megatron, eager = step_model("megatron"), step_model("torch-eager")
+    batch = LayoutBatch.from_layouts([parse_layout(text, 8)])
+    m = micro_batches(eager.job, batch)
+    accumulation = float(eager.accumulation_seconds(batch, m)[0])
+    for fast, slow in zip(both_models(megatron, text), both_models(eager, text)):
+        assert slow - fast == pytest.approx(accumulation)
+
+
+def test_unfused_gradient_accumulation_is_m_minus_1_passes_over_the_kept_gradients():
+    eager = step_model("torch-eager", global_batch=32)
+    for text, kept_share in (("dp=8,mbs=1,zero=1", 1.0), ("dp=8,mbs=1,zero=2", 1 / 8)):
+        batch = LayoutBatch.from_layouts([parse_layout(text, 8)])
+        m = int(micro_batches(eager.job, batch)[0])
+        dense, _ = stage_parameters(eager.job, batch)
+        expected = (m - 1) * 3 * eager.job.precision.grad_bytes * float(dense[0]) * kept_share / DGX.processor.memory_bandwidth
+        assert m == 4 and float(eager.accumulation_seconds(batch, m)[0]) == pytest.approx(expected)
+    assert float(step_model("megatron").accumulation_seconds(batch, m)[0]) == 0.0  # fused into the GEMMs
 
 
 class RecordingCost(PresetNetwork):

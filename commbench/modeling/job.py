@@ -61,17 +61,24 @@ class Execution:
         True: ZeRO-3's per-layer gradient reduce-scatter runs on its own stream during the
         backward of the previous layer (Megatron, DeepSpeed, FSDP on GPU). False: it blocks the
         backward where it is issued, as FSDP2 does on CPU/gloo (no stream to put it on).
+    fused_grad_accumulation
+        True: each micro-batch's weight-gradient GEMM accumulates into the gradient buffer
+        (Megatron's gradient-accumulation fusion), so micro-batches after the first cost nothing
+        extra. False: autograd adds every micro-batch's new gradient into .grad with a separate
+        kernel (torch eager): m - 1 passes over the gradients the rank keeps.
     """
 
     name: str
     tp_backward_overlap: bool = True
     zero3_reduce_scatter_overlap: bool = True
+    fused_grad_accumulation: bool = True
 
 
 EXECUTIONS = {
     "megatron": Execution("Megatron-style: TP backward collectives and ZeRO-3 reduce-scatters overlap compute"),
     "torch-eager": Execution("torch eager (DTensor TP, FSDP2 on CPU/gloo): TP backward all-reduces and ZeRO-3 "
-                             "reduce-scatters block", tp_backward_overlap=False, zero3_reduce_scatter_overlap=False),
+                             "reduce-scatters block, gradients accumulate unfused", tp_backward_overlap=False,
+                             zero3_reduce_scatter_overlap=False, fused_grad_accumulation=False),
 }
 
 

@@ -11,7 +11,10 @@ Inside one layer (the same for both models below):
   head      (last stage) output GEMM + loss, the TP loss all-reduces, and in backward whatever of
             the input gradient's all-reduce the head's weight-gradient GEMM does not cover
 Compute runs slower while a collective overlaps it (SM and HBM contention): the overlapped time
-is charged `slowdown` extra, a measured factor when the caller has one, else the defaults below.
+of gradient buckets, overlapped TP collectives and pipeline sends is charged `slowdown` extra, a
+measured factor when the caller has one, else the defaults below. Where the execution does not
+fuse gradient accumulation into the GEMMs (torch eager), every micro-batch after the first adds
+a pass over the kept gradients.
 
 Across layers and micro-batches there are two models sharing those per-layer costs:
   closed_form  vectorised over thousands of layouts, for the planner's screening. Pipeline with
@@ -152,7 +155,8 @@ class Evaluation:
     comm: CommCosts
     micro_batches: np.ndarray
     optimizer_s: np.ndarray
-    dp_overlap_slowdown: np.ndarray
+    overlap_slowdown: np.ndarray  # compute stretched by gradient reductions and pipeline sends beside it
+    accumulation_s: np.ndarray  # unfused gradient accumulation over the micro-batches
 
 
 class StepModel:
@@ -188,7 +192,14 @@ class StepModel:
         exposed = np.where(cc.dp_reductions > 0, np.maximum(cc.dp_bucket, total - window), 0.0)
         categories["dp"] = categories["dp"] + exposed + cc.dp_param_gather
         dp_overlap_slowdown = cluster.slowdown(cc.inter_node["dp"]) * np.minimum(total, window)
-        categories["slowdown"] = categories["slowdown"] + dp_overlap_slowdown
+        # a stage sends one activation or gradient per op but the first stage's backward and the
+        # last stage's forward: 2m(pv - 1)/p sends on average, each beside the next op's compute
+        sends = np.where(p > 1, 2 * m * (p * v - 1) / p * cc.pp_p2p, 0.0)
+        pp_overlap_slowdown = cluster.slowdown(cc.inter_node["pp"]) * np.minimum(sends, m * v * (f + b))
+        overlap_slowdown = dp_overlap_slowdown + pp_overlap_slowdown
+        categories["slowdown"] = categories["slowdown"] + overlap_slowdown
+        accumulation = self.accumulation_seconds(batch, m)
+        categories["compute"] = categories["compute"] + accumulation
         optimizer = self.optimizer_seconds(batch)
         categories["optimizer"] = optimizer
 
@@ -198,8 +209,18 @@ class StepModel:
         return Evaluation(
             batch=batch, step_s=step, categories=categories, memory=memory_per_gpu(job, batch),
             tokens_per_s=tokens / step, mfu=flops / (step * batch.dp * batch.tp * batch.pp * batch.cp * proc.peak_flops),
-            ops=ops, comm=cc, micro_batches=m, optimizer_s=optimizer, dp_overlap_slowdown=dp_overlap_slowdown,
+            ops=ops, comm=cc, micro_batches=m, optimizer_s=optimizer, overlap_slowdown=overlap_slowdown,
+            accumulation_s=accumulation,
         )
+
+    def accumulation_seconds(self, batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
+        """Unfused gradient accumulation: m - 1 adds (read 2, write 1) over the gradients the rank
+        keeps between micro-batches, sharded from ZeRO-2 on; nothing when the GEMMs accumulate."""
+        dense, expert = stage_parameters(self.job, batch)
+        sharded = batch.zero >= 2
+        kept = dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, batch.dp * batch.cp // batch.ep, 1)
+        passes = 0 if self.job.execution.fused_grad_accumulation else np.asarray(m) - 1
+        return passes * 3 * self.job.precision.grad_bytes * kept / self.cluster.system.processor.memory_bandwidth
 
     def optimizer_seconds(self, batch: LayoutBatch) -> np.ndarray:
         """A fused Adam step is bound by HBM traffic over the parameters this rank updates."""
@@ -403,8 +424,9 @@ class EventSimulation:
                 raise RuntimeError(f"pipeline schedule deadlocked for {self.layout}")
         optimizer = float(self.eval.optimizer_s[0])
         gather = float(self.eval.comm.dp_param_gather[0])
-        # compute stretched by overlapping gradient reductions pushes the whole stage back
-        stretch = float(self.eval.dp_overlap_slowdown[0])
+        # compute stretched by overlapping gradient reductions and pipeline sends, and unfused
+        # gradient accumulation, push the whole stage back
+        stretch = float(self.eval.overlap_slowdown[0]) + float(self.eval.accumulation_s[0])
         ends = []
         for s in range(p):
             opt_start = max(self.compute_free[s], self.dp_free[s])
@@ -426,7 +448,8 @@ class EventSimulation:
         categories["pp"] = self.pp_wait[s]
         categories["bubble"] = self.bubble[s]
         categories["dp"] += max(0.0, self.dp_free[s] - self.compute_free[s]) + float(ev.comm.dp_param_gather[0])
-        categories["slowdown"] += float(ev.dp_overlap_slowdown[0])
+        categories["slowdown"] += float(ev.overlap_slowdown[0])
+        categories["compute"] += float(ev.accumulation_s[0])
         categories["optimizer"] = float(ev.optimizer_s[0])
         tokens = self.eval.tokens_per_s[0] * self.eval.step_s[0]
         return StepResult(
