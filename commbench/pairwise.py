@@ -18,11 +18,10 @@ and barrier around it (dozens against the thousands one bandwidth-size measureme
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import replace
-
 import math
 import os
+from collections import Counter
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
