@@ -216,18 +216,21 @@ class StepModel:
     def accumulation_seconds(self, batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
         """Unfused gradient accumulation: m - 1 adds (read 2, write 1) over the gradients the rank
         keeps between micro-batches, sharded from ZeRO-2 on; nothing when the GEMMs accumulate."""
-        dense, expert = stage_parameters(self.job, batch)
-        sharded = batch.zero >= 2
-        kept = dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, batch.dp * batch.cp // batch.ep, 1)
         passes = 0 if self.job.execution.fused_grad_accumulation else np.asarray(m) - 1
+        kept = self._parameters_kept(batch, sharded_from_zero=2)
         return passes * 3 * self.job.precision.grad_bytes * kept / self.cluster.system.processor.memory_bandwidth
 
     def optimizer_seconds(self, batch: LayoutBatch) -> np.ndarray:
         """A fused Adam step is bound by HBM traffic over the parameters this rank updates."""
-        dense, expert = stage_parameters(self.job, batch)
-        sharded = batch.zero >= 1
-        owned = dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, batch.dp * batch.cp // batch.ep, 1)
+        owned = self._parameters_kept(batch, sharded_from_zero=1)
         return owned * self.job.precision.optimizer_traffic_bytes / self.cluster.system.processor.memory_bandwidth
+
+    def _parameters_kept(self, batch: LayoutBatch, sharded_from_zero: int) -> np.ndarray:
+        """Parameters of this rank's stage, split over its data-parallel (x context-parallel)
+        group from the given ZeRO stage on; experts over that group's share outside their EP group."""
+        dense, expert = stage_parameters(self.job, batch)
+        sharded = batch.zero >= sharded_from_zero
+        return dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, batch.dp * batch.cp // batch.ep, 1)
 
     def simulate(self, layout: Layout, timeline: bool = False) -> "StepResult":
         evaluation = self.evaluate(LayoutBatch.from_layouts([layout]))
