@@ -120,6 +120,21 @@ def test_unchecked_run_reports_wrong_as_minus_one():
     assert_busbw_matches_factor(run.records, 1.0)
 
 
+def test_an_absurd_wrong_count_skips_its_row_with_a_warning(tmp_path):
+    """Found by the property test: a #wrong of 300 digits is inf as a float, not a count."""
+    lines = ALL_REDUCE_LOG.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.split()[:1] == ["2097152"])
+    fields = lines[row].split()
+    fields[8] = "9" * 300  # the out-of-place #wrong column
+    lines[row] = "  ".join(fields) + "\n"
+    damaged = tmp_path / "all_reduce.log"
+    damaged.write_text("".join(lines))
+    run = only_run(damaged)
+    assert 2097152 not in {record.size_bytes for record in run.records}
+    assert len(run.records) == len(only_run(ALL_REDUCE_LOG).records) - 2  # both halves of that row
+    assert any("unreadable" in warning for warning in run.info.warnings)
+
+
 def test_json_report_with_per_iteration_statistics():
     run = only_run(ALL_REDUCE_JSON)
     assert len(run.records) == 2 * 11  # -b 1K -e 1G -f 4

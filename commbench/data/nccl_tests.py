@@ -369,7 +369,10 @@ def _wrong(text: str | float | None) -> int:
     """'#wrong' column / nwrong field: a count, or N/A (null in JSON) when the check was off -> -1."""
     if text is None or text == "N/A":
         return -1
-    return int(float(text))
+    count = float(text)
+    if not 0 <= count < 2 ** 63:  # also refuses nan and inf: the row is then skipped with a warning
+        raise ValueError(f"#wrong {text!r} is not a count")
+    return int(count)
 
 
 def _device_from_rank_line(match: re.Match) -> _Device:
