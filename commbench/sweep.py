@@ -28,13 +28,14 @@ from commbench.collectives import get_collective
 from commbench.collectives.base import PERIOD, Buffers, Collective, Counts, GroupContext, Variant, pattern
 from commbench.config import DTYPES, GLOO_DTYPES, RunConfig
 from commbench.data.rundir import RunWriter, new_run_id, utc_now
+from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.schema import NodeInfo, Record, RunInfo
 from commbench.errors import CommbenchError, RankFailure, UsageError
 from commbench.faults import corrupt_if_asked, die_if_asked, hang_if_asked
 from commbench.launch import RankEnv
 from commbench.placement import applicable_scopes, scope_groups
 from commbench.report import TablePrinter
-from commbench.timing import CudaEventTimer, HostTimer, Stats, choose_iters
+from commbench.timing import CudaEventTimer, HostTimer, choose_iters
 from commbench.topology import discover_node, merge_nodes, node_name, place_ranks
 from commbench.watchdog import Diagnosis, RankMonitor, exit_now
 
@@ -317,23 +318,24 @@ def to_record(session: Session, row: Row, variant: Variant, table: torch.Tensor,
     divisor = 2.0 if variant.round_trip else 1.0
     per_rank = {rank: Stats.of(table[rank, :iters].numpy() / divisor) for rank in members}
     slowest = max(members, key=lambda rank: per_rank[rank].median)
-    stats = per_rank[slowest]
     n = len(row.groups[0])
-    factor = row.collective.busbw_factor(n, variant)
-    size_bytes = row.counts.size_bytes(DTYPES[cfg.dtype][1])
-    algbw = size_bytes / stats.median / 1e3 if stats.median > 0 else 0.0
     wrong_values = table[members, iters]
     wrong = -1 if bool((wrong_values < 0).any()) else int(wrong_values.sum().item())
-    return Record(
-        op=row.collective.name, scope=row.scope, group_size=n, n_groups=len(row.groups),
-        size_bytes=size_bytes, count=row.counts.param, dtype=cfg.dtype, redop=row.collective.redop,
-        root=0 if row.collective.name == "broadcast" else -1, in_place=variant.in_place,
-        direction=variant.direction, iters=iters, warmup=measured.warmups, timer=_timer(session).kind,
-        time_us=stats.median, time_us_p10=stats.p10, time_us_p90=stats.p90, time_us_min=stats.min,
-        time_us_max=stats.max, cv=stats.cv,
+    return build_record(
+        row_facts(session, row, variant, iters, measured.warmups), per_rank[slowest],
+        row.collective.busbw_factor(n, variant), wrong=wrong, slowest_rank=slowest,
         time_us_mean_nccl=sum(per_rank[r].mean for r in members) / len(members),
-        algbw_gbps=algbw, busbw_gbps=algbw * factor, busbw_factor=factor, wrong=wrong, slowest_rank=slowest,
-        aggregate_busbw_gbps=algbw * factor * len(row.groups),
+    )
+
+
+def row_facts(session: Session, row: Row, variant: Variant, iters: int, warmups: int, timer: str | None = None) -> RowFacts:
+    """The row's columns left of the times, as nccl-tests prints them."""
+    return RowFacts(
+        op=row.collective.name, scope=row.scope, group_size=len(row.groups[0]), n_groups=len(row.groups),
+        size_bytes=row.counts.size_bytes(DTYPES[session.cfg.dtype][1]), count=row.counts.param,
+        dtype=session.cfg.dtype, redop=row.collective.redop, root=0 if row.collective.name == "broadcast" else -1,
+        in_place=variant.in_place, direction=variant.direction, iters=iters, warmup=warmups,
+        timer=timer or _timer(session).kind,
     )
 
 

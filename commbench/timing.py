@@ -1,32 +1,13 @@
-"""Per-iteration timing (host clock or CUDA events), statistics, and adaptive iteration counts."""
+"""Per-iteration timing (host clock or CUDA events) and adaptive iteration counts.
+
+The statistics of the samples are commbench.data.records.Stats.
+"""
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Callable
-
-import numpy as np
-
-
-@dataclass(frozen=True)
-class Stats:
-    median: float
-    p10: float
-    p90: float
-    min: float
-    max: float
-    mean: float
-    cv: float  # stdev / mean: 0.05 means the iterations scatter by about 5%
-
-    @classmethod
-    def of(cls, samples_us) -> "Stats":
-        values = np.asarray(samples_us, dtype=np.float64)
-        mean = float(values.mean())
-        p10, median, p90 = np.percentile(values, [10, 50, 90])
-        cv = float(values.std() / mean) if mean > 0 else 0.0
-        return cls(float(median), float(p10), float(p90), float(values.min()), float(values.max()), mean, cv)
 
 
 def choose_iters(op_time_us: float, budget_ms: float, min_iters: int, max_iters: int) -> int:

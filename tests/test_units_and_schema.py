@@ -9,7 +9,8 @@ from commbench.config import RunConfig
 from commbench.data.rundir import RunWriter, load_run
 from commbench.data.schema import Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
-from commbench.timing import Stats, choose_iters
+from commbench.data.records import Stats
+from commbench.timing import choose_iters
 from commbench.units import format_size, parse_size
 
 

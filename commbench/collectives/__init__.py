@@ -1,16 +1,20 @@
-"""The collectives commbench measures: one declaration per module, over one harness (commbench.sweep)."""
+"""The collectives commbench measures: one declaration per module, over one harness (commbench.sweep).
+
+Which ops exist, and their facts beyond measuring, is commbench.ops; this package maps each
+measured op to its declaration (which imports torch).
+"""
 
 from __future__ import annotations
 
 from commbench.errors import UsageError
+from commbench.ops import DEFAULT_OPS, MEASURED_OPS
 
-# the five ops of a default sweep, in nccl-tests order; the rest run when asked for
-DEFAULT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
-ALL_OPS = DEFAULT_OPS + ("broadcast", "pingpong")
+ALL_OPS = MEASURED_OPS  # every op a sweep can run: the default five, then broadcast and pingpong on request
+__all__ = ["ALL_OPS", "DEFAULT_OPS", "check_op_name", "get_collective", "declarations"]
 
 
-def get_collective(name: str):
-    """The declaration of one op (imports torch)."""
+def declarations() -> dict:
+    """Op name -> its declaration, for every measured op (imports torch)."""
     from commbench.collectives.all_gather import ALL_GATHER
     from commbench.collectives.all_reduce import ALL_REDUCE
     from commbench.collectives.all_to_all import ALL_TO_ALL
@@ -19,8 +23,12 @@ def get_collective(name: str):
     from commbench.collectives.reduce_scatter import REDUCE_SCATTER
     from commbench.collectives.sendrecv import SENDRECV
 
-    registry = {c.name: c for c in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SENDRECV, BROADCAST, PINGPONG)}
-    return registry[check_op_name(name)]
+    return {c.name: c for c in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SENDRECV, BROADCAST, PINGPONG)}
+
+
+def get_collective(name: str):
+    """The declaration of one op (imports torch)."""
+    return declarations()[check_op_name(name)]
 
 
 def check_op_name(name: str) -> str:

@@ -29,9 +29,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 ALL_GATHER = Collective(
     name="all_gather",
-    nccl_tests_name="AllGather",
     redop="none",
-    busbw_factor=lambda n, variant: (n - 1) / n,
     counts=_counts,
     in_place_offsets=lambda counts, rank: (rank * counts.send, 0),
     launch=_launch,

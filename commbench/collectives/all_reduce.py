@@ -15,9 +15,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 ALL_REDUCE = Collective(
     name="all_reduce",
-    nccl_tests_name="AllReduce",
     redop="sum",
-    busbw_factor=lambda n, variant: 2 * (n - 1) / n,
     counts=same_count,
     in_place_offsets=same_buffer,
     launch=_launch,

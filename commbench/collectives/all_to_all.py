@@ -27,9 +27,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 ALL_TO_ALL = Collective(
     name="all_to_all",
-    nccl_tests_name="AlltoAll",
     redop="none",
-    busbw_factor=lambda n, variant: (n - 1) / n,
     counts=_counts,
     in_place_offsets=same_buffer,
     launch=_launch,

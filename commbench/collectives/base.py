@@ -1,15 +1,18 @@
 """The shared shape of a collective declaration, and the helpers every declaration uses.
 
 A declaration says, for one op, what nccl-tests says in one short src/<op>.cu file:
-how a size in bytes becomes element counts, where the in-place buffers sit, the busbw factor,
-how to launch the op through torch.distributed, and what every rank must hold afterwards
-given the known inputs of `pattern`. The harness in commbench.sweep does the rest.
+how a size in bytes becomes element counts, where the in-place buffers sit, how to launch the op
+through torch.distributed, and what every rank must hold afterwards given the known inputs of
+`pattern`. Facts shared beyond measuring (busbw factor, nccl-tests names, what size and count
+mean) live in commbench.ops. The harness in commbench.sweep does the rest.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
+
+from commbench.ops import busbw_factor
 
 if TYPE_CHECKING:  # torch is imported only by the measuring path
     import torch
@@ -69,10 +72,8 @@ Expected = Callable[[GroupContext, Counts, "torch.dtype", "torch.device", Varian
 
 @dataclass(frozen=True)
 class Collective:
-    name: str
-    nccl_tests_name: str
+    name: str  # a key of commbench.ops.OPS
     redop: str  # "sum" or "none", as nccl-tests prints it
-    busbw_factor: Callable[[int, Variant], float]
     counts: Callable[[int, int, int], Counts]  # (elements in `size`, group size, element bytes) -> Counts
     in_place_offsets: Callable[[Counts, int], tuple[int, int]]  # (counts, rank) -> (send, recv) offsets
     launch: Launch
@@ -86,6 +87,10 @@ class Collective:
     # gloo's transport lets incoming data overwrite outgoing data still being sent, so on these
     # backends the in-place variant stages the outgoing data in a scratch copy first (timed too)
     in_place_staged_on: tuple[str, ...] = ()
+
+    def busbw_factor(self, n: int, variant: Variant) -> float:
+        """busbw / algbw on n ranks, from commbench.ops (the one home of the factor)."""
+        return busbw_factor(self.name, n, variant.direction)
 
 
 def aligned_chunk(count: int, n: int, elt_size: int) -> int:

@@ -15,9 +15,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 BROADCAST = Collective(
     name="broadcast",
-    nccl_tests_name="Broadcast",
     redop="none",
-    busbw_factor=lambda n, variant: 1.0,
     counts=same_count,
     in_place_offsets=same_buffer,
     launch=_launch,

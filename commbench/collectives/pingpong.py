@@ -41,9 +41,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 PINGPONG = Collective(
     name="pingpong",
-    nccl_tests_name="PingPong",
     redop="none",
-    busbw_factor=lambda n, variant: 2.0 if variant.direction == "bi" else 1.0,
     counts=same_count,
     in_place_offsets=same_buffer,
     launch=_launch,

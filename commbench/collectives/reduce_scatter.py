@@ -28,9 +28,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 REDUCE_SCATTER = Collective(
     name="reduce_scatter",
-    nccl_tests_name="ReduceScatter",
     redop="sum",
-    busbw_factor=lambda n, variant: (n - 1) / n,
     counts=_counts,
     in_place_offsets=lambda counts, rank: (0, rank * counts.recv),
     launch=_launch,

@@ -25,9 +25,7 @@ def _expected(ctx, counts, dtype, device, variant):
 
 SENDRECV = Collective(
     name="sendrecv",
-    nccl_tests_name="SendRecv",
     redop="none",
-    busbw_factor=lambda n, variant: 1.0,
     counts=same_count,
     in_place_offsets=same_buffer,
     launch=_launch,

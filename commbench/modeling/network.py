@@ -17,9 +17,10 @@ from typing import Protocol
 
 import numpy as np
 
+from commbench import ops
 from commbench.modeling.hardware import Network, System
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
+OPS = ops.DEFAULT_OPS  # the collectives training issues, which the cost models price
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,10 @@ class CollectiveCost(Protocol):
 
 
 def busbw_factor(op: str, n: int) -> float:
-    """Bytes through each rank per byte of size (nccl-tests' busbw factor)."""
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op == "sendrecv":
-        return 1.0
-    raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    """Bytes through each rank per byte of size (nccl-tests' busbw factor, from commbench.ops)."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    return ops.busbw_factor(op, n)
 
 
 def hierarchical_time(flat, op: str, size, placement: Placement):

@@ -32,13 +32,13 @@ import torch
 import torch.distributed as dist
 
 from commbench.collectives.base import Variant
-from commbench.config import DTYPES
+from commbench.data.records import Stats, build_record
 from commbench.launch import RankEnv
 from commbench.overlap.config import OverlapConfig
 from commbench.overlap.schema import OverlapRecord, overlap_achieved
-from commbench.sweep import (Row, Session, Sweep, allocate, count_wrong, fill_known_inputs, my_context, op_callable)
+from commbench.sweep import (Row, Session, Sweep, allocate, count_wrong, fill_known_inputs, my_context, op_callable,
+                             row_facts)
 from commbench.sweep import run_rank as sweep_run_rank
-from commbench.timing import Stats
 
 
 class Gemm:
@@ -276,19 +276,11 @@ class OverlapSweep(Sweep):
         slowest = max(range(len(ranks)), key=lambda rank: ranks[rank].both)
         figures = ranks[slowest]
         comm = figures.comm
-        n = len(row.groups[0])
-        factor = row.collective.busbw_factor(n, variant)
-        size_bytes = row.counts.size_bytes(DTYPES[cfg.dtype][1])
-        algbw = _ratio(size_bytes, comm.median) / 1e3
         raw_overlap = overlap_achieved(figures.compute, comm.median, figures.both)
-        return OverlapRecord(
-            op=row.collective.name, scope=row.scope, group_size=n, n_groups=len(row.groups),
-            size_bytes=size_bytes, count=row.counts.param, dtype=cfg.dtype, redop=row.collective.redop, root=-1,
-            in_place=variant.in_place, iters=cfg.iters, warmup=cfg.warmup, timer=self.overlap.kind,
-            time_us=comm.median, time_us_p10=comm.p10, time_us_p90=comm.p90, time_us_min=comm.min,
-            time_us_max=comm.max, cv=comm.cv, time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks),
-            algbw_gbps=algbw, busbw_gbps=algbw * factor, busbw_factor=factor,
-            aggregate_busbw_gbps=algbw * factor * len(row.groups), wrong=sum(r.wrong for r in ranks),
+        facts = row_facts(self.session, row, variant, cfg.iters, cfg.warmup, self.overlap.kind)
+        return build_record(
+            facts, comm, row.collective.busbw_factor(len(row.groups[0]), variant), record_class=OverlapRecord,
+            time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks), wrong=sum(r.wrong for r in ranks),
             slowest_rank=slowest, gemm_size=self.gemm.size, gemm_dtype=_dtype_name(self.gemm.dtype),
             gemm_threads=self.threads, gemm_tflops=_ratio(self.gemm.flops, figures.compute) / 1e6,
             compute_us=figures.compute, comm_us=comm.median, both_us=figures.both,

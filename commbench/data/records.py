@@ -1,0 +1,81 @@
+"""The one way a Record is made: a row's facts, its time statistics and its busbw factor.
+
+Every writer of records goes through `build_record`: the sweep, pairwise and overlap drivers
+(from samples they timed) and the nccl-tests import (from the times and bandwidths a log
+reports). It owns the bandwidth arithmetic, so it is written once:
+    algbw = size_bytes / time_us (GB/s = 1e3 B/us), busbw = algbw x factor,
+    aggregate_busbw = busbw x n_groups (what all groups of the scope moved together).
+Torch-free (numpy for the statistics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from commbench.data.schema import Record
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Statistics of one rank's per-iteration times (us)."""
+
+    median: float
+    p10: float
+    p90: float
+    min: float
+    max: float
+    mean: float
+    cv: float  # stdev / mean: 0.05 means the iterations scatter by about 5%
+
+    @classmethod
+    def of(cls, samples_us) -> "Stats":
+        values = np.asarray(samples_us, dtype=np.float64)
+        mean = float(values.mean())
+        p10, median, p90 = np.percentile(values, [10, 50, 90])
+        cv = float(values.std() / mean) if mean > 0 else 0.0
+        return cls(float(median), float(p10), float(p90), float(values.min()), float(values.max()), mean, cv)
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """What a row is, independent of how long it took: the columns nccl-tests prints left of the times."""
+
+    op: str
+    scope: str
+    group_size: int
+    n_groups: int
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    in_place: bool
+    iters: int
+    warmup: int
+    timer: str
+    direction: str | None = None
+
+
+def build_record(facts: RowFacts, stats: Stats, factor: float, *, time_us_mean_nccl: float | None, wrong: int,
+                 slowest_rank: int | None = None, reported_bandwidth: tuple[float, float] | None = None,
+                 record_class: type[R] = Record, **extra) -> R:
+    """A Record of `record_class` (Record, or a subclass with `extra` fields). The bandwidths follow
+    from size and median time unless `reported_bandwidth` (algbw, busbw) gives them, as a log does."""
+    algbw, busbw = reported_bandwidth or _bandwidths(facts.size_bytes, stats.median, factor)
+    return record_class(
+        **asdict(facts),
+        time_us=stats.median, time_us_p10=stats.p10, time_us_p90=stats.p90, time_us_min=stats.min,
+        time_us_max=stats.max, cv=stats.cv, time_us_mean_nccl=time_us_mean_nccl,
+        algbw_gbps=algbw, busbw_gbps=busbw, busbw_factor=factor, aggregate_busbw_gbps=busbw * facts.n_groups,
+        wrong=wrong, slowest_rank=slowest_rank, **extra,
+    )
+
+
+def _bandwidths(size_bytes: int, time_us: float, factor: float) -> tuple[float, float]:
+    algbw = size_bytes / time_us / 1e3 if time_us > 0 else 0.0
+    return algbw, algbw * factor
