@@ -17,7 +17,7 @@ from commbench.modeling.job import TrainingJob
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.simulator import Cluster
+from commbench.modeling.cluster import Cluster
 
 SCENARIOS = (  # model, GPUs, global batch, sequence length
     ("llama3.2-1b", 8, 256, 2048),
@@ -39,7 +39,7 @@ def main() -> None:
         planner = Planner(TrainingJob(PRESETS[name], seq, batch), Cluster(gpus, system, PresetNetwork(system)))
         best = min((planner.screen() for _ in range(args.repeats)), key=lambda s: s.seconds)
         start = time.perf_counter()
-        planner.plan(5)
+        planner.rank(5)
         plan_seconds = time.perf_counter() - start
         total_layouts += len(best)
         total_seconds += best.seconds

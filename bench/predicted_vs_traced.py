@@ -8,7 +8,7 @@ This script measures, on this machine:
   - the compute slowdown beside an all_reduce (`commbench overlap`, read by measured_slowdown);
   - the GEMM rate of the demo's own matmul shape (64x512 @ 512x512, 1 thread) and the copy
     bandwidth, which make up the processor;
-then predicts the step with the step simulator (commbench/modeling/simulator.py) and prints it
+then predicts the step with the step model and event schedule (commbench/modeling/step.py, schedule.py) and prints it
 beside the traced figures (commbench/overlap/trace.py, per step, averaged over the traced steps).
 
 The simulator prices transformers, so the MLP is described as one transformer-shaped layer with
@@ -46,7 +46,9 @@ from commbench.modeling.layout import Layout
 from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import ModelSpec
 from commbench.modeling.network import PresetNetwork
-from commbench.modeling.simulator import Cluster, StepModel
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.schedule import simulate
+from commbench.modeling.step import StepModel
 from commbench.overlap import demo
 from commbench.overlap.intervals import IntervalSet
 from commbench.overlap.slowdown import measured_slowdown
@@ -123,7 +125,7 @@ def predict(job: TrainingJob, processor: Processor, comm_run: Path, slowdown: fl
     system = System("this machine", processor, demo.WORLD_SIZE, fallback_network, fallback_network)
     cost = MeasuredNetwork(comm_run, fallback=PresetNetwork(system))
     cluster = Cluster(demo.WORLD_SIZE, system, cost, slowdown_intra=slowdown, slowdown_inter=slowdown)
-    result = StepModel(job, cluster).simulate(Layout(dp=demo.WORLD_SIZE), timeline=True)
+    result = simulate(StepModel(job, cluster), Layout(dp=demo.WORLD_SIZE), timeline=True)
     compute = [e for e in result.timeline if e["stream"] == "pp0.compute"]
     comm = [e for e in result.timeline if e["stream"] == "pp0.dp"]
     compute_set = IntervalSet.union_of([e["start_us"] for e in compute], [e["start_us"] + e["dur_us"] for e in compute])

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from commbench.commands.plan import build_planner
 from commbench.modeling.hardware import load_system, preset_names
 from commbench.modeling.models import PRESETS
-from commbench.modeling.simulator import StepResult
+from commbench.modeling.schedule import StepResult
 
 PRESET_SOURCE = "preset"
 _CACHE_SIZE = 32
@@ -79,7 +79,7 @@ class Planner:
             bandwidth=choice.bandwidth_dir, inter_network=None, global_batch=choice.global_batch,
             seq_len=choice.seq_len, precision="16", slowdown=None, top=choice.top,
         ))
-        plan = planner.plan(choice.top)
+        plan = planner.rank(choice.top)
         view = PlanView(
             ranked=plan.ranked, screened=plan.screened, fitting=plan.fitting,
             network=planner.cluster.cost.describe(), capacity_bytes=planner.cluster.system.processor.memory_bytes,

@@ -18,14 +18,14 @@ from commbench.modeling.job import TrainingJob
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.simulator import Cluster
+from commbench.modeling.cluster import Cluster
 
 DGX_H100 = load_system("dgx-h100")
 
 
 def best_layout(model: str, gpus: int, global_batch: int, seq_len: int):
     job = TrainingJob(PRESETS[model], seq_len, global_batch)
-    return Planner(job, Cluster(gpus, DGX_H100, PresetNetwork(DGX_H100))).plan(1).ranked[0].layout
+    return Planner(job, Cluster(gpus, DGX_H100, PresetNetwork(DGX_H100))).rank(1).ranked[0].layout
 
 
 def dimensions(layout) -> set[str]:

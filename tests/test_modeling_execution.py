@@ -13,7 +13,9 @@ from commbench.modeling.layout import LayoutBatch, parse_layout
 from commbench.modeling.memory import micro_batches, stage_parameters
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import Placement, PresetNetwork
-from commbench.modeling.simulator import Cluster, StepModel
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.schedule import simulate
+from commbench.modeling.step import StepModel
 
 DGX = load_system("dgx-h100")
 NODE = Placement(8, 1)  # every group below sits inside one 8-GPU node
@@ -30,7 +32,7 @@ def step_model(execution: str, global_batch: int = 8, cost=None) -> StepModel:
 def both_models(model: StepModel, text: str) -> tuple[float, float]:
     """Closed-form and event-simulated step time of one layout."""
     layout = parse_layout(text, 8)
-    return float(model.evaluate(LayoutBatch.from_layouts([layout])).step_s[0]), model.simulate(layout).step_s
+    return float(model.evaluate(LayoutBatch.from_layouts([layout])).step_s[0]), simulate(model, layout).step_s
 
 
 def test_torch_eager_tp_pays_every_backward_all_reduce():

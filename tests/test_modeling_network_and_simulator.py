@@ -7,10 +7,12 @@ from commbench.modeling.hardware import load_system
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import LayoutBatch, group_placement, parse_layout
 from commbench.modeling.measured import MeasuredNetwork
-from commbench.modeling.memory import memory_per_gpu
+from commbench.modeling.memory import memory_per_gpu, stage_parameters
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import Placement, PresetNetwork, price
-from commbench.modeling.simulator import CATEGORIES, Cluster, StepModel, pipeline_order
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.schedule import pipeline_order, simulate
+from commbench.modeling.step import CATEGORIES, StepModel
 from tests.test_modeling_planner import write_run
 
 DGX = load_system("dgx-h100")
@@ -86,7 +88,7 @@ def step_model(model="llama3-70b", gpus=64, batch=256, seq=4096):
 def test_simulated_categories_add_up_and_agree_with_the_closed_form(text):
     model = step_model()
     layout = parse_layout(text, 64)
-    result = model.simulate(layout, timeline=True)
+    result = simulate(model, layout, timeline=True)
     assert set(result.categories) == set(CATEGORIES)
     assert sum(result.categories.values()) == pytest.approx(result.step_s, rel=1e-9)
     closed = model.evaluate(LayoutBatch.from_layouts([layout])).step_s[0]
@@ -98,8 +100,22 @@ def test_simulated_categories_add_up_and_agree_with_the_closed_form(text):
 
 def test_moe_layout_prices_expert_all_to_all_forward_and_backward():
     model = step_model("mixtral-8x7b", 64, 256, 4096)
-    result = model.simulate(parse_layout("tp=2,pp=2,dp=16,ep=8,zero=1,recompute=selective", 64))
+    result = simulate(model, parse_layout("tp=2,pp=2,dp=16,ep=8,zero=1,recompute=selective", 64))
     assert result.categories["ep"] > 0 and result.comm_bytes["ep"] > 0
+
+
+def test_data_parallel_bytes_count_each_weight_share_on_the_group_that_reduces_it():
+    """Expert gradients and weights move over their expert-data-parallel group (dp*cp/ep ranks),
+    not the dense weights' dp*cp group: the bytes per step are summed from what was priced."""
+    model = step_model("mixtral-8x7b", 8, 64, 4096)
+    layout = parse_layout("dp=8,ep=4,mbs=1,zero=1", 8)
+    result = simulate(model, layout)
+    dense, expert = stage_parameters(model.job, LayoutBatch.from_layouts([layout]))
+    prec = model.job.precision
+    per_byte = prec.grad_bytes + prec.param_bytes  # reduce-scatter the gradients, all-gather the weights
+    dense_ranks, expert_ranks = 8, 8 // 4
+    expected = per_byte * (dense[0] * (dense_ranks - 1) / dense_ranks + expert[0] * (expert_ranks - 1) / expert_ranks)
+    assert result.comm_bytes["dp"] == pytest.approx(expected, rel=1e-12)
 
 
 def test_pipeline_orders_run_every_op_once():

@@ -14,7 +14,7 @@ from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork, busbw_factor
 from commbench.modeling.planner import Planner
-from commbench.modeling.simulator import Cluster
+from commbench.modeling.cluster import Cluster
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
 
@@ -56,14 +56,14 @@ def write_run(path, intra_gbps, inter_gbps, nodes=8, gpus_per_node=8, latency_us
 
 
 def test_1b_on_8_gpus_ranks_plain_data_parallel_first():
-    best = planner("llama3.2-1b", 8, 256, 2048).plan(3).ranked[0].layout
+    best = planner("llama3.2-1b", 8, 256, 2048).rank(3).ranked[0].layout
     assert (best.dp, best.tp, best.pp, best.cp) == (8, 1, 1, 1)
     assert best.zero == 0  # the seeds' first step: it fits, so DDP
 
 
 def test_7b_on_8_h100_never_ranks_unsharded_ddp():
     p = planner("llama2-7b", 8, 64, 4096)
-    plan = p.plan(10)
+    plan = p.rank(10)
     assert all(not (r.layout.dp == 8 and r.layout.zero == 0) for r in plan.ranked)
     result, reason = p.evaluate_layout(parse_layout("dp=8,zero=0", 8))
     assert reason is not None and "optimizer" in reason
@@ -71,7 +71,7 @@ def test_7b_on_8_h100_never_ranks_unsharded_ddp():
 
 
 def test_70b_on_64_h100_keeps_tensor_parallel_inside_a_node():
-    plan = planner("llama3-70b", 64, 256, 4096).plan(5)
+    plan = planner("llama3-70b", 64, 256, 4096).rank(5)
     assert all(r.layout.tp <= 8 for r in plan.ranked)
     assert plan.fitting < plan.screened  # some layouts were dropped for memory
 
@@ -81,8 +81,8 @@ def test_slow_inter_node_table_keeps_tp_inside_and_faster_table_moves_ranking(tm
     slow = MeasuredNetwork(write_run(tmp_path / "slow", intra_gbps=360, inter_gbps=1.0), fallback)
     fast = MeasuredNetwork(write_run(tmp_path / "fast", intra_gbps=360, inter_gbps=45), fallback)
     slow_planner = planner("llama3-70b", 64, 256, 4096, cost=slow)
-    slow_plan = slow_planner.plan(5)
-    fast_plan = planner("llama3-70b", 64, 256, 4096, cost=fast).plan(5)
+    slow_plan = slow_planner.rank(5)
+    fast_plan = planner("llama3-70b", 64, 256, 4096, cost=fast).rank(5)
     assert all(r.layout.tp <= 8 for r in slow_plan.ranked)
     slow_best, fast_best = slow_plan.ranked[0], fast_plan.ranked[0]
     assert fast_best.tokens_per_s > slow_best.tokens_per_s
@@ -104,7 +104,7 @@ def test_faster_preset_fabric_helps_data_parallel_heavy_layouts():
 
 def test_model_too_big_for_the_cluster_says_why():
     with pytest.raises(UsageError, match=r"does not fit on 8 GPUs.*needs .* GB > 80 GB.*at least \d+ GPUs"):
-        planner("llama3.1-405b", 8, 64, 4096).plan(3)
+        planner("llama3.1-405b", 8, 64, 4096).rank(3)
 
 
 def test_plan_command_exit_codes_and_json(capsys, tmp_path):

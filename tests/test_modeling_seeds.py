@@ -95,7 +95,7 @@ def test_mixtral_active_parameters():
 def test_modeling_never_imports_torch():
     code = ("import sys; import commbench.modeling.planner, commbench.modeling.measured, "
             "commbench.commands.plan, commbench.commands.estimate; "
-            "from commbench.modeling import models, hardware, memory, compute, comm, network, simulator; "
+            "from commbench.modeling import models, hardware, memory, compute, comm, network, cluster, step, schedule; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -47,7 +47,8 @@ from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import ModelSpec
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.simulator import Cluster, StepResult
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.schedule import StepResult
 
 from layouts import layout_runs
 

@@ -69,7 +69,7 @@ def build_planner(args):
     from commbench.modeling.models import load_model
     from commbench.modeling.network import PresetNetwork
     from commbench.modeling.planner import Planner
-    from commbench.modeling.simulator import Cluster
+    from commbench.modeling.cluster import Cluster
 
     # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
     for option, value, high in (("--gpus", args.gpus, MAX_GPUS), ("--global-batch", args.global_batch, MAX_GLOBAL_BATCH),
@@ -126,18 +126,18 @@ def main(args) -> int:
         return _one_layout(planner, args, warnings)
     from commbench.modeling.planner import explain
 
-    plan = planner.plan(args.top)
+    ranking = planner.rank(args.top)
     warnings = getattr(planner.cluster.cost, "warnings", [])  # measured lookups warn while pricing
     if args.json:
         print(json.dumps({
             "model": planner.job.model.describe(), "network": planner.cluster.cost.describe(),
             "slowdown": _slowdown_figures(planner), "execution": planner.job.execution.name,
-            "screened": plan.screened, "fitting": plan.fitting, "layouts_per_second": plan.layouts_per_second,
-            "ranked": [r.to_dict() for r in plan.ranked], "explanations": explain(plan.ranked),
-            "dropped_examples": [{"layout": l, "reason": r} for l, r in plan.dropped_examples], "warnings": warnings,
+            "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
+            "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
+            "dropped_examples": [{"layout": l, "reason": r} for l, r in ranking.dropped_examples], "warnings": warnings,
         }, indent=2))
         return 0
-    _print_plan(planner, plan, warnings)
+    _print_ranking(planner, ranking, warnings)
     return 0
 
 
@@ -213,17 +213,17 @@ def _print_breakdown(result) -> None:
     Console().print(table)
 
 
-def _print_plan(planner, plan, warnings) -> None:
+def _print_ranking(planner, ranking, warnings) -> None:
     from rich.console import Console
 
     from commbench.modeling.planner import explain
 
     _print_header(planner, warnings)
-    _print_results(plan.ranked, title=f"Top {len(plan.ranked)} of {plan.fitting} fitting layouts ({plan.screened} screened)")
+    _print_results(ranking.ranked, title=f"Top {len(ranking.ranked)} of {ranking.fitting} fitting layouts ({ranking.screened} screened)")
     console = Console()
-    for line in explain(plan.ranked):
+    for line in explain(ranking.ranked):
         console.print(line)
-    for layout, reason in plan.dropped_examples:
+    for layout, reason in ranking.dropped_examples:
         console.print(f"[dim]dropped {layout}: {reason}[/dim]")
-    console.print(f"[dim]screened {plan.screened} layouts in {plan.screening_seconds * 1e3:.0f} ms "
-                  f"({plan.layouts_per_second:,.0f} layouts/s)[/dim]")
+    console.print(f"[dim]screened {ranking.screened} layouts in {ranking.screening_seconds * 1e3:.0f} ms "
+                  f"({ranking.layouts_per_second:,.0f} layouts/s)[/dim]")

@@ -7,8 +7,10 @@ Modules, in the order data flows through them:
   memory     the per-GPU memory ledger
   compute    FLOPs (C = 6PD) and GEMM time on a processor
   network    the CollectiveCost protocol and PresetNetwork; measured holds MeasuredNetwork
-  comm       which collectives each parallelism issues per step, at which size and placement
-  simulator  the overlapped step: closed form for many layouts, event schedule for one
+  comm       which collectives each parallelism issues, priced at their size and placement
+  cluster    the GPUs, their system, the collective cost and the overlap slowdown
+  step       the closed-form step model: per-op costs with overlap, a whole step for many layouts
+  schedule   the event schedule of one layout's step (1F1B / interleaved), and its timeline
   planner    enumerate, filter by memory, rank and explain layouts
 
 Everything here works on numpy arrays of layouts so the planner can price thousands at once.

@@ -1,5 +1,9 @@
 """Which collectives each parallelism issues, how big they are, and what they cost on their group.
 
+One function per parallelism prices its collectives; each priced collective carries the bytes one
+rank sends in it (the nccl-tests busbw factor times its size), and the bytes per step that `plan`
+reports are those summed over the collectives a layer pass, a micro-batch or a step issues.
+
 Per layer and micro-batch, with A = b*(s/cp)*h*2 bytes the activation of one micro-batch:
   TP, no SP     forward 2 all-reduce(A); backward 2 all-reduce(A), hidden behind the weight-gradient GEMM
   TP with SP    forward 2 all-gather(A) + 2 reduce-scatter(A); backward 4 all-gather + 2 reduce-scatter:
@@ -22,7 +26,9 @@ Per step:
                 stage's gradients in buckets; ZeRO-1/2 then all-gather the updated bf16 weights
   PP            one sendrecv of A (A/t with SP) per micro-batch per boundary, forward and backward,
                 v times as many with v interleaved chunks
-Every collective is priced by the CollectiveCost for its group's size and placement.
+Every collective is priced by the CollectiveCost for its group's size and placement. The bytes per
+step count the layers' collectives, the gradient reduction, the weight gathers and the pipeline
+sends (not the head's loss all-reduces nor the forward collectives full recompute repeats).
 """
 
 from __future__ import annotations
@@ -34,133 +40,246 @@ import numpy as np
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import LayoutBatch, layout_groups
 from commbench.modeling.memory import layers_per_chunk, micro_batches, stage_parameters
-from commbench.modeling.network import CollectiveCost, price
+from commbench.modeling.network import CollectiveCost, busbw_factor, price
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Collectives priced together: the seconds they take and the bytes one rank sends in them."""
+
+    seconds: np.ndarray
+    sent: np.ndarray
+
+    __array_ufunc__ = None  # `array * traffic` must reach __rmul__, not broadcast over a Traffic object
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.seconds + other.seconds, self.sent + other.sent)
+
+    def __rmul__(self, count) -> Traffic:
+        return Traffic(count * self.seconds, count * self.sent)
+
+    @staticmethod
+    def choose(condition: np.ndarray, if_true: Traffic, if_false: Traffic) -> Traffic:
+        return Traffic(np.where(condition, if_true.seconds, if_false.seconds),
+                       np.where(condition, if_true.sent, if_false.sent))
+
+
+@dataclass(frozen=True)
+class _Pricing:
+    """What every parallelism's pricing reads: the job, its layouts, their groups and sizes."""
+
+    job: TrainingJob
+    batch: LayoutBatch
+    cost: CollectiveCost
+    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    micro_batches: np.ndarray
+    layers: np.ndarray  # layers one pipeline rank holds, over all its chunks
+    seq_local: np.ndarray  # tokens of one sequence on one context-parallel rank
+    activation: np.ndarray  # A: bytes of one micro-batch's activation
+
+    @property
+    def layer_passes(self) -> np.ndarray:
+        """Forward layer passes per step (the backward has as many)."""
+        return self.micro_batches * self.layers
+
+    def collective(self, op: str, size, group: str) -> Traffic:
+        members = self.groups[group][0]
+        sent = np.where(members > 1, busbw_factor(op, members) * size, 0.0)
+        return Traffic(price(self.cost, op, size, self.groups[group]), sent)
+
+    def over_replicas(self, op: str, dense_bytes, expert_bytes) -> Traffic:
+        """One collective among the ranks holding the same weights: the dense share over the data x
+        context parallel group, the experts' share over their expert-data-parallel group."""
+        return self.collective(op, dense_bytes, "dp") + self.collective(op, expert_bytes, "edp")
+
+    def zeros(self) -> Traffic:
+        none = np.zeros(len(self.batch))
+        return Traffic(none, none)
+
+
+@dataclass
+class TensorParallelCosts:
+    """Seconds per layer per micro-batch (head: per micro-batch on the last stage)."""
+
+    fwd: np.ndarray  # blocking
+    bwd_blocking: np.ndarray
+    bwd_overlapped: np.ndarray  # runs alongside the backward GEMMs
+    head_fwd: np.ndarray  # blocking
+    head_bwd_blocking: np.ndarray
+    head_bwd_overlapped: np.ndarray  # runs alongside the head's weight-gradient GEMM
+    sent_per_step: np.ndarray  # bytes one rank sends in the layers' TP collectives
+
+
+@dataclass
+class ContextParallelCosts:
+    """Seconds of the ring per layer per micro-batch; both run alongside the attention core."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    sent_per_step: np.ndarray
+
+
+@dataclass
+class ExpertParallelCosts:
+    """Seconds of the blocking all-to-alls per layer per micro-batch (averaged over MoE and dense layers)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    sent_per_step: np.ndarray
+
+
+@dataclass
+class Zero3Costs:
+    """Seconds of ZeRO-3's per-layer weight gathers and gradient reduce-scatters, per micro-batch."""
+
+    fwd: np.ndarray  # prefetched: overlaps the layer compute
+    bwd: np.ndarray  # overlapped
+    bwd_blocking: np.ndarray  # the reduce-scatter, when the framework does not overlap it
+    sent_per_step: np.ndarray
+
+
+@dataclass
+class DataParallelCosts:
+    """The per-step gradient reduction in buckets and the ZeRO-1/2 weight gather."""
+
+    bucket: np.ndarray  # seconds of one gradient bucket's reduction
+    buckets: np.ndarray  # buckets per reduction
+    reductions: np.ndarray  # gradient reductions per step (1, or m with ZeRO-2, 0 with ZeRO-3)
+    param_gather: np.ndarray  # seconds of the ZeRO-1/2 all-gather of updated weights after the optimizer
+    sent_per_step: np.ndarray
+
+    @property
+    def reduction(self) -> np.ndarray:
+        """Seconds of one whole gradient reduction."""
+        return self.bucket * self.buckets
+
+
+@dataclass
+class PipelineCosts:
+    p2p: np.ndarray  # seconds of one boundary crossing of one micro-batch
+    sent_per_step: np.ndarray
 
 
 @dataclass
 class CommCosts:
-    """Seconds (and bytes) per layout. Per-layer figures are per layer per micro-batch."""
+    """Every parallelism's collectives for a batch of layouts."""
 
-    tp_fwd: np.ndarray  # blocking
-    tp_bwd_blocking: np.ndarray
-    tp_bwd_overlapped: np.ndarray  # runs alongside the backward GEMMs
-    tp_head_fwd: np.ndarray  # blocking, per micro-batch on the last stage
-    tp_head_bwd_blocking: np.ndarray
-    tp_head_bwd_overlapped: np.ndarray  # runs alongside the head's weight-gradient GEMM
-    cp_fwd: np.ndarray  # runs alongside the attention core
-    cp_bwd: np.ndarray
-    ep_fwd: np.ndarray  # blocking
-    ep_bwd: np.ndarray
-    zero3_fwd: np.ndarray  # prefetched: overlaps the layer compute
-    zero3_bwd: np.ndarray
-    zero3_bwd_blocking: np.ndarray  # the reduce-scatter, when the framework does not overlap it
-    pp_p2p: np.ndarray  # one boundary crossing of one micro-batch
-    dp_bucket: np.ndarray  # one gradient bucket's reduction
-    dp_buckets: np.ndarray  # buckets per reduction
-    dp_reductions: np.ndarray  # gradient reductions per step (1, or m with ZeRO-2, 0 with ZeRO-3)
-    dp_param_gather: np.ndarray  # ZeRO-1/2 all-gather of updated weights after the optimizer
+    tp: TensorParallelCosts
+    cp: ContextParallelCosts
+    ep: ExpertParallelCosts
+    zero3: Zero3Costs
+    dp: DataParallelCosts
+    pp: PipelineCosts
     inter_node: dict[str, np.ndarray]  # per group kind: does it cross nodes
-    bytes_per_step: dict[str, np.ndarray]  # per parallelism, bytes one rank sends per step
 
     @property
-    def dp_reduction(self) -> np.ndarray:
-        return self.dp_bucket * self.dp_buckets
+    def bytes_per_step(self) -> dict[str, np.ndarray]:
+        """Per parallelism, the bytes one rank sends per step; ZeRO-3's gathers count as data parallel."""
+        return {"tp": self.tp.sent_per_step, "cp": self.cp.sent_per_step, "ep": self.ep.sent_per_step,
+                "dp": self.dp.sent_per_step + self.zero3.sent_per_step, "pp": self.pp.sent_per_step}
 
 
 def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gpus_per_node: int) -> CommCosts:
-    model = job.model
-    groups = layout_groups(batch, gpus_per_node)
-    t = batch.tp
-    m = micro_batches(job, batch)
     seq_local = job.seq_len / batch.cp
-    act = batch.mbs * seq_local * model.hidden * job.activation_bytes
-    sp = batch.seq_parallel
+    pricing = _Pricing(
+        job=job, batch=batch, cost=cost, groups=layout_groups(batch, gpus_per_node),
+        micro_batches=micro_batches(job, batch), layers=layers_per_chunk(job, batch) * batch.vpp,
+        seq_local=seq_local, activation=batch.mbs * seq_local * job.model.hidden * job.activation_bytes,
+    )
+    return CommCosts(
+        tp=tensor_parallel(pricing), cp=context_parallel(pricing), ep=expert_parallel(pricing),
+        zero3=zero3_sharding(pricing), dp=data_parallel(pricing), pp=pipeline_parallel(pricing),
+        inter_node={name: group[2] > 1 for name, group in pricing.groups.items()},
+    )
+
+
+def tensor_parallel(p: _Pricing) -> TensorParallelCosts:
+    sp = p.batch.seq_parallel
+    all_gather = p.collective("all_gather", p.activation, "tp")
+    reduce_scatter = p.collective("reduce_scatter", p.activation, "tp")
+    all_reduce = p.collective("all_reduce", p.activation, "tp")
+    none = p.zeros()
+    layer_fwd = Traffic.choose(sp, 2 * all_gather + 2 * reduce_scatter, 2 * all_reduce)
+    bwd_critical = Traffic.choose(sp, 2 * all_gather, none)  # the output gradient's all-gathers: the next GEMM needs them
+    bwd_hideable = Traffic.choose(sp, 2 * all_gather + 2 * reduce_scatter, 2 * all_reduce)
+    loss_reduction = p.collective("all_reduce", p.batch.mbs * p.seq_local * 4.0, "tp")  # one fp32 per token
+    head_fwd = Traffic.choose(sp, all_gather, none) + 3 * loss_reduction
+    head_bwd_hideable = Traffic.choose(sp, reduce_scatter, all_reduce)
+    if p.job.execution.tp_backward_overlap:
+        bwd_blocking, bwd_overlapped = bwd_critical, bwd_hideable
+        head_bwd_blocking, head_bwd_overlapped = none, head_bwd_hideable
+    else:
+        bwd_blocking, bwd_overlapped = bwd_critical + bwd_hideable, none
+        head_bwd_blocking, head_bwd_overlapped = head_bwd_hideable, none
+    return TensorParallelCosts(
+        fwd=layer_fwd.seconds, bwd_blocking=bwd_blocking.seconds, bwd_overlapped=bwd_overlapped.seconds,
+        head_fwd=head_fwd.seconds, head_bwd_blocking=head_bwd_blocking.seconds,
+        head_bwd_overlapped=head_bwd_overlapped.seconds,
+        sent_per_step=p.layer_passes * (layer_fwd + bwd_blocking + bwd_overlapped).sent,
+    )
+
+
+def context_parallel(p: _Pricing) -> ContextParallelCosts:
+    model = p.job.model
+    kv_split = np.minimum(p.batch.tp, model.kv_heads)
+    kv_chunk = 2 * p.batch.mbs * p.seq_local * model.kv_dim / kv_split * p.job.activation_bytes
+    fwd = (p.batch.cp - 1) * p.collective("sendrecv", kv_chunk, "cp")
+    bwd = 2 * fwd  # K,V again, and dK,dV
+    return ContextParallelCosts(fwd=fwd.seconds, bwd=bwd.seconds, sent_per_step=p.layer_passes * (fwd + bwd).sent)
+
+
+def expert_parallel(p: _Pricing) -> ExpertParallelCosts:
+    model = p.job.model
     moe_share = model.moe_layers / model.layers
-    execution = job.execution
+    a2a_bytes = (model.moe.top_k * p.job.expert_load if model.moe else 0) * p.activation / p.batch.tp
+    fwd = moe_share * 2 * p.collective("all_to_all", a2a_bytes, "ep")  # dispatch + combine
+    return ExpertParallelCosts(fwd=fwd.seconds, bwd=fwd.seconds, sent_per_step=p.layer_passes * (fwd + fwd).sent)
 
-    # tensor parallel
-    ag = price(cost, "all_gather", act, groups["tp"])
-    rs = price(cost, "reduce_scatter", act, groups["tp"])
-    ar = price(cost, "all_reduce", act, groups["tp"])
-    tp_fwd = np.where(sp, 2 * ag + 2 * rs, 2 * ar)
-    tp_bwd_critical = np.where(sp, 2 * ag, 0.0)  # the output gradient's all-gathers: the next GEMM needs them
-    tp_bwd_hideable = np.where(sp, 2 * ag + 2 * rs, 2 * ar)
-    loss_reduction = price(cost, "all_reduce", batch.mbs * seq_local * 4.0, groups["tp"])
-    tp_head_fwd = np.where(sp, ag, 0.0) + 3 * loss_reduction
-    tp_head_bwd_hideable = np.where(sp, rs, ar)
-    none = np.zeros_like(tp_fwd)
-    if execution.tp_backward_overlap:
-        tp_bwd_blocking, tp_bwd_overlapped = tp_bwd_critical, tp_bwd_hideable
-        tp_head_bwd_blocking, tp_head_bwd_overlapped = none, tp_head_bwd_hideable
+
+def zero3_sharding(p: _Pricing) -> Zero3Costs:
+    dense, expert = stage_parameters(p.job, p.batch)
+    zero3 = p.batch.zero == 3
+    prec = p.job.precision
+
+    def per_layer(op: str, bytes_per_param: float) -> Traffic:
+        return p.over_replicas(op, np.where(zero3, dense / p.layers * bytes_per_param, 0.0),
+                               np.where(zero3, expert / p.layers * bytes_per_param, 0.0))
+
+    gather = per_layer("all_gather", prec.param_bytes)
+    reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes)
+    if p.job.execution.zero3_reduce_scatter_overlap:
+        bwd, bwd_blocking = gather + reduce_scatter, p.zeros()
     else:
-        tp_bwd_blocking, tp_bwd_overlapped = tp_bwd_critical + tp_bwd_hideable, none
-        tp_head_bwd_blocking, tp_head_bwd_overlapped = tp_head_bwd_hideable, none
+        bwd, bwd_blocking = gather, reduce_scatter
+    return Zero3Costs(fwd=gather.seconds, bwd=bwd.seconds, bwd_blocking=bwd_blocking.seconds,
+                      sent_per_step=p.layer_passes * (gather + bwd + bwd_blocking).sent)
 
-    # context parallel ring
-    kv_split = np.minimum(t, model.kv_heads)
-    kv_chunk = 2 * batch.mbs * seq_local * model.kv_dim / kv_split * job.activation_bytes
-    cp_fwd = (batch.cp - 1) * price(cost, "sendrecv", kv_chunk, groups["cp"])
 
-    # expert parallel
-    a2a_bytes = (model.moe.top_k * job.expert_load if model.moe else 0) * act / t
-    ep_fwd = moe_share * 2 * price(cost, "all_to_all", a2a_bytes, groups["ep"])
-
-    # ZeRO-3 per-layer gathers, dense weights over dp x cp, expert weights over their own group
-    dense, expert = stage_parameters(job, batch)
-    layers = layers_per_chunk(job, batch) * batch.vpp
-    prec = job.precision
-    zero3 = batch.zero == 3
-
-    def per_layer(op, nbytes):
-        return (price(cost, op, np.where(zero3, dense / layers * nbytes, 0.0), groups["dp"])
-                + price(cost, op, np.where(zero3, expert / layers * nbytes, 0.0), groups["edp"]))
-
-    zero3_fwd = per_layer("all_gather", prec.param_bytes)
-    zero3_reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes)
-    if execution.zero3_reduce_scatter_overlap:
-        zero3_bwd, zero3_bwd_blocking = zero3_fwd + zero3_reduce_scatter, np.zeros_like(zero3_fwd)
-    else:
-        zero3_bwd, zero3_bwd_blocking = zero3_fwd, zero3_reduce_scatter
-
-    # data parallel gradient reduction in buckets, and the ZeRO-1/2 weight gather
+def data_parallel(p: _Pricing) -> DataParallelCosts:
+    batch, prec = p.batch, p.job.precision
+    dense, expert = stage_parameters(p.job, batch)
     grad_bytes = (dense + expert) * prec.grad_bytes
-    buckets = np.maximum(np.ceil(grad_bytes / job.bucket_bytes), 1)
+    buckets = np.maximum(np.ceil(grad_bytes / p.job.bucket_bytes), 1)
     bucket_bytes = grad_bytes / buckets
     dense_share = dense / (dense + expert)
-    reduce_op_cost = np.where(
+    bucket = Traffic.choose(
         batch.zero == 0,
-        price(cost, "all_reduce", bucket_bytes * dense_share, groups["dp"])
-        + price(cost, "all_reduce", bucket_bytes * (1 - dense_share), groups["edp"]),
-        price(cost, "reduce_scatter", bucket_bytes * dense_share, groups["dp"])
-        + price(cost, "reduce_scatter", bucket_bytes * (1 - dense_share), groups["edp"]),
+        p.over_replicas("all_reduce", bucket_bytes * dense_share, bucket_bytes * (1 - dense_share)),
+        p.over_replicas("reduce_scatter", bucket_bytes * dense_share, bucket_bytes * (1 - dense_share)),
     )
-    reductions = np.select([batch.zero <= 1, batch.zero == 2], [1, m], 0)
+    reductions = np.select([batch.zero <= 1, batch.zero == 2], [1, p.micro_batches], 0)
     gather_weights = (batch.zero == 1) | (batch.zero == 2)
-    param_gather = (price(cost, "all_gather", np.where(gather_weights, dense * prec.param_bytes, 0.0), groups["dp"])
-                    + price(cost, "all_gather", np.where(gather_weights, expert * prec.param_bytes, 0.0), groups["edp"]))
-
-    # pipeline boundary
-    p2p_bytes = np.where(sp, act / t, act)
-    # priced only where there is a boundary: a measured table need not have the pp=1 group's placement
-    pp_p2p = price(cost, "sendrecv", np.where(batch.pp > 1, p2p_bytes, 0.0), groups["pp"])
-
-    passes = m * layers  # layer passes per step, forward (backward has as many)
-    bytes_per_step = {
-        "tp": np.where(t > 1, passes * act * (t - 1) / t * np.where(sp, 10, 8), 0.0),
-        "cp": passes * (batch.cp - 1) * kv_chunk * 3,
-        "ep": passes * moe_share * 4 * a2a_bytes * (batch.ep - 1) / batch.ep,
-        "dp": (reductions * grad_bytes * np.where(batch.zero == 0, 2, 1)
-               + np.where(gather_weights, dense * prec.param_bytes, 0.0)
-               + np.where(zero3, m * (dense + expert) * (2 * prec.param_bytes + prec.grad_bytes), 0.0))
-        * (batch.dp * batch.cp - 1) / (batch.dp * batch.cp),
-        "pp": np.where(batch.pp > 1, 2 * m * batch.vpp * p2p_bytes, 0.0),
-    }
-    return CommCosts(
-        tp_fwd=tp_fwd, tp_bwd_blocking=tp_bwd_blocking, tp_bwd_overlapped=tp_bwd_overlapped,
-        tp_head_fwd=tp_head_fwd, tp_head_bwd_blocking=tp_head_bwd_blocking, tp_head_bwd_overlapped=tp_head_bwd_overlapped,
-        cp_fwd=cp_fwd, cp_bwd=2 * cp_fwd, ep_fwd=ep_fwd, ep_bwd=ep_fwd,
-        zero3_fwd=zero3_fwd, zero3_bwd=zero3_bwd, zero3_bwd_blocking=zero3_bwd_blocking, pp_p2p=pp_p2p,
-        dp_bucket=reduce_op_cost, dp_buckets=buckets, dp_reductions=reductions, dp_param_gather=param_gather,
-        inter_node={name: group[2] > 1 for name, group in groups.items()},
-        bytes_per_step=bytes_per_step,
+    param_gather = p.over_replicas("all_gather", np.where(gather_weights, dense * prec.param_bytes, 0.0),
+                                   np.where(gather_weights, expert * prec.param_bytes, 0.0))
+    return DataParallelCosts(
+        bucket=bucket.seconds, buckets=buckets, reductions=reductions, param_gather=param_gather.seconds,
+        sent_per_step=reductions * buckets * bucket.sent + param_gather.sent,
     )
+
+
+def pipeline_parallel(p: _Pricing) -> PipelineCosts:
+    batch = p.batch
+    p2p_bytes = np.where(batch.seq_parallel, p.activation / batch.tp, p.activation)
+    # priced only where there is a boundary: a measured table need not have the pp=1 group's placement
+    send = p.collective("sendrecv", np.where(batch.pp > 1, p2p_bytes, 0.0), "pp")
+    return PipelineCosts(p2p=send.seconds, sent_per_step=2 * p.micro_batches * batch.vpp * send.sent)

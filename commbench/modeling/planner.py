@@ -22,7 +22,9 @@ from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
 from commbench.modeling.limits import MAX_SIMULATED_OPS
 from commbench.modeling.memory import LEDGER_ITEMS
-from commbench.modeling.simulator import CATEGORIES, Cluster, Evaluation, StepModel, StepResult, simulated_ops
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.schedule import StepResult, simulate, simulated_ops
+from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
 
 SIMPLICITY_MARGIN = 0.005
 GB = 1e9
@@ -56,7 +58,9 @@ class Screening:
 
 
 @dataclass
-class Plan:
+class Ranking:
+    """The outcome of a layout search: the best layouts simulated and ranked, and what was screened."""
+
     ranked: list[StepResult]
     screened: int
     fitting: int
@@ -149,7 +153,8 @@ class Planner:
         fits = evaluation.memory["total"] <= capacity
         return Screening(evaluation, fits, capacity, time.perf_counter() - start)
 
-    def plan(self, top: int = 5) -> Plan:
+    def rank(self, top: int = 5) -> Ranking:
+        """Screen every layout, simulate the fastest that fit, and rank them (the `top` best kept)."""
         screening = self.screen()
         if len(screening) == 0:
             raise UsageError(self._no_shape_reason())
@@ -159,13 +164,13 @@ class Planner:
         order = np.argsort(-ev.tokens_per_s)
         fitting = order[screening.fits[order]]
         shortlist = fitting[: max(self.space.shortlist, top)]
-        results = [self.model.simulate(ev.batch.layout(i)) for i in shortlist]
+        results = [simulate(self.model, ev.batch.layout(i)) for i in shortlist]
         results.sort(key=ranking_key, reverse=True)
         dropped = order[~screening.fits[order]][:3]
         best = results[0].tokens_per_s
         dropped_examples = [(str(ev.batch.layout(i)), screening.memory_reason(i))
                             for i in dropped if ev.tokens_per_s[i] > best]
-        return Plan(results[:top], len(screening), int(screening.fits.sum()), dropped_examples, screening.seconds)
+        return Ranking(results[:top], len(screening), int(screening.fits.sum()), dropped_examples, screening.seconds)
 
     def evaluate_layout(self, layout: Layout) -> tuple[StepResult, str | None]:
         """Simulate one layout; the second value says why it does not fit, or is None."""
@@ -179,7 +184,7 @@ class Planner:
         if self.job.model.heads % layout.tp:
             raise UsageError(f"tp={layout.tp} does not divide the {self.job.model.heads} attention heads")
         screening = self.screen(LayoutBatch.from_layouts([layout]))
-        result = self.model.simulate(layout, timeline=True)
+        result = simulate(self.model, layout, timeline=True)
         return result, None if screening.fits[0] else screening.memory_reason(0)
 
     # reasons -----------------------------------------------------------------------------

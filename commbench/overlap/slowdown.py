@@ -1,6 +1,6 @@
 """The compute slowdown the step model charges, read from a `commbench overlap` run directory.
 
-The step model (commbench/modeling/simulator.py) charges `slowdown x overlapped seconds` of extra
+The step model (commbench/modeling/step.py) charges `slowdown x overlapped seconds` of extra
 compute wherever a collective runs beside compute. The measured counterpart of that factor is
 
     (compute_during_comm_us - compute_us) / min(comm_during_compute_us, compute_during_comm_us)
