@@ -501,7 +501,7 @@ def test_mutated_run_directory_loads_or_refuses(data, target, structural):
 
 TRACE_WITH_A_LIST_PID = json.dumps({"traceEvents": [
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": [], "tid": 100, "ts": 0, "dur": 5}]}).encode()
-# found by the random examples once the list pid was fixed; pinned so the xfail below does not flip with the draw
+# found by the random examples once the list pid was fixed; pinned as an example so every run tries it
 TRACE_WITH_A_BOOLEAN_DISTRIBUTED_INFO = json.dumps({"distributedInfo": True, "traceEvents": [
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}).encode()
 TRACE_WITH_NULL_THREAD_NAME_ARGS = json.dumps({"traceEvents": [

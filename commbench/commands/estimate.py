@@ -3,7 +3,8 @@
 Memory is the static training state, before activations:
   parameters (bf16) 2 B + gradients (bf16) 2 B + Adam 12 B (fp32 master 4, m 4, v 4) = 16 B/param
 with --bytes 12 for the variant without an fp32 master copy and --bytes 18 for fp32 main
-gradients (Megatron). 7e9 parameters -> 14 + 14 + 84 = 112 GB (decimal GB).
+gradients (Megatron). 7e9 parameters -> 14 + 14 + 84 = 112 GB (decimal GB). The seeds quote
+16-20 B/param; the GPU count is also given at their upper bound, 20 (175e9 -> 3.5 TB -> 44 x 80 GB).
 
 Compute is C = 6 * P * D FLOPs (2 forward + 4 backward per parameter per token). The time on
 one GPU is C / (peak * MFU), and on N GPUs that divided by N (ideal scaling). Without --gpu the
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from commbench.errors import UsageError
 
@@ -41,7 +41,7 @@ def build_report(args) -> dict:
     from commbench.modeling.compute import SECONDS_PER_YEAR, training_flops, training_seconds
     from commbench.modeling.hardware import load_processor
     from commbench.modeling.job import PRECISIONS
-    from commbench.modeling.memory import static_ledger
+    from commbench.modeling.memory import SEED_UPPER_BYTES_PER_PARAM, min_gpus_to_hold, static_ledger
 
     from commbench.modeling.limits import MAX_GPUS, MAX_PARAMS, MAX_TOKENS, MIN_MFU, finite_number, whole_number
 
@@ -65,7 +65,11 @@ def build_report(args) -> dict:
         "tokens": args.tokens,
         "memory": ledger,
         "gpu": {"name": gpu_name, "peak_flops": peak, "memory_bytes": capacity},
-        "min_gpus_for_static_state": math.ceil(ledger["total_bytes"] / capacity),
+        "min_gpus_for_static_state": min_gpus_to_hold(ledger["total_bytes"], capacity),
+        "seed_upper_bound": {
+            "bytes_per_param": SEED_UPPER_BYTES_PER_PARAM,
+            "min_gpus": min_gpus_to_hold(args.params * SEED_UPPER_BYTES_PER_PARAM, capacity),
+        },
         "flops": flops,
         "mfu": args.mfu,
         "one_gpu": {"seconds": one, "years": one / SECONDS_PER_YEAR, "days": one / 86400},
@@ -103,6 +107,9 @@ def _print(report: dict) -> None:
     console.print(f"ledger: {' + '.join(_gb(i['bytes']) for i in items.values())} = {_gb(mem['total_bytes'])} GB; "
                   f"at least {report['min_gpus_for_static_state']} x {report['gpu']['memory_bytes'] / 1e9:g} GB GPUs "
                   f"just to hold it fully sharded, before activations")
+    upper = report["seed_upper_bound"]
+    console.print(f"at the seeds' upper bound of {upper['bytes_per_param']} B/param: "
+                  f"at least {upper['min_gpus']} GPUs")
     one, many = report["one_gpu"], report["n_gpus"]
     console.print(f"\ncompute: C = 6 P D = 6 x {_num(report['params'])} x {_num(report['tokens'])} = {_num(report['flops'])} FLOPs")
     console.print(f"one {report['gpu']['name']} at {_num(report['gpu']['peak_flops'])} FLOP/s x {report['mfu']:.0%} MFU: "
