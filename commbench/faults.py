@@ -6,6 +6,9 @@ COMMBENCH_INJECT_HANG=RANK[:OP]        that rank stops calling collectives when 
                                        (or the first op): it stays alive but never progresses
 COMMBENCH_INJECT_KILL=RANK[:OP]        that rank kills itself with SIGKILL when it reaches OP,
                                        as the OOM killer or a node failure would
+COMMBENCH_INJECT_DELAY=RANK[:OP]       that rank sleeps COMMBENCH_INJECT_DELAY_US microseconds
+                                       (default 2000) inside every timed op (of OP): a straggler,
+                                       to see which rank the report names as the slowest
 """
 
 from __future__ import annotations
@@ -13,10 +16,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
+from typing import Callable
 
 CORRUPTION_ENV = "COMMBENCH_INJECT_CORRUPTION"
 HANG_ENV = "COMMBENCH_INJECT_HANG"
 KILL_ENV = "COMMBENCH_INJECT_KILL"
+DELAY_ENV = "COMMBENCH_INJECT_DELAY"
+DELAY_US_ENV = "COMMBENCH_INJECT_DELAY_US"
+DEFAULT_DELAY_US = 2000.0
 
 
 def _targets(env_name: str, rank: int, op: str) -> bool:
@@ -40,3 +48,16 @@ def hang_if_asked(rank: int, op: str) -> None:
 def die_if_asked(rank: int, op: str) -> None:
     if _targets(KILL_ENV, rank, op):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def delayed_if_asked(rank: int, op: str, run_op: Callable[[], None]) -> Callable[[], None]:
+    """`run_op`, or on the straggler rank a version that sleeps first (inside the timed region)."""
+    if not _targets(DELAY_ENV, rank, op):
+        return run_op
+    delay_s = float(os.environ.get(DELAY_US_ENV) or DEFAULT_DELAY_US) / 1e6
+
+    def late_op() -> None:
+        time.sleep(delay_s)
+        run_op()
+
+    return late_op

@@ -31,7 +31,7 @@ from commbench.data.rundir import RunWriter, new_run_id, utc_now
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.schema import NodeInfo, Record, RunInfo
 from commbench.errors import CommbenchError, RankFailure, UsageError
-from commbench.faults import corrupt_if_asked, die_if_asked, hang_if_asked
+from commbench.faults import corrupt_if_asked, delayed_if_asked, die_if_asked, hang_if_asked
 from commbench.launch import RankEnv
 from commbench.placement import applicable_scopes, scope_groups
 from commbench.report import TablePrinter
@@ -274,6 +274,7 @@ def measure(session: Session, row: Row, variant: Variant) -> Measured:
         run_op = op_callable(session, row.collective, buffers, ctx, variant)
         if cfg.cuda_graph and session.device.type == "cuda":
             run_op = _graphed(run_op)
+        run_op = delayed_if_asked(session.rank, row.collective.name, run_op)
         estimate[0] = HostTimer(session.sync).time(run_op, 1)[0]
     dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every group warms up and times alike
     warmups = 1
