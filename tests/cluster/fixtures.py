@@ -4,7 +4,8 @@
 
 (tests/ has no __init__.py, so pytest puts tests/ on sys.path and `cluster` is importable.)
 
-Fixtures (each skips with a clear reason when not root / tools missing):
+Fixtures (each skips with a clear reason when not root / tools missing; in CI that skip fails,
+see tests/conftest.py):
 - ``emulated_cluster``: a started 2-node `EmulatedCluster` at 1 Gbit/s (function scope).
   Other shapes through indirect parametrization::
 
