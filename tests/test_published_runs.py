@@ -1,0 +1,111 @@
+"""The published-runs data file (bench/published/runs.csv) keeps its shape, its units and, above
+all, the exact source of every row: a figure whose origin is lost is not a published figure."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+RUNS = Path(__file__).resolve().parents[1] / "bench" / "published" / "runs.csv"
+
+REQUIRED = ("id", "source", "reference", "gpu", "gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "network",
+            "model", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "tied_embeddings", "seq_len",
+            "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "recompute", "sp", "zero", "framework",
+            "execution", "precision", "metric", "value", "flops_convention", "assumed", "notes")
+WHOLE_NUMBERS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
+                 "vocab", "seq_len", "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+METRICS = {  # published figure -> plausible range in its unit
+    "iteration_s": (0.01, 10_000.0),  # seconds per optimizer step
+    "tokens_per_s": (100.0, 1e9),  # tokens per second, whole job
+    "tflops_per_gpu": (1.0, 2_000.0),  # achieved TFLOP/s per GPU
+}
+FLOPS_CONVENTIONS = {"narayanan2021-recompute", "megatron2024", "palm"}
+# a source names where the figure is: a commit, a paper with its table or figure, or a URL
+LOCATOR = re.compile(r"commit [0-9a-f]{40}|Table \d+|Figure \d+|https?://\S+")
+
+
+def read_rows(path: Path = RUNS) -> list[dict]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def problems(rows: list[dict]) -> list[str]:
+    """Every way the rows break the file's contract, one line each (empty: the file is sound)."""
+    found = []
+    if not rows:
+        return ["no rows"]
+    missing = [c for c in REQUIRED if c not in rows[0]]
+    if missing:
+        return [f"missing columns: {', '.join(missing)}"]
+    ids = [r["id"] for r in rows]
+    found += [f"duplicate id {i}" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    for row in rows:
+        found += [f"{row['id'] or '?'}: {p}" for p in row_problems(row)]
+    return found
+
+
+def row_problems(row: dict) -> list[str]:
+    found = []
+    for column in ("id", "source", "reference", "framework", "precision", "network"):
+        if not row[column].strip():
+            found.append(f"empty {column}")
+    if row["reference"].strip() and not LOCATOR.search(row["reference"]):
+        found.append(f"reference names no commit, table, figure or URL: {row['reference']!r}")
+    if row["gpu"] not in ("A100", "H100"):
+        found.append(f"gpu must be exactly one of A100, H100, not {row['gpu']!r}")
+    for column in WHOLE_NUMBERS:
+        if not row[column].isdigit() or int(row[column]) < 1:
+            found.append(f"{column} must be a whole number >= 1, not {row[column]!r}")
+    if found:
+        return found
+    n = {c: int(row[c]) for c in WHOLE_NUMBERS}
+    if n["tp"] * n["pp"] * n["dp"] * n["cp"] != n["gpus"]:
+        found.append("tp*pp*dp*cp != gpus")
+    if n["global_batch"] % (n["dp"] * n["mbs"]):
+        found.append("global_batch is not a multiple of dp*mbs")
+    if n["nodes"] * n["gpus_per_node"] < n["gpus"]:
+        found.append("nodes*gpus_per_node < gpus")
+    if n["heads"] % n["kv_heads"]:
+        found.append("kv_heads does not divide heads")
+    for column, allowed in (("mlp", {"gelu", "swiglu"}), ("recompute", {"none", "selective", "full"}),
+                            ("sp", {"0", "1"}), ("tied_embeddings", {"0", "1"}), ("zero", {"0", "1", "2", "3"})):
+        if row[column] not in allowed:
+            found.append(f"{column} must be one of {sorted(allowed)}, not {row[column]!r}")
+    found += metric_problems(row)
+    return found
+
+
+def metric_problems(row: dict) -> list[str]:
+    if row["metric"] not in METRICS:
+        return [f"metric must be one of {sorted(METRICS)}, not {row['metric']!r}"]
+    try:
+        value = float(row["value"])
+    except ValueError:
+        return [f"value {row['value']!r} is not a number"]
+    low, high = METRICS[row["metric"]]
+    found = [] if low <= value <= high else [f"{row['metric']} {value} outside {low}..{high}"]
+    if row["metric"] == "tflops_per_gpu" and row["flops_convention"] not in FLOPS_CONVENTIONS:
+        found.append(f"a TFLOP/s figure needs a flops_convention of {sorted(FLOPS_CONVENTIONS)}")
+    return found
+
+
+def test_every_row_is_sound_and_sourced():
+    assert problems(read_rows()) == []
+
+
+def test_coverage_at_least_40_rows_4_sources_both_gpus():
+    rows = read_rows()
+    assert len(rows) >= 40
+    assert len({r["source"] for r in rows}) >= 4
+    assert {r["gpu"] for r in rows} == {"A100", "H100"}
+
+
+@pytest.mark.parametrize("column, value", [("reference", ""), ("reference", "some paper"), ("source", " "),
+                                           ("gpu", "A100,H100"), ("value", "fast"), ("metric", "mfu_percent")])
+def test_a_row_that_loses_its_source_or_units_is_caught(column, value):
+    rows = read_rows()
+    rows[7] = {**rows[7], column: value}
+    assert any(line.startswith(rows[7]["id"]) or line.startswith("?") for line in problems(rows))
