@@ -1,0 +1,314 @@
+"""Score commbench's step model against published training runs.
+
+Run: python bench/scorecard.py [--runs bench/published/runs.csv] [--out bench/RESULTS-published.md]
+
+Every row of the runs file (see bench/published/SOURCES.md) is predicted with the row's own
+layout on the matching hardware preset (A100 -> dgx-a100, H100 -> dgx-h100) and the closest
+execution preset commbench has, then compared with the published step time. Published figures
+that are a throughput are turned into seconds per step the way their source counts: tokens/s
+from the global batch, TFLOP/s per GPU through the source's own FLOP formula.
+
+Next to the model stands the simplest baseline (bench/published/SOURCES.md, models.md): step =
+model FLOPs / (GPUs x peak x one MFU), the MFU fitted on the calibration half only. The
+calibration rule is the one committed at the top of the results file before any prediction;
+this script rewrites only what follows its marker line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import math
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from commbench.errors import UsageError
+from commbench.modeling.hardware import load_system
+from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
+from commbench.modeling.layout import Layout
+from commbench.modeling.models import ModelSpec, load_model
+from commbench.modeling.network import PresetNetwork
+from commbench.modeling.planner import Planner
+from commbench.modeling.simulator import Cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "bench" / "published" / "runs.csv"
+RESULTS = ROOT / "bench" / "RESULTS-published.md"
+PLOT = ROOT / "bench" / "published" / "predicted-vs-published.png"
+MARKER = "<!-- scorecard results: everything below is written by bench/scorecard.py -->"
+HARDWARE = {"A100": "dgx-a100", "H100": "dgx-h100"}
+# the execution class a row names -> commbench execution presets to try, closest first; today
+# only "megatron" (GPU frameworks that overlap TP backward collectives and ZeRO-3 reduce-scatters)
+# exists, so every row falls back to it and says so
+EXECUTION_CHOICES = {
+    "megatron-2021": ("megatron-2021", "megatron"),
+    "megatron-core": ("megatron-core", "megatron"),
+    "torch-fsdp": ("torch-fsdp", "fsdp", "megatron"),
+}
+INT_COLUMNS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
+               "vocab", "seq_len", "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "sp", "zero",
+               "tied_embeddings")
+
+
+# ---- the data ---------------------------------------------------------------------------
+def load_runs(path: Path) -> list[dict]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for column in INT_COLUMNS:
+            row[column] = int(row[column])
+        row["value"] = float(row["value"])
+    return rows
+
+
+def split_halves(rows: list[dict]) -> dict[str, str]:
+    """The committed rule: per source, rows ordered by (gpus, id); odd positions calibrate, even are held out."""
+    half = {}
+    for source in sorted({r["source"] for r in rows}):
+        ordered = sorted((r for r in rows if r["source"] == source), key=lambda r: (r["gpus"], r["id"]))
+        for position, row in enumerate(ordered):
+            half[row["id"]] = "calibration" if position % 2 else "held-out"
+    return half
+
+
+# ---- FLOP counts (per optimizer step) -------------------------------------------------------
+def megatron2024_flops(row: dict) -> float:
+    """Megatron-LM's num_floating_point_operations (commit f2e5db402c): model FLOPs, no recompute."""
+    h, L, s = row["hidden"], row["layers"], row["seq_len"]
+    q_ratio = 1.0  # query projection = hidden for every shape here (head_dim = hidden / heads)
+    gated = 1.5 if row["mlp"] == "swiglu" else 1.0
+    attention = (1 + row["kv_heads"] / row["heads"] + s / h) * q_ratio
+    return 12 * row["global_batch"] * s * L * h * h * (attention + row["ffn"] / h * gated + row["vocab"] / (2 * L * h))
+
+
+def narayanan2021_recompute_flops(row: dict) -> float:
+    """Narayanan et al. SC21: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), full recomputation counted."""
+    h, L, s, V = row["hidden"], row["layers"], row["seq_len"], row["vocab"]
+    return 96 * row["global_batch"] * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+def palm_flops(row: dict) -> float:
+    """PaLM appendix B: 6 x matmul parameters (no input embedding, output head counted) + 12 l q s, per token."""
+    spec = model_spec(row)
+    matmul = spec.total_params - spec.embedding_params + spec.vocab * spec.hidden * spec.tied_embeddings
+    per_token = 6 * matmul + 12 * spec.layers * spec.q_dim * row["seq_len"]
+    return per_token * row["global_batch"] * row["seq_len"]
+
+
+FLOPS = {"megatron2024": megatron2024_flops, "narayanan2021-recompute": narayanan2021_recompute_flops, "palm": palm_flops}
+
+
+def published_step_seconds(row: dict) -> float:
+    """The published figure as seconds per optimizer step."""
+    if row["metric"] == "iteration_s":
+        return row["value"]
+    if row["metric"] == "tokens_per_s":
+        return row["global_batch"] * row["seq_len"] / row["value"]
+    if row["metric"] == "tflops_per_gpu":
+        return FLOPS[row["flops_convention"]](row) / (row["gpus"] * row["value"] * 1e12)
+    raise ValueError(f"{row['id']}: unknown metric {row['metric']!r}")
+
+
+# ---- the model's prediction ---------------------------------------------------------------
+def model_spec(row: dict) -> ModelSpec:
+    if row["model"] != "custom":
+        return load_model(row["model"])
+    return ModelSpec(name=row["id"], hidden=row["hidden"], layers=row["layers"], heads=row["heads"],
+                     kv_heads=row["kv_heads"], ffn_hidden=row["ffn"], vocab=row["vocab"], mlp=row["mlp"],
+                     tied_embeddings=bool(row["tied_embeddings"]), max_seq_len=row["seq_len"])
+
+
+def execution_for(row: dict) -> tuple[str, str | None]:
+    """(commbench execution preset, a note when it is a stand-in for the row's execution class)."""
+    for name in EXECUTION_CHOICES[row["execution"]]:
+        if name in EXECUTIONS:
+            note = None if name == row["execution"] else f"execution {row['execution']} priced as commbench's '{name}'"
+            return name, note
+    raise UsageError(f"{row['id']}: no commbench execution preset for {row['execution']}")
+
+
+def layout_of(row: dict) -> Layout:
+    return Layout(dp=row["dp"], tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"],
+                  zero=row["zero"], mbs=row["mbs"], recompute=row["recompute"], sp=bool(row["sp"]))
+
+
+@dataclass
+class Prediction:
+    step_s: float | None  # None: the model cannot express the row
+    mfu: float | None
+    execution: str
+    notes: list[str]
+
+
+def predict(row: dict) -> Prediction:
+    notes = []
+    try:
+        execution, note = execution_for(row)
+        notes += [note] if note else []
+        system = load_system(HARDWARE[row["gpu"]]).with_gpus_per_node(row["gpus_per_node"])
+        precision = PRECISIONS["12" if row["precision"] == "bf16 pure" else "16"]
+        job = TrainingJob(model_spec(row), row["seq_len"], row["global_batch"], precision,
+                          execution=EXECUTIONS[execution])
+        planner = Planner(job, Cluster(row["gpus"], system, PresetNetwork(system)))
+        result, too_big = planner.evaluate_layout(layout_of(row))
+    except UsageError as exc:
+        return Prediction(None, None, "", [f"not predicted: {exc}"])
+    if too_big:
+        notes.append(f"the memory model says it does not fit: {too_big}")
+    return Prediction(result.step_s, result.mfu, execution, notes)
+
+
+# ---- the baseline -------------------------------------------------------------------------
+def peak_flops(row: dict) -> float:
+    return load_system(HARDWARE[row["gpu"]]).processor.peak_flops
+
+
+def implied_mfu(row: dict, step_s: float) -> float:
+    return megatron2024_flops(row) / (row["gpus"] * peak_flops(row) * step_s)
+
+
+def fit_baseline_mfu(rows: list[dict], published: dict[str, float]) -> float:
+    """One MFU for every row: the geometric mean of the calibration rows' implied MFU (least squares in log time)."""
+    logs = [math.log(implied_mfu(r, published[r["id"]])) for r in rows]
+    return math.exp(sum(logs) / len(logs))
+
+
+# ---- statistics and the report --------------------------------------------------------------
+def error_stats(errors: list[float]) -> str:
+    if not errors:
+        return "-"
+    mape = sum(abs(e) for e in errors) / len(errors)
+    signed = sum(errors) / len(errors)
+    return f"{mape:.1%} / {signed:+.1%} (n={len(errors)})"
+
+
+def git_state() -> str:
+    def run(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+    dirty = " (with uncommitted changes)" if run("status", "--porcelain", "--untracked-files=no") else ""
+    return f"{run('rev-parse', 'HEAD')}{dirty}"
+
+
+def write_plot(records: list[dict]) -> str:
+    """Predicted against published, log-log, one colour per source; PNG if kaleido can export, else HTML."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for source in sorted({r["source"] for r in records}):
+        mine = [r for r in records if r["source"] == source and r["predicted"] is not None]
+        fig.add_trace(go.Scatter(x=[r["published"] for r in mine], y=[r["predicted"] for r in mine], mode="markers",
+                                 name=source, text=[r["id"] for r in mine],
+                                 marker=dict(symbol=["circle" if r["half"] == "held-out" else "circle-open" for r in mine], size=9)))
+    values = [v for r in records if r["predicted"] for v in (r["published"], r["predicted"])]
+    low, high = min(values) / 1.5, max(values) * 1.5
+    for factor, dash in ((1.0, "solid"), (0.8, "dot"), (1.2, "dot")):
+        fig.add_trace(go.Scatter(x=[low, high], y=[low * factor, high * factor], mode="lines", showlegend=factor == 1.0,
+                                 name="predicted = published (dotted: +-20%)", line=dict(color="grey", dash=dash)))
+    fig.update_layout(title="commbench step model vs published runs (filled: held out, open: calibration half)",
+                      xaxis=dict(type="log", title="published seconds per step"),
+                      yaxis=dict(type="log", title="predicted seconds per step"), width=1000, height=750)
+    try:
+        fig.write_image(str(PLOT))
+        return PLOT.name
+    except Exception as exc:  # kaleido or a browser missing: an interactive file still shows the same figure
+        html = PLOT.with_suffix(".html")
+        fig.write_html(str(html), include_plotlyjs="cdn")
+        print(f"no PNG export ({type(exc).__name__}: {exc}); wrote {html}", file=sys.stderr)
+        return html.name
+
+
+def score(rows: list[dict]) -> tuple[list[dict], float]:
+    half = split_halves(rows)
+    published = {r["id"]: published_step_seconds(r) for r in rows}
+    mfu = fit_baseline_mfu([r for r in rows if half[r["id"]] == "calibration"], published)
+    records = []
+    for row in rows:
+        prediction = predict(row)
+        pub = published[row["id"]]
+        base = megatron2024_flops(row) / (row["gpus"] * peak_flops(row) * mfu)
+        records.append({
+            "id": row["id"], "source": row["source"], "gpu": row["gpu"], "half": half[row["id"]], "row": row,
+            "published": pub, "predicted": prediction.step_s, "model_mfu": prediction.mfu,
+            "error": None if prediction.step_s is None else prediction.step_s / pub - 1,
+            "baseline": base, "baseline_error": base / pub - 1, "execution": prediction.execution,
+            "notes": prediction.notes,
+        })
+    return records, mfu
+
+
+def summary_lines(records: list[dict]) -> list[str]:
+    groups = [("overall", lambda r: True)]
+    groups += [(f"GPU {g}", lambda r, g=g: r["gpu"] == g) for g in ("A100", "H100")]
+    groups += [(f"source {s}", lambda r, s=s: r["source"] == s) for s in sorted({r["source"] for r in records})]
+    lines = ["| group | model: held out | model: calibration | model: all | baseline: held out | baseline: all |",
+             "|---|---|---|---|---|---|"]
+    for name, keep in groups:
+        mine = [r for r in records if keep(r) and r["error"] is not None]
+        held = [r for r in mine if r["half"] == "held-out"]
+        cal = [r for r in mine if r["half"] == "calibration"]
+        lines.append(f"| {name} | {error_stats([r['error'] for r in held])} | {error_stats([r['error'] for r in cal])} "
+                     f"| {error_stats([r['error'] for r in mine])} | {error_stats([r['baseline_error'] for r in held])} "
+                     f"| {error_stats([r['baseline_error'] for r in mine])} |")
+    return lines
+
+
+def row_lines(records: list[dict]) -> list[str]:
+    lines = ["| id | half | GPUs | layout | published (as published) | published s/step | predicted s/step | error "
+             "| model MFU | baseline s/step | baseline error | notes |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    units = {"iteration_s": "s/step", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s/GPU"}
+    for r in records:
+        row = r["row"]
+        layout = layout_of(row)
+        pred = "-" if r["predicted"] is None else f"{r['predicted']:.3g}"
+        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        mfu = "-" if r["model_mfu"] is None else f"{r['model_mfu']:.1%}"
+        notes = "; ".join(r["notes"] + ([f"assumed: {row['assumed']}"] if row["assumed"] else []))
+        lines.append(f"| {r['id']} | {r['half']} | {row['gpu']} x{row['gpus']} | {layout} | {row['value']:g} "
+                     f"{units[row['metric']]} | {r['published']:.3g} | {pred} | {err} | {mfu} | {r['baseline']:.3g} "
+                     f"| {r['baseline_error']:+.1%} | {notes} |")
+    return lines
+
+
+def report(records: list[dict], mfu: float, plot_name: str, command: str) -> str:
+    unpredicted = [r for r in records if r["predicted"] is None]
+    executions = sorted({r["execution"] for r in records if r["execution"]})
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [MARKER, "", "## Scorecard", "",
+             f"Made by `{command}` on {now}, host {platform.node()}, git commit {git_state()}.",
+             "These are predictions (deterministic, no timing on this machine), compared with figures published "
+             "by others; every row's source is in `bench/published/runs.csv` and `bench/published/SOURCES.md`.", "",
+             "Error = predicted / published - 1 on seconds per optimizer step: **negative means the model is too "
+             "fast** (optimistic). Cells: MAPE / mean signed error (rows).", "",
+             f"Hardware presets: A100 rows on `dgx-a100`, H100 rows on `dgx-h100` (preset networks, not the "
+             f"sources' fabrics). Execution presets used: {', '.join(executions)} (commbench has no "
+             f"megatron-2021 / megatron-core / FSDP presets yet: each row says which it stood in for).",
+             f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak x {mfu:.1%}); "
+             f"that one MFU is the geometric mean of the implied MFU of the calibration half, the only figure "
+             f"fitted here.", "", *summary_lines(records), "",
+             f"![predicted against published]({Path('published') / plot_name})", ""]
+    if unpredicted:
+        lines += ["### Not predicted", ""] + [f"- {r['id']}: {'; '.join(r['notes'])}" for r in unpredicted] + [""]
+    lines += ["### Every row", "", *row_lines(records), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=RUNS)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    records, mfu = score(load_runs(args.runs))
+    plot_name = write_plot(records)
+    head = args.out.read_text(encoding="utf-8").split(MARKER)[0] if args.out.exists() else ""
+    command = "python bench/scorecard.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    args.out.write_text(head + report(records, mfu, plot_name, command), encoding="utf-8")
+    print("\n".join(summary_lines(records)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
