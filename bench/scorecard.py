@@ -33,7 +33,7 @@ from commbench.modeling.layout import Layout
 from commbench.modeling.models import ModelSpec, load_model
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.simulator import Cluster
+from commbench.modeling.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "published" / "runs.csv"
