@@ -189,7 +189,9 @@ def error_stats(errors: list[float]) -> str:
 def git_state() -> str:
     def run(*args):
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
-    dirty = " (with uncommitted changes)" if run("status", "--porcelain", "--untracked-files=no") else ""
+    # the files this script writes do not count: they change on every run
+    outputs = [f":(exclude){path.relative_to(ROOT)}" for path in (RESULTS, PLOT, PLOT.with_suffix(".html"))]
+    dirty = " (with uncommitted changes)" if run("status", "--porcelain", "--untracked-files=no", "--", ".", *outputs) else ""
     return f"{run('rev-parse', 'HEAD')}{dirty}"
 
 
