@@ -4,6 +4,8 @@ all, the exact source of every row: a figure whose origin is lost is not a publi
 from __future__ import annotations
 
 import csv
+import importlib.util
+import sys
 import re
 from pathlib import Path
 
@@ -109,3 +111,29 @@ def test_a_row_that_loses_its_source_or_units_is_caught(column, value):
     rows = read_rows()
     rows[7] = {**rows[7], column: value}
     assert any(line.startswith(rows[7]["id"]) or line.startswith("?") for line in problems(rows))
+
+
+def committed_halves(results: Path = RUNS.parents[1] / "RESULTS-published.md") -> dict[str, str]:
+    """The calibration / held-out table committed in the results file before any prediction."""
+    halves = {}
+    for line in results.read_text(encoding="utf-8").split("<!-- scorecard results")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and ":" in cells[1] and ":" in cells[2]:
+            for half, cell in (("calibration", cells[1]), ("held-out", cells[2])):
+                halves.update({i.strip(): half for i in cell.split(":", 1)[1].split(",")})
+    return halves
+
+
+def scorecard_module():
+    spec = importlib.util.spec_from_file_location("scorecard", RUNS.parents[1] / "scorecard.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scorecard_splits_rows_as_the_committed_rule_says():
+    scorecard = scorecard_module()
+    halves = scorecard.split_halves(scorecard.load_runs(RUNS))
+    assert halves == committed_halves()
+    assert sum(h == "calibration" for h in halves.values()) <= len(halves) / 2
