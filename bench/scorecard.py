@@ -12,6 +12,9 @@ Next to the model stands the simplest baseline (bench/published/SOURCES.md, mode
 model FLOPs / (GPUs x peak x one MFU), the MFU fitted on the calibration half only. The
 calibration rule is the one committed at the top of the results file before any prediction;
 this script rewrites only what follows its marker line.
+
+The PNG plot needs plotly with kaleido (pip install kaleido) and a Chromium; without them the
+same figure is written as an HTML file and the script says so.
 """
 
 from __future__ import annotations
@@ -278,6 +281,7 @@ def row_lines(records: list[dict]) -> list[str]:
 def report(records: list[dict], mfu: float, plot_name: str, command: str) -> str:
     unpredicted = [r for r in records if r["predicted"] is None]
     executions = sorted({r["execution"] for r in records if r["execution"]})
+    stand_ins = sum(r["execution"] not in ("", r["row"]["execution"]) for r in records)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [MARKER, "", "## Scorecard", "",
              f"Made by `{command}` on {now}, host {platform.node()}, git commit {git_state()}.",
@@ -286,8 +290,9 @@ def report(records: list[dict], mfu: float, plot_name: str, command: str) -> str
              "Error = predicted / published - 1 on seconds per optimizer step: **negative means the model is too "
              "fast** (optimistic). Cells: MAPE / mean signed error (rows).", "",
              f"Hardware presets: A100 rows on `dgx-a100`, H100 rows on `dgx-h100` (preset networks, not the "
-             f"sources' fabrics). Execution presets used: {', '.join(executions)} (commbench has no "
-             f"megatron-2021 / megatron-core / FSDP presets yet: each row says which it stood in for).",
+             f"sources' fabrics). Execution presets used: {', '.join(executions)}"
+             + (f"; {stand_ins} rows name an execution class commbench has no preset for, and say which preset "
+                f"stood in." if stand_ins else "."),
              f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak x {mfu:.1%}); "
              f"that one MFU is the geometric mean of the implied MFU of the calibration half, the only figure "
              f"fitted here.", "", *summary_lines(records), "",
