@@ -24,8 +24,10 @@ import csv
 import datetime
 import math
 import platform
+import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from commbench.errors import UsageError
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import Layout
-from commbench.modeling.models import ModelSpec, load_model
+from commbench.modeling.models import load_model
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
 from commbench.modeling.cluster import Cluster
@@ -96,9 +98,11 @@ def narayanan2021_recompute_flops(row: dict) -> float:
 
 def palm_flops(row: dict) -> float:
     """PaLM appendix B: 6 x matmul parameters (no input embedding, output head counted) + 12 l q s, per token."""
-    spec = model_spec(row)
-    matmul = spec.total_params - spec.embedding_params + spec.vocab * spec.hidden * spec.tied_embeddings
-    per_token = 6 * matmul + 12 * spec.layers * spec.q_dim * row["seq_len"]
+    h, q = row["hidden"], row["hidden"]  # query width = hidden for every shape here
+    kv = row["kv_heads"] * h // row["heads"]
+    mlp_matrices = 3 if row["mlp"] == "swiglu" else 2
+    matmul = row["layers"] * (2 * h * q + 2 * h * kv + mlp_matrices * h * row["ffn"]) + row["vocab"] * h
+    per_token = 6 * matmul + 12 * row["layers"] * q * row["seq_len"]
     return per_token * row["global_batch"] * row["seq_len"]
 
 
@@ -117,12 +121,18 @@ def published_step_seconds(row: dict) -> float:
 
 
 # ---- the model's prediction ---------------------------------------------------------------
-def model_spec(row: dict) -> ModelSpec:
+def model_argument(row: dict, folder: Path) -> str:
+    """What the planner's model option takes for this row: its preset name, or the path of a
+    config.json written into `folder` from the row's shape (GPT-2 family: two-matrix GELU MLP)."""
     if row["model"] != "custom":
-        return load_model(row["model"])
-    return ModelSpec(name=row["id"], hidden=row["hidden"], layers=row["layers"], heads=row["heads"],
-                     kv_heads=row["kv_heads"], ffn_hidden=row["ffn"], vocab=row["vocab"], mlp=row["mlp"],
-                     tied_embeddings=bool(row["tied_embeddings"]), max_seq_len=row["seq_len"])
+        return row["model"]
+    config = {"_name_or_path": row["id"], "model_type": "gpt2" if row["mlp"] == "gelu" else "llama",
+              "hidden_size": row["hidden"], "num_hidden_layers": row["layers"], "num_attention_heads": row["heads"],
+              "num_key_value_heads": row["kv_heads"], "intermediate_size": row["ffn"], "vocab_size": row["vocab"],
+              "tie_word_embeddings": bool(row["tied_embeddings"]), "max_position_embeddings": row["seq_len"]}
+    path = folder / f"{row['id']}.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return str(path)
 
 
 def execution_for(row: dict) -> tuple[str, str | None]:
@@ -147,14 +157,14 @@ class Prediction:
     notes: list[str]
 
 
-def predict(row: dict) -> Prediction:
+def predict(row: dict, folder: Path) -> Prediction:
     notes = []
     try:
         execution, note = execution_for(row)
         notes += [note] if note else []
         system = load_system(HARDWARE[row["gpu"]]).with_gpus_per_node(row["gpus_per_node"])
         precision = PRECISIONS["12" if row["precision"] == "bf16 pure" else "16"]
-        job = TrainingJob(model_spec(row), row["seq_len"], row["global_batch"], precision,
+        job = TrainingJob(load_model(model_argument(row, folder)), row["seq_len"], row["global_batch"], precision,
                           execution=EXECUTIONS[execution])
         planner = Planner(job, Cluster(row["gpus"], system, PresetNetwork(system)))
         result, too_big = planner.evaluate_layout(layout_of(row))
@@ -231,8 +241,10 @@ def score(rows: list[dict]) -> tuple[list[dict], float]:
     published = {r["id"]: published_step_seconds(r) for r in rows}
     mfu = fit_baseline_mfu([r for r in rows if half[r["id"]] == "calibration"], published)
     records = []
+    with tempfile.TemporaryDirectory() as folder:
+        predictions = {row["id"]: predict(row, Path(folder)) for row in rows}
     for row in rows:
-        prediction = predict(row)
+        prediction = predictions[row["id"]]
         pub = published[row["id"]]
         base = megatron2024_flops(row) / (row["gpus"] * peak_flops(row) * mfu)
         records.append({
