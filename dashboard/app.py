@@ -9,13 +9,13 @@ from dash import dcc, html
 from flask import current_app
 
 from dashboard.data import ResultsStore
-from dashboard.planning import Planner
+from dashboard.planning import PlanCache
 
 PAGES_FOLDER = Path(__file__).resolve().parent / "pages"
 # The run keys picked on the Runs page, kept per browser tab for the other pages.
 SELECTION_STORE = "selected-runs"
 _STORE_KEY = "COMMBENCH_RESULTS"
-_PLANNER_KEY = "COMMBENCH_PLANNER"
+_PLAN_CACHE_KEY = "COMMBENCH_PLAN_CACHE"
 
 
 def create_app(results_dir: str | Path) -> dash.Dash:
@@ -26,7 +26,7 @@ def create_app(results_dir: str | Path) -> dash.Dash:
         suppress_callback_exceptions=True,
     )
     app.server.config[_STORE_KEY] = ResultsStore(results_dir)
-    app.server.config[_PLANNER_KEY] = Planner()
+    app.server.config[_PLAN_CACHE_KEY] = PlanCache()
     app.layout = html.Div(
         [
             dcc.Store(id=SELECTION_STORE, storage_type="session"),
@@ -47,8 +47,9 @@ def results() -> ResultsStore:
     return current_app.config[_STORE_KEY]
 
 
-def planner() -> Planner:
-    return current_app.config[_PLANNER_KEY]
+def plan_cache() -> PlanCache:
+    """The planner page's cache of plans for the app serving the current request."""
+    return current_app.config[_PLAN_CACHE_KEY]
 
 
 def _forget_registered_pages() -> None:

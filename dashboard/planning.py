@@ -1,36 +1,30 @@
-"""The planner as the dashboard calls it: the same planner `commbench plan` builds, results cached.
+"""The dashboard's plans: a page's request (a PlanSpec) planned by the modelling Planner, cached.
 
-A choice made on the page is turned into the argument namespace `commbench plan` parses, so
-the page and the command line price layouts identically. Plans are cached by choice (and, for a
-measured bandwidth source, by the run's file signature) because every control change re-asks.
+The planner page turns its controls into a PlanSpec (commbench.modeling.spec), the same spec
+`commbench plan` builds from its options, and build_planner turns it into the same Planner, so the
+page and the command line price layouts identically. Plans are cached by request, which carries
+the file signatures of the measured runs the spec reads, because every control change re-asks.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
-from commbench.commands.plan import build_planner
 from commbench.modeling.hardware import load_system, preset_names
+from commbench.modeling.job import EXECUTIONS, PRECISIONS
 from commbench.modeling.models import PRESETS
+from commbench.modeling.planner import Planner
 from commbench.modeling.schedule import StepResult
+from commbench.modeling.spec import PlanSpec, build_planner
 
-PRESET_SOURCE = "preset"
 _CACHE_SIZE = 32
 
 
 @dataclass(frozen=True)
-class PlanChoice:
-    model: str
-    gpus: int
-    gpus_per_node: int | None
-    hardware: str
-    global_batch: int
-    seq_len: int
-    top: int = 5
-    bandwidth_dir: str | None = None  # a run directory to price collectives from, else the preset
-    bandwidth_stamp: object = None  # changes when that run's files change, to refresh the cache
+class PlanRequest:
+    spec: PlanSpec
+    run_stamps: tuple = ()  # signatures of the measured runs the spec reads; they change when the files do
 
 
 @dataclass
@@ -39,9 +33,12 @@ class PlanView:
     screened: int
     fitting: int
     network: str
+    execution: str
+    slowdown_intra: float
+    slowdown_inter: float
     capacity_bytes: float
     warnings: list[str]
-    planner: object  # the modeling Planner, kept to simulate a chosen layout's timeline on demand
+    planner: Planner  # kept to simulate a chosen layout's timeline on demand
     _timelines: dict[int, list[dict]] = field(default_factory=dict)
 
     def timeline(self, index: int) -> list[dict]:
@@ -59,34 +56,52 @@ def hardware_names() -> list[str]:
     return preset_names("system")
 
 
+def processor_names() -> list[str]:
+    return preset_names("processor")
+
+
+def network_names() -> list[str]:
+    return preset_names("network")
+
+
+def precision_names() -> list[str]:
+    return list(PRECISIONS)
+
+
+def execution_names() -> list[str]:
+    return list(EXECUTIONS)
+
+
 def default_gpus_per_node(hardware: str) -> int:
     return load_system(hardware).gpus_per_node
 
 
-class Planner:
-    """Plans per choice, newest kept; raises CommbenchError (UsageError) as `commbench plan` does."""
+class PlanCache:
+    """Plans per request, newest kept; raises CommbenchError (UsageError) as `commbench plan` does."""
 
     def __init__(self):
-        self._plans: dict[PlanChoice, PlanView] = {}
+        self._views: dict[PlanRequest, PlanView] = {}
         self._lock = threading.Lock()
 
-    def plan(self, choice: PlanChoice) -> PlanView:
+    def view(self, request: PlanRequest) -> PlanView:
         with self._lock:
-            if choice in self._plans:
-                return self._plans[choice]
-        planner = build_planner(SimpleNamespace(
-            model=choice.model, gpus=choice.gpus, gpus_per_node=choice.gpus_per_node, hardware=choice.hardware,
-            bandwidth=choice.bandwidth_dir, inter_network=None, global_batch=choice.global_batch,
-            seq_len=choice.seq_len, precision="16", slowdown=None, top=choice.top,
-        ))
-        plan = planner.rank(choice.top)
-        view = PlanView(
-            ranked=plan.ranked, screened=plan.screened, fitting=plan.fitting,
-            network=planner.cluster.cost.describe(), capacity_bytes=planner.cluster.system.processor.memory_bytes,
-            warnings=list(getattr(planner.cluster.cost, "warnings", [])), planner=planner,
-        )
+            if request in self._views:
+                return self._views[request]
+        view = _plan(request.spec)
         with self._lock:
-            if len(self._plans) >= _CACHE_SIZE:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[choice] = view
+            if len(self._views) >= _CACHE_SIZE:
+                self._views.pop(next(iter(self._views)))
+            self._views[request] = view
         return view
+
+
+def _plan(spec: PlanSpec) -> PlanView:
+    planner = build_planner(spec)
+    ranking = planner.rank(spec.top)
+    return PlanView(
+        ranked=ranking.ranked, screened=ranking.screened, fitting=ranking.fitting,
+        network=planner.cluster.cost.describe(), execution=planner.job.execution.name,
+        slowdown_intra=planner.cluster.slowdown_intra, slowdown_inter=planner.cluster.slowdown_inter,
+        capacity_bytes=planner.cluster.system.processor.memory_bytes,
+        warnings=list(getattr(planner.cluster.cost, "warnings", [])), planner=planner,
+    )

@@ -117,7 +117,6 @@ def test_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b", "os"}, "b": set()}) is None
 
 
-@pytest.mark.xfail(reason="dashboard/planning.py until it builds a PlanSpec (issue 12, modelling half)")
 def test_dashboard_never_imports_the_commands(graph):
     offenders = {m: sorted(t for t in targets if _within(t, "commbench.commands"))
                  for m, targets in graph.items() if _within(m, "dashboard")}

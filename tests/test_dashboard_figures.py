@@ -22,7 +22,8 @@ from commbench.overlap.trace import analyse_traces  # noqa: E402
 from dashboard.data import ResultsStore, safe_path  # noqa: E402
 from dashboard.figures import bandwidth, overlap, planner, topology  # noqa: E402
 from dashboard.figures.common import WEBGL_POINTS  # noqa: E402
-from dashboard.planning import PlanChoice, Planner  # noqa: E402
+from commbench.modeling.spec import PlanSpec  # noqa: E402
+from dashboard.planning import PlanCache, PlanRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "results" / "examples"
@@ -321,7 +322,7 @@ def test_overlap_run_figures(store):
 
 
 def test_planner_ranks_layouts_and_its_figures_draw_them():
-    view = Planner().plan(PlanChoice("llama2-7b", 16, None, "dgx-h100", 64, 4096, top=3))
+    view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 16, 64, 4096, top=3)))
     results = [r.to_dict() for r in view.ranked]
     assert len(results) == 3 and view.fitting <= view.screened
     rows = planner.ranked_rows(results)
@@ -336,9 +337,9 @@ def test_planner_ranks_layouts_and_its_figures_draw_them():
 
 
 def test_planner_caches_plans_and_caps_big_timelines():
-    planner_ = Planner()
-    choice = PlanChoice("llama2-7b", 16, None, "dgx-h100", 64, 4096, top=2)
-    assert planner_.plan(choice) is planner_.plan(choice)
+    cache = PlanCache()
+    request = PlanRequest(PlanSpec("llama2-7b", 16, 64, 4096, top=2))
+    assert cache.view(request) is cache.view(PlanRequest(PlanSpec("llama2-7b", 16, 64, 4096, top=2)))
     timeline = [{"stream": "s", "start_us": float(i), "dur_us": 1.0, "name": "x", "category": "compute"}
                 for i in range(overlap.MAX_BARS + 10)]
     figure = planner.step_timeline_figure(timeline, "big")
@@ -347,12 +348,12 @@ def test_planner_caches_plans_and_caps_big_timelines():
 
 def test_planner_says_why_a_model_does_not_fit():
     with pytest.raises(CommbenchError, match="does not fit"):
-        Planner().plan(PlanChoice("llama3.1-405b", 8, None, "dgx-h100", 8, 4096))
+        PlanCache().view(PlanRequest(PlanSpec("llama3.1-405b", 8, 8, 4096)))
 
 
 def test_planner_prices_from_a_measured_run():
-    view = Planner().plan(PlanChoice("llama2-7b", 8, None, "dgx-h100", 64, 4096, top=1,
-                                     bandwidth_dir=str(EXAMPLES / "example-nccl-tests-h100")))
+    view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 8, 64, 4096, top=1,
+                                                 bandwidth=str(EXAMPLES / "example-nccl-tests-h100"))))
     assert view.network.startswith("measured")
 
 

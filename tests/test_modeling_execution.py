@@ -15,6 +15,7 @@ from commbench.modeling.models import PRESETS
 from commbench.modeling.network import Placement, PresetNetwork
 from commbench.modeling.cluster import Cluster
 from commbench.modeling.schedule import simulate
+from commbench.modeling.spec import build_planner
 from commbench.modeling.step import StepModel
 
 DGX = load_system("dgx-h100")
@@ -141,7 +142,7 @@ def test_cli_flags_reach_the_job_and_cluster(tmp_path):
     plan.add_arguments(parser)
     args = parser.parse_args(["--model", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--seq-len", "4096",
                               "--processor", str(path), "--precision", "fp32", "--execution", "torch-eager"])
-    planner = plan.build_planner(args)
+    planner = build_planner(plan.spec_from_args(args))
     assert planner.cluster.system.processor.name == "measured device"
     assert planner.job.precision is PRECISIONS["fp32"] and planner.job.activation_bytes == 4
     assert planner.job.execution is EXECUTIONS["torch-eager"]

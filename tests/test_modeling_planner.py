@@ -1,7 +1,7 @@
 """The planner's rankings make sense, with preset and with measured bandwidth tables."""
 
 import json
-from argparse import Namespace
+import argparse
 
 import pytest
 
@@ -107,10 +107,15 @@ def test_model_too_big_for_the_cluster_says_why():
         planner("llama3.1-405b", 8, 64, 4096).rank(3)
 
 
+def plan_args(*argv: str) -> argparse.Namespace:
+    """`commbench plan ARGV --json` as the command line parses it."""
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    return parser.parse_args([*argv, "--json"])
+
+
 def test_plan_command_exit_codes_and_json(capsys, tmp_path):
-    args = Namespace(model="llama2-7b", gpus=8, gpus_per_node=None, hardware="dgx-h100", bandwidth=None,
-                     inter_network=None, global_batch=64, seq_len=4096, precision="16", slowdown=None, top=3,
-                     layout=None, timeline=None, json=True)
+    args = plan_args("--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", "--top", "3")
     assert plan_command.main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["ranked"]) == 3 and out["layouts_per_second"] > 0
@@ -131,9 +136,8 @@ def test_plan_command_exit_codes_and_json(capsys, tmp_path):
 
 def test_plan_reads_a_measured_run_directory(tmp_path, capsys):
     run = write_run(tmp_path / "run", intra_gbps=300, inter_gbps=40)
-    args = Namespace(model="llama3-8b", gpus=16, gpus_per_node=8, hardware="dgx-h100", bandwidth=str(run),
-                     inter_network=None, global_batch=64, seq_len=4096, precision="16", slowdown=0.1, top=3,
-                     layout=None, timeline=None, json=True)
+    args = plan_args("--model", "llama3-8b", "--gpus", "16", "--gpus-per-node", "8", "--bandwidth", str(run),
+                     "--global-batch", "64", "--seq-len", "4096", "--slowdown", "0.1", "--top", "3")
     assert plan_command.main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["network"].startswith("measured")

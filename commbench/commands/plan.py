@@ -26,93 +26,46 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+from dataclasses import fields
 
-from commbench.errors import UsageError
+from commbench.modeling.job import EXECUTIONS, PRECISIONS
+from commbench.modeling.spec import PlanSpec
 
 HELP = "rank parallel training layouts by predicted throughput, or evaluate one with --layout"
 
-# compute 10x slower while communication overlaps it is a broken measurement, not a slowdown
-MAX_SLOWDOWN = 10.0
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="preset name (llama3-70b, gpt3-175b, mixtral-8x7b, ...) or a config.json path")
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
-    parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the hardware preset's)")
-    parser.add_argument("--hardware", default="dgx-h100", help="system preset: dgx-a100, dgx-h100, h200 (default dgx-h100)")
-    parser.add_argument("--bandwidth", metavar="RUN_DIR", help="price collectives from this measured run directory")
-    parser.add_argument("--inter-network", help="replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
-    parser.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
-    parser.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
-    parser.add_argument("--processor", metavar="NAME|FILE.json",
-                        help="replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
-    parser.add_argument("--precision", choices=("16", "12", "18", "fp32"), default="16",
-                        help="bytes per parameter variant (default 16); fp32 also means 4-byte activations")
-    parser.add_argument("--execution", choices=("megatron", "torch-eager"), default="megatron",
-                        help="which collectives overlap compute (default megatron; torch-eager: TP backward all-reduces "
-                             "and ZeRO-3 reduce-scatters block)")
-    parser.add_argument("--slowdown", type=float, help="measured compute slowdown while communication overlaps (e.g. 0.13); default 15%% NVLink / 2%% inter-node")
-    parser.add_argument("--overlap-run", metavar="RUN_DIR", help="take the slowdown from this `commbench overlap` run directory")
-    parser.add_argument("--top", type=int, default=5, help="layouts to show (default 5)")
+    _spec_option(parser, "--model", required=True)
+    _spec_option(parser, "--gpus", type=int, required=True)
+    _spec_option(parser, "--gpus-per-node", type=int)
+    _spec_option(parser, "--hardware")
+    _spec_option(parser, "--bandwidth", metavar="RUN_DIR")
+    _spec_option(parser, "--inter-network")
+    _spec_option(parser, "--global-batch", type=int, required=True)
+    _spec_option(parser, "--seq-len", type=int, required=True)
+    _spec_option(parser, "--processor", metavar="NAME|FILE.json")
+    _spec_option(parser, "--precision", choices=tuple(PRECISIONS))
+    _spec_option(parser, "--execution", choices=tuple(EXECUTIONS))
+    _spec_option(parser, "--slowdown", type=float)
+    _spec_option(parser, "--overlap-run", metavar="RUN_DIR")
+    _spec_option(parser, "--top", type=int)
     parser.add_argument("--layout", help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"')
     parser.add_argument("--timeline", metavar="FILE", help="with --layout: write the simulated timeline (JSON list) here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
-def build_planner(args):
-    from commbench.modeling.hardware import load_network, load_processor, load_system
-    from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
-    from commbench.modeling.limits import (MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP,
-                                           whole_number)
-    from commbench.modeling.models import load_model
-    from commbench.modeling.network import PresetNetwork
-    from commbench.modeling.planner import Planner
-    from commbench.modeling.cluster import Cluster
-
-    # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
-    for option, value, high in (("--gpus", args.gpus, MAX_GPUS), ("--global-batch", args.global_batch, MAX_GLOBAL_BATCH),
-                                ("--seq-len", args.seq_len, MAX_SEQ_LEN), ("--top", args.top, MAX_TOP)):
-        whole_number(option, value, 1, high)
-    system = load_system(args.hardware)
-    if args.gpus_per_node is not None:
-        whole_number("--gpus-per-node", args.gpus_per_node, 1, MAX_GPUS_PER_NODE)
-        system = system.with_gpus_per_node(args.gpus_per_node)
-    if args.inter_network:
-        system = system.with_inter(load_network(args.inter_network))
-    if getattr(args, "processor", None):  # callers that build args by hand may leave it out
-        system = system.with_processor(load_processor(args.processor))
-    if args.gpus > system.gpus_per_node and args.gpus % system.gpus_per_node:
-        raise UsageError(f"{args.gpus} GPUs is not a whole number of {system.gpus_per_node}-GPU nodes")
-    cost = PresetNetwork(system)
-    if args.bandwidth:
-        from commbench.modeling.measured import MeasuredNetwork
-
-        cost = MeasuredNetwork(args.bandwidth, fallback=cost)
-    factor = _slowdown(args)
-    slowdown = {} if factor is None else {"slowdown_intra": factor, "slowdown_inter": factor}
-    cluster = Cluster(args.gpus, system, cost, **slowdown)
-    job = TrainingJob(load_model(args.model), args.seq_len, args.global_batch, PRECISIONS[args.precision],
-                      execution=EXECUTIONS[getattr(args, "execution", "megatron")])
-    return Planner(job, cluster)
+def _spec_option(parser: argparse.ArgumentParser, flag: str, **kwargs) -> None:
+    """An option for one PlanSpec field, with the field's documentation and default."""
+    name = flag.removeprefix("--").replace("-", "_")
+    default = PlanSpec.default(name)
+    parser.add_argument(flag, help=PlanSpec.doc(name).replace("%", "%%"),  # argparse formats help with %
+                        **({} if default is None else {"default": default}), **kwargs)
 
 
-def _slowdown(args) -> float | None:
-    """--slowdown, the factor an overlap run measured, or None for the simulator's defaults."""
-    overlap_run = getattr(args, "overlap_run", None)  # callers that build args by hand may leave it out
-    if overlap_run is None:
-        factor = args.slowdown
-    elif args.slowdown is not None:
-        raise UsageError("give --slowdown or --overlap-run, not both")
-    else:
-        from commbench.overlap.slowdown import measured_slowdown
-
-        factor = measured_slowdown(overlap_run)
-    # a fraction of extra compute time: NaN or infinity would reach every figure of the plan
-    if factor is not None and not (math.isfinite(factor) and 0 <= factor <= MAX_SLOWDOWN):
-        raise UsageError(f"the compute slowdown must be between 0 and {MAX_SLOWDOWN:g}, not {factor!r}")
-    return factor
+def spec_from_args(args: argparse.Namespace) -> PlanSpec:
+    """The plan the command line asks for (the options are named after PlanSpec's fields)."""
+    return PlanSpec(**{field.name: getattr(args, field.name) for field in fields(PlanSpec)})
 
 
 def _slowdown_figures(planner) -> dict:
@@ -120,13 +73,16 @@ def _slowdown_figures(planner) -> dict:
 
 
 def main(args) -> int:
-    planner = build_planner(args)
+    from commbench.modeling.spec import build_planner
+
+    spec = spec_from_args(args)
+    planner = build_planner(spec)
     warnings = getattr(planner.cluster.cost, "warnings", [])
     if args.layout:
         return _one_layout(planner, args, warnings)
     from commbench.modeling.planner import explain
 
-    ranking = planner.rank(args.top)
+    ranking = planner.rank(spec.top)
     warnings = getattr(planner.cluster.cost, "warnings", [])  # measured lookups warn while pricing
     if args.json:
         print(json.dumps({

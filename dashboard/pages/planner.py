@@ -4,41 +4,35 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from commbench.errors import CommbenchError
-from dashboard.app import planner, results
+from commbench.modeling.spec import PlanSpec
+from dashboard.app import plan_cache, results
 from dashboard.figures.common import message_figure
 from dashboard.figures.planner import breakdown_figure, memory_figure, ranked_rows, step_timeline_figure
-from dashboard.planning import PRESET_SOURCE, PlanChoice, default_gpus_per_node, hardware_names, model_names
+from dashboard.planning import (PlanRequest, default_gpus_per_node, execution_names, hardware_names, model_names,
+                                network_names, precision_names, processor_names)
 from dashboard.ui import control, columns_of, data_table, notices
 
 dash.register_page(__name__, path="/planner", name="Planner", order=4, title="commbench · planner")
 
 BANDWIDTH_KINDS = ("sweep", "import", "pairwise", "overlap")
+PRESET_SOURCE = "preset"  # the "bandwidth from" choice that prices from the hardware preset's figures
+DEFAULTS = "defaults"  # the "slowdown from" choice that leaves the step model's default factors
+# the controls, in the order the callbacks receive them, and the PlanSpec field each one sets
+SPEC_CONTROLS = {
+    "plan-model": "model", "plan-hardware": "hardware", "plan-gpus": "gpus", "plan-gpus-per-node": "gpus_per_node",
+    "plan-batch": "global_batch", "plan-seq": "seq_len", "plan-bandwidth": "bandwidth", "plan-precision": "precision",
+    "plan-execution": "execution", "plan-processor": "processor", "plan-inter-network": "inter_network",
+    "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top",
+}
 
 
 def layout(**_query):
-    runs = results().usable(BANDWIDTH_KINDS)
-    sources = [{"label": "hardware preset figures", "value": PRESET_SOURCE}] + [
-        {"label": f"measured: {e.key} ({e.info.get('backend')}, {e.info.get('world_size')} ranks)", "value": e.key}
-        for e in runs if e.run.records
-    ]
     return html.Div([
         html.H2("Planner"),
         html.P("Every layout (TP, PP, DP, ZeRO, micro-batch, recompute ...) that divides the cluster, the model and "
                "the batch is priced; the fastest that fit in memory are simulated and ranked. Pick a row to see "
-               "its simulated step.", className="lead"),
-        html.Div([
-            control("model", dcc.Dropdown(id="plan-model", value="llama2-7b", clearable=False, options=model_names())),
-            control("hardware", dcc.Dropdown(id="plan-hardware", value="dgx-h100", clearable=False,
-                                              options=hardware_names())),
-            control("GPUs", dcc.Input(id="plan-gpus", type="number", value=16, min=1, step=1, debounce=True)),
-            control("GPUs per node", dcc.Input(id="plan-gpus-per-node", type="number", min=1, step=1, debounce=True,
-                                                placeholder="preset")),
-            control("global batch", dcc.Input(id="plan-batch", type="number", value=64, min=1, step=1, debounce=True)),
-            control("sequence length", dcc.Input(id="plan-seq", type="number", value=4096, min=1, step=1,
-                                                  debounce=True)),
-            control("bandwidth from", dcc.Dropdown(id="plan-bandwidth", value=PRESET_SOURCE, clearable=False,
-                                                    options=sources), wide=True),
-        ], className="controls"),
+               "its simulated step. The controls are `commbench plan`'s options.", className="lead"),
+        html.Div(_job_controls() + _cluster_controls(), className="controls"),
         html.Div(id="plan-notices"),
         html.Div(id="plan-summary", className="lead"),
         data_table("plan-table", row_selectable="single", selected_rows=[0], sort_action="none", filter_action="none"),
@@ -47,17 +41,74 @@ def layout(**_query):
     ])
 
 
-def _choice(model, hardware, gpus, gpus_per_node, batch, seq, bandwidth) -> PlanChoice:
-    if not all(isinstance(v, int) and v > 0 for v in (gpus, batch, seq)):
-        raise CommbenchError("GPUs, global batch and sequence length must be positive whole numbers")
-    run_dir, stamp = None, None
-    if bandwidth and bandwidth != PRESET_SOURCE:
-        entry = results().entry(bandwidth)
-        if entry.error:
-            raise CommbenchError(f"{entry.key}: {entry.error}")
-        run_dir, stamp = str(entry.path), entry.signature
-    return PlanChoice(model, gpus, gpus_per_node or None, hardware, batch, seq, bandwidth_dir=run_dir,
-                      bandwidth_stamp=stamp)
+def _number(control_id: str, value=None, placeholder: str | None = None, fraction: bool = False):
+    """A number input: a whole number from 1, or with `fraction` any number from 0."""
+    return dcc.Input(id=control_id, type="number", value=value, min=0 if fraction else 1, step="any" if fraction else 1,
+                     debounce=True, placeholder=placeholder)
+
+
+def _choice(control_id: str, options, value, **kwargs):
+    return dcc.Dropdown(id=control_id, options=options, value=value, **kwargs)
+
+
+def _job_controls() -> list:
+    return [
+        control("model", _choice("plan-model", model_names(), "llama2-7b", clearable=False)),
+        control("global batch", _number("plan-batch", 64)),
+        control("sequence length", _number("plan-seq", 4096)),
+        control("precision", _choice("plan-precision", precision_names(), PlanSpec.default("precision"),
+                                     clearable=False)),
+        control("execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"),
+                                     clearable=False)),
+        control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
+    ]
+
+
+def _cluster_controls() -> list:
+    measured = [e for e in results().usable(BANDWIDTH_KINDS) if e.run.records]
+    sources = [{"label": "hardware preset figures", "value": PRESET_SOURCE}] + [
+        {"label": f"measured: {e.key} ({e.info.get('backend')}, {e.info.get('world_size')} ranks)", "value": e.key}
+        for e in measured
+    ]
+    overlap_runs = [{"label": "defaults: 15% intra-node, 2% inter-node", "value": DEFAULTS}] + [
+        {"label": f"measured: {e.key}", "value": e.key} for e in measured if e.kind == "overlap"
+    ]
+    return [
+        control("hardware", _choice("plan-hardware", hardware_names(), PlanSpec.default("hardware"), clearable=False)),
+        control("GPUs", _number("plan-gpus", 16)),
+        control("GPUs per node", _number("plan-gpus-per-node", placeholder="preset")),
+        control("processor", html.Div([
+            dcc.Input(id="plan-processor", type="text", list="plan-processor-presets", debounce=True,
+                      placeholder="preset's (or a JSON file)"),
+            html.Datalist(id="plan-processor-presets", children=[html.Option(value=name) for name in processor_names()]),
+        ])),
+        control("inter-node network", _choice("plan-inter-network", network_names(), None, placeholder="preset's")),
+        control("bandwidth from", _choice("plan-bandwidth", sources, PRESET_SOURCE, clearable=False), wide=True),
+        control("compute slowdown", _number("plan-slowdown", placeholder="from below", fraction=True)),
+        control("slowdown from", _choice("plan-overlap-run", overlap_runs, DEFAULTS, clearable=False), wide=True),
+    ]
+
+
+def _request(*values) -> PlanRequest:
+    """The page's controls as a plan request; raises CommbenchError for a choice that cannot be planned."""
+    chosen = dict(zip(SPEC_CONTROLS.values(), values))
+    stamps = []
+    for name, unset in (("bandwidth", PRESET_SOURCE), ("overlap_run", DEFAULTS)):
+        chosen[name], stamp = _measured_run(chosen[name], unset)
+        stamps.append(stamp)
+    for name in ("gpus_per_node", "processor", "inter_network"):  # empty means the preset's
+        chosen[name] = chosen[name] or None
+    return PlanRequest(PlanSpec(**chosen), tuple(stamps))
+
+
+def _measured_run(key: str | None, unset: str) -> tuple[str | None, object]:
+    """The run directory a run choice names and its files' signature, or (None, None) for `unset`."""
+    if not key or key == unset:
+        return None, None
+    entry = results().entry(key)
+    if entry.error:
+        raise CommbenchError(f"{entry.key}: {entry.error}")
+    return str(entry.path), entry.signature
 
 
 @callback(Output("plan-gpus-per-node", "placeholder"), Input("plan-hardware", "value"))
@@ -69,20 +120,19 @@ def show_preset_gpus_per_node(hardware):
     Output("plan-table", "columns"), Output("plan-table", "data"), Output("plan-table", "selected_rows"),
     Output("plan-breakdown", "figure"), Output("plan-memory", "figure"), Output("plan-summary", "children"),
     Output("plan-notices", "children"),
-    Input("plan-model", "value"), Input("plan-hardware", "value"), Input("plan-gpus", "value"),
-    Input("plan-gpus-per-node", "value"), Input("plan-batch", "value"), Input("plan-seq", "value"),
-    Input("plan-bandwidth", "value"),
+    *[Input(control_id, "value") for control_id in SPEC_CONTROLS],
 )
-def rank_layouts(model, hardware, gpus, gpus_per_node, batch, seq, bandwidth):
+def rank_layouts(*controls):
     try:
-        view = planner().plan(_choice(model, hardware, gpus, gpus_per_node, batch, seq, bandwidth))
+        view = plan_cache().view(_request(*controls))
     except CommbenchError as exc:
         empty = message_figure(str(exc))
         return [], [], [], empty, empty, "", notices([str(exc)], "error")
     ranked = [result.to_dict() for result in view.ranked]
     rows = ranked_rows(ranked)
     summary = (f"{view.fitting} of {view.screened} layouts fit in {view.capacity_bytes / 1e9:.0f} GB; "
-               f"network: {view.network}")
+               f"network: {view.network}; execution: {view.execution}; compute slowdown under overlapping "
+               f"communication: {view.slowdown_intra:.1%} intra-node, {view.slowdown_inter:.1%} inter-node")
     return (columns_of(rows), rows, [0], breakdown_figure(ranked),
             memory_figure(ranked, view.capacity_bytes), summary, notices(view.warnings))
 
@@ -90,14 +140,12 @@ def rank_layouts(model, hardware, gpus, gpus_per_node, batch, seq, bandwidth):
 @callback(
     Output("plan-timeline", "figure"),
     Input("plan-table", "selected_rows"),
-    State("plan-model", "value"), State("plan-hardware", "value"), State("plan-gpus", "value"),
-    State("plan-gpus-per-node", "value"), State("plan-batch", "value"), State("plan-seq", "value"),
-    State("plan-bandwidth", "value"),
+    *[State(control_id, "value") for control_id in SPEC_CONTROLS],
     prevent_initial_call=True,  # rank_layouts sets the selection once the plan exists
 )
-def simulate_chosen(selected, *choice):
+def simulate_chosen(selected, *controls):
     try:
-        view = planner().plan(_choice(*choice))
+        view = plan_cache().view(_request(*controls))
     except CommbenchError as exc:
         return message_figure(str(exc))
     index = (selected or [0])[0]

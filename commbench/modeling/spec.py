@@ -1,0 +1,155 @@
+"""What a plan is asked for: PlanSpec, every planner input typed, documented and validated, and
+build_planner(spec), which turns one into the Planner that prices it.
+
+`commbench plan` and the dashboard's planner page each translate their own input (argv, page
+controls) into a PlanSpec, so both price layouts from the same inputs in the same way. A PlanSpec
+checks what can be checked from the values alone when it is made; what needs a file or a preset
+(the model, the hardware, a measured run) is checked when build_planner loads it. Either way a
+bad input is a UsageError naming the option, never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from commbench.errors import UsageError
+from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
+from commbench.modeling.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP, whole_number
+
+if TYPE_CHECKING:  # the planner pulls in numpy and the step model; `commbench --help` need not
+    from commbench.modeling.hardware import System
+    from commbench.modeling.network import CollectiveCost
+    from commbench.modeling.planner import Planner
+
+# compute 10x slower while communication overlaps it is a broken measurement, not a slowdown
+MAX_SLOWDOWN = 10.0
+
+
+def _doc(text: str):
+    return field(metadata={"doc": text})
+
+
+def _optional(text: str, default=None):
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """Every input of one plan. Field docs are the help `commbench plan` shows for its options."""
+
+    model: str = _doc("preset name (llama3-70b, gpt3-175b, mixtral-8x7b, ...) or a config.json path")
+    gpus: int = _doc("GPUs in the cluster")
+    global_batch: int = _doc("sequences per optimizer step")
+    seq_len: int = _doc("tokens per sequence")
+    hardware: str = _optional("system preset: dgx-a100, dgx-h100, h200 (default dgx-h100)", "dgx-h100")
+    gpus_per_node: int | None = _optional("GPUs per node (default: the hardware preset's)")
+    bandwidth: str | None = _optional("price collectives from this measured run directory")
+    inter_network: str | None = _optional("replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
+    processor: str | None = _optional(
+        "replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
+    precision: str = _optional("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
+    execution: str = _optional("which collectives overlap compute (default megatron; torch-eager: TP backward "
+                               "all-reduces and ZeRO-3 reduce-scatters block)", "megatron")
+    slowdown: float | None = _optional(
+        "measured compute slowdown while communication overlaps (e.g. 0.13); default 15% NVLink / 2% inter-node")
+    overlap_run: str | None = _optional("take the slowdown from this `commbench overlap` run directory")
+    top: int = _optional("layouts to show (default 5)", 5)
+
+    def __post_init__(self):
+        # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
+        for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN),
+                           ("top", MAX_TOP)):
+            object.__setattr__(self, name, whole_number(option(name), getattr(self, name), 1, high))
+        if self.gpus_per_node is not None:
+            object.__setattr__(self, "gpus_per_node",
+                               whole_number(option("gpus_per_node"), self.gpus_per_node, 1, MAX_GPUS_PER_NODE))
+        for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS)):
+            if getattr(self, name) not in known:
+                raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
+        if self.slowdown is not None and self.overlap_run is not None:
+            raise UsageError(f"give {option('slowdown')} or {option('overlap_run')}, not both")
+        if self.slowdown is not None:
+            checked_slowdown(self.slowdown)
+
+    @staticmethod
+    def doc(name: str) -> str:
+        """What a field means, as `commbench plan --help` and the dashboard say it."""
+        return _field(name).metadata["doc"]
+
+    @staticmethod
+    def default(name: str):
+        """A field's default; None where the field has none (it must be given) or defaults to None."""
+        default = _field(name).default
+        return None if default is MISSING else default
+
+
+def _field(name: str) -> Field:
+    return next(f for f in fields(PlanSpec) if f.name == name)
+
+
+def option(name: str) -> str:
+    """The command-line option of a PlanSpec field, as error messages name it."""
+    return "--" + name.replace("_", "-")
+
+
+def checked_slowdown(factor: float) -> float:
+    # a fraction of extra compute time: NaN or infinity would reach every figure of the plan
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
+            math.isfinite(factor) and 0 <= factor <= MAX_SLOWDOWN):
+        raise UsageError(f"the compute slowdown must be between 0 and {MAX_SLOWDOWN:g}, not {factor!r}")
+    return factor
+
+
+def build_planner(spec: PlanSpec) -> Planner:
+    """The Planner for a spec: its model, system (with any replaced processor, network or node
+    size), collective prices (preset or measured) and compute slowdown."""
+    from commbench.modeling.cluster import Cluster
+    from commbench.modeling.models import load_model
+    from commbench.modeling.planner import Planner
+
+    system = _system(spec)
+    cluster = Cluster(spec.gpus, system, _collective_cost(spec, system), **_slowdown_figures(spec))
+    job = TrainingJob(load_model(spec.model), spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
+                      execution=EXECUTIONS[spec.execution])
+    return Planner(job, cluster)
+
+
+def _system(spec: PlanSpec) -> System:
+    from commbench.modeling.hardware import load_network, load_processor, load_system
+
+    system = load_system(spec.hardware)
+    if spec.gpus_per_node is not None:
+        system = system.with_gpus_per_node(spec.gpus_per_node)
+    if spec.inter_network:
+        system = system.with_inter(load_network(spec.inter_network))
+    if spec.processor:
+        system = system.with_processor(load_processor(spec.processor))
+    if spec.gpus > system.gpus_per_node and spec.gpus % system.gpus_per_node:
+        raise UsageError(f"{spec.gpus} GPUs is not a whole number of {system.gpus_per_node}-GPU nodes")
+    return system
+
+
+def _collective_cost(spec: PlanSpec, system: System) -> CollectiveCost:
+    """The preset's documented figures, or a measured run's table falling back on them."""
+    from commbench.modeling.network import PresetNetwork
+
+    preset = PresetNetwork(system)
+    if not spec.bandwidth:
+        return preset
+    from commbench.modeling.measured import MeasuredNetwork
+
+    return MeasuredNetwork(spec.bandwidth, fallback=preset)
+
+
+def _slowdown_figures(spec: PlanSpec) -> dict[str, float]:
+    """The Cluster's slowdown arguments: the given or measured factor for both tiers, or none
+    (the defaults) when neither is given."""
+    if spec.overlap_run is None:
+        factor = spec.slowdown
+    else:
+        from commbench.overlap.slowdown import measured_slowdown
+
+        factor = checked_slowdown(measured_slowdown(spec.overlap_run))
+    return {} if factor is None else {"slowdown_intra": factor, "slowdown_inter": factor}

@@ -1,0 +1,96 @@
+"""PlanSpec: every planner input, checked where it is made; the CLI and the dashboard both build one."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from commbench.commands import plan
+from commbench.errors import UsageError
+from commbench.modeling.hardware import load_network, load_processor
+from commbench.modeling.spec import PlanSpec, build_planner
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "results" / "examples"
+BASIC = dict(model="llama2-7b", gpus=8, global_batch=64, seq_len=4096)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    plan.add_arguments(parser)
+    return parser.parse_args(["--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", *argv])
+
+
+def test_the_command_line_defaults_are_the_specs():
+    assert plan.spec_from_args(parse()) == PlanSpec(**BASIC)
+
+
+def test_every_option_reaches_the_spec():
+    args = parse("--gpus-per-node", "4", "--hardware", "dgx-a100", "--inter-network", "eth-25g", "--processor", "h200",
+                 "--precision", "fp32", "--execution", "torch-eager", "--slowdown", "0.1", "--top", "3",
+                 "--bandwidth", "RUN")
+    assert plan.spec_from_args(args) == PlanSpec(**BASIC, gpus_per_node=4, hardware="dgx-a100", inter_network="eth-25g",
+                                                 processor="h200", precision="fp32", execution="torch-eager",
+                                                 slowdown=0.1, top=3, bandwidth="RUN")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"gpus": 0}, "--gpus must be between 1"),
+    ({"global_batch": None}, "--global-batch must be a whole number"),
+    ({"seq_len": 4096.5}, "--seq-len must be a whole number"),
+    ({"top": 1000}, "--top must be between 1 and 100"),
+    ({"gpus_per_node": True}, "--gpus-per-node must be a whole number"),
+    ({"precision": "8"}, "--precision must be one of 16, 12, 18, fp32"),
+    ({"execution": "jax"}, "--execution must be one of megatron, torch-eager"),
+    ({"slowdown": math.nan}, "slowdown must be between 0 and 10"),
+    ({"slowdown": -0.1}, "slowdown must be between 0 and 10"),
+    ({"slowdown": 0.1, "overlap_run": "RUN"}, "give --slowdown or --overlap-run, not both"),
+])
+def test_a_spec_refuses_bad_values_naming_the_option(change, message):
+    with pytest.raises(UsageError, match=message):
+        PlanSpec(**{**BASIC, **change})
+
+
+def test_whole_numbers_written_as_floats_become_ints():
+    assert PlanSpec(**{**BASIC, "gpus": 8.0}).gpus == 8 and isinstance(PlanSpec(**{**BASIC, "gpus": 8.0}).gpus, int)
+
+
+def test_build_planner_applies_every_input():
+    planner = build_planner(PlanSpec(**BASIC, gpus_per_node=4, processor="h200", inter_network="eth-25g",
+                                     precision="12", execution="torch-eager", slowdown=0.25))
+    system = planner.cluster.system
+    assert system.gpus_per_node == 4
+    assert system.processor == load_processor("h200") and system.inter == load_network("eth-25g")
+    assert planner.job.precision.master_bytes == 0 and not planner.job.execution.tp_backward_overlap
+    assert planner.cluster.slowdown_intra == planner.cluster.slowdown_inter == 0.25
+
+
+def test_build_planner_reads_the_measured_runs():
+    overlap = EXAMPLES / "example-overlap-cpu"
+    planner = build_planner(PlanSpec(**BASIC, bandwidth=str(EXAMPLES / "example-nccl-tests-h100"), overlap_run=str(overlap)))
+    assert planner.cluster.cost.describe().startswith("measured")
+    assert planner.cluster.slowdown_intra == planner.cluster.slowdown_inter != 0.15
+
+
+def test_a_cluster_of_part_nodes_is_refused_when_the_planner_is_built():
+    with pytest.raises(UsageError, match="not a whole number of 8-GPU nodes"):
+        build_planner(PlanSpec(**{**BASIC, "gpus": 12}))
+
+
+def test_the_dashboard_planner_offers_every_plan_input(tmp_path):
+    """Each PlanSpec field has a control on the planner page: the page offers what `commbench plan` does."""
+    from dashboard.app import create_app
+
+    create_app(tmp_path)
+    page = sys.modules["pages.planner"]
+    assert sorted(page.SPEC_CONTROLS.values()) == sorted(f.name for f in fields(PlanSpec))
+    with create_app(tmp_path).server.app_context():
+        request = page._request(*[{"plan-model": "llama2-7b", "plan-gpus": 8, "plan-batch": 64, "plan-seq": 4096,
+                                   "plan-bandwidth": page.PRESET_SOURCE, "plan-overlap-run": page.DEFAULTS,
+                                   "plan-hardware": "dgx-h100", "plan-precision": "16", "plan-execution": "megatron",
+                                   "plan-top": 5}.get(control) for control in page.SPEC_CONTROLS])
+    assert request.spec == PlanSpec(**BASIC)
