@@ -147,10 +147,12 @@ def test_measured_slowdown_is_the_extra_compute_per_overlapped_second(tmp_path):
 
 
 def plan_args(**overrides) -> Namespace:
-    args = dict(model="llama2-7b", gpus=8, gpus_per_node=None, hardware="dgx-h100", bandwidth=None,
-                inter_network=None, global_batch=64, seq_len=4096, precision="16", slowdown=None, overlap_run=None,
-                top=3, layout="tp=2,dp=4,zero=1", timeline=None, json=True)
-    return Namespace(**{**args, **overrides})
+    """`commbench plan` for one layout as the command line parses it, with some options replaced."""
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    args = parser.parse_args(["--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096",
+                              "--top", "3", "--layout", "tp=2,dp=4,zero=1", "--json"])
+    return Namespace(**{**vars(args), **overrides})
 
 
 def test_plan_overlap_run_sets_the_slowdown_and_changes_the_step(tmp_path, capsys):
