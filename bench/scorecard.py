@@ -115,6 +115,8 @@ def published_step_seconds(row: dict) -> float:
         return row["value"]
     if row["metric"] == "tokens_per_s":
         return row["global_batch"] * row["seq_len"] / row["value"]
+    if row["metric"] == "tokens_per_s_per_gpu":
+        return row["global_batch"] * row["seq_len"] / (row["value"] * row["gpus"])
     if row["metric"] == "tflops_per_gpu":
         return FLOPS[row["flops_convention"]](row) / (row["gpus"] * row["value"] * 1e12)
     raise ValueError(f"{row['id']}: unknown metric {row['metric']!r}")
@@ -276,7 +278,8 @@ def summary_lines(records: list[dict]) -> list[str]:
 def row_lines(records: list[dict]) -> list[str]:
     lines = ["| id | half | GPUs | layout | published (as published) | published s/step | predicted s/step | error "
              "| model MFU | baseline s/step | baseline error | notes |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    units = {"iteration_s": "s/step", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s/GPU"}
+    units = {"iteration_s": "s/step", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
+             "tflops_per_gpu": "TFLOP/s/GPU"}
     for r in records:
         row = r["row"]
         layout = layout_of(row)

@@ -22,6 +22,7 @@ WHOLE_NUMBERS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "h
 METRICS = {  # published figure -> plausible range in its unit
     "iteration_s": (0.01, 10_000.0),  # seconds per optimizer step
     "tokens_per_s": (100.0, 1e9),  # tokens per second, whole job
+    "tokens_per_s_per_gpu": (1.0, 1e6),  # tokens per second per GPU
     "tflops_per_gpu": (1.0, 2_000.0),  # achieved TFLOP/s per GPU
 }
 FLOPS_CONVENTIONS = {"narayanan2021-recompute", "megatron2024", "palm"}
