@@ -2,9 +2,11 @@
 
 Run: python bench/scorecard.py [--runs bench/published/runs.csv] [--out bench/RESULTS-published.md]
 
-Every row of the runs file (see bench/published/SOURCES.md) is predicted with the row's own
-layout on the matching hardware preset (A100 -> dgx-a100, H100 -> dgx-h100) and the closest
-execution preset commbench has, then compared with the published step time. Published figures
+Every row of the runs file (see bench/published/SOURCES.md) becomes a PlanSpec, the typed input
+`commbench plan` builds too: the matching hardware preset (A100 -> dgx-a100, H100 -> dgx-h100),
+the closest execution preset commbench has, the model as a preset name or a config.json written
+from the row's shape. build_planner(spec).evaluate_layout prices the row's own layout (not the
+planner's best), and the step time is compared with the published one. Published figures
 that are a throughput are turned into seconds per step the way their source counts: tokens/s
 from the global batch, TFLOP/s per GPU through the source's own FLOP formula.
 
@@ -22,9 +24,9 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import json
 import math
 import platform
-import json
 import subprocess
 import sys
 import tempfile
@@ -33,12 +35,9 @@ from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.modeling.hardware import load_system
-from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
+from commbench.modeling.job import EXECUTIONS
 from commbench.modeling.layout import Layout
-from commbench.modeling.models import load_model
-from commbench.modeling.network import PresetNetwork
-from commbench.modeling.planner import Planner
-from commbench.modeling.cluster import Cluster
+from commbench.modeling.spec import PlanSpec, build_planner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "published" / "runs.csv"
@@ -124,7 +123,7 @@ def published_step_seconds(row: dict) -> float:
 
 # ---- the model's prediction ---------------------------------------------------------------
 def model_argument(row: dict, folder: Path) -> str:
-    """What the planner's model option takes for this row: its preset name, or the path of a
+    """What PlanSpec.model takes for this row: its preset name, or the path of a
     config.json written into `folder` from the row's shape (GPT-2 family: two-matrix GELU MLP)."""
     if row["model"] != "custom":
         return row["model"]
@@ -164,11 +163,10 @@ def predict(row: dict, folder: Path) -> Prediction:
     try:
         execution, note = execution_for(row)
         notes += [note] if note else []
-        system = load_system(HARDWARE[row["gpu"]]).with_gpus_per_node(row["gpus_per_node"])
-        precision = PRECISIONS["12" if row["precision"] == "bf16 pure" else "16"]
-        job = TrainingJob(load_model(model_argument(row, folder)), row["seq_len"], row["global_batch"], precision,
-                          execution=EXECUTIONS[execution])
-        planner = Planner(job, Cluster(row["gpus"], system, PresetNetwork(system)))
+        spec = PlanSpec(model=model_argument(row, folder), gpus=row["gpus"], global_batch=row["global_batch"],
+                        seq_len=row["seq_len"], hardware=HARDWARE[row["gpu"]], gpus_per_node=row["gpus_per_node"],
+                        precision="12" if row["precision"] == "bf16 pure" else "16", execution=execution)
+        planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))
     except UsageError as exc:
         return Prediction(None, None, "", [f"not predicted: {exc}"])
