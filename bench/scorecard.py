@@ -60,12 +60,19 @@ INT_COLUMNS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hid
 
 # ---- the data ---------------------------------------------------------------------------
 def load_runs(path: Path) -> list[dict]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    for row in rows:
-        for column in INT_COLUMNS:
-            row[column] = int(row[column])
-        row["value"] = float(row["value"])
+    """The rows with their numbers as numbers; an unreadable file or cell is a UsageError naming it."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"{path}: not a readable runs file ({exc})") from None
+    for number, row in enumerate(rows, start=2):  # line 1 is the header
+        try:
+            for column in INT_COLUMNS:
+                row[column] = int(row[column])
+            row["value"] = float(row["value"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{path}, line {number}: a missing or non-numeric cell ({exc})") from None
     return rows
 
 
@@ -321,13 +328,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    records, mfu = score(load_runs(args.runs))
-    plot_name = write_plot(records)
-    head = args.out.read_text(encoding="utf-8").split(MARKER)[0] if args.out.exists() else ""
-    command = "python bench/scorecard.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    args.out.write_text(head + report(records, mfu, plot_name, command), encoding="utf-8")
+    try:
+        records, mfu = score(load_runs(args.runs))
+        plot_name = write_plot(records)
+        command = "python bench/scorecard.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+        write_report(args.out, report(records, mfu, plot_name, command))
+    except UsageError as exc:
+        print(f"scorecard: {exc}", file=sys.stderr)
+        return exc.exit_code
     print("\n".join(summary_lines(records)))
     return 0
+
+
+def write_report(path: Path, text: str) -> None:
+    """Replace what follows the marker, keeping the calibration rule above it as committed."""
+    try:
+        head = path.read_text(encoding="utf-8").split(MARKER)[0] if path.exists() else ""
+        path.write_text(head + text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the results ({exc})") from None
 
 
 if __name__ == "__main__":
