@@ -23,6 +23,8 @@ from dashboard.data import ResultsStore, safe_path  # noqa: E402
 from dashboard.figures import bandwidth, overlap, planner, topology  # noqa: E402
 from dashboard.figures.common import WEBGL_POINTS  # noqa: E402
 from commbench.modeling.spec import PlanSpec  # noqa: E402
+from commbench.topology.model import ClusterTopology, NodeTopology  # noqa: E402
+from commbench.topology.rates import nominal_rates  # noqa: E402
 from dashboard.planning import PlanCache, PlanRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +32,7 @@ EXAMPLES = REPO / "results" / "examples"
 CPU_RUN = "examples/example-cpu-2rank"
 NCCL_TESTS_RUN = "examples/example-nccl-tests-h100"
 TRACES = REPO / "tests" / "fixtures" / "traces"
-DGX_TOPOLOGY = json.loads((EXAMPLES / "dgx-h100.topology.json").read_text())
+DGX_TOPOLOGY = ClusterTopology.from_dict(json.loads((EXAMPLES / "dgx-h100.topology.json").read_text()))
 
 
 @pytest.fixture
@@ -236,23 +238,29 @@ def test_topology_figure_colours_by_link_type_or_measurement(store):
     run = store.entry(CPU_RUN)
     measured = topology.measured_by_scope(run.records, node_count=1)
     assert set(measured) == {"intra"} and "all_reduce world busbw" in measured["intra"][1]
-    figure = topology.topology_figure(run.info["topology"], "measured", measured)
+    figure = topology.topology_figure(topology.cluster_topology(run.info["topology"]), "measured", measured)
     assert any(t.name and t.name.startswith("intra: all_reduce") for t in figure.data)
     assert any(t.name == "not measured" for t in figure.data)
 
 
 def test_link_matrix_uses_nvidia_smi_words_with_their_meaning():
-    figure = topology.link_matrix_figure(DGX_TOPOLOGY["nodes"][0])
+    figure = topology.link_matrix_figure(DGX_TOPOLOGY.nodes[0])
     heatmap = figure.data[0]
     assert heatmap.text[0][1] == "NV18" and heatmap.x[8] == "NIC0 (mlx5_0)"
     assert "18 bonded NVLinks" in heatmap.hovertext[0][1]
-    assert "no GPU/NIC link matrix" in topology.link_matrix_figure({"hostname": "h"}).layout.annotations[0].text
+    assert "no GPU/NIC link matrix" in topology.link_matrix_figure(NodeTopology("h", "test")).layout.annotations[0].text
 
 
 def test_nominal_rates_follow_the_scope():
-    assert topology.nominal_rates(DGX_TOPOLOGY, "world") == [("NVLink 18 x 25 GB/s", 450.0)]
-    assert topology.nominal_rates(DGX_TOPOLOGY, "inter") == [("network 400 Gb/s", 50.0)]
-    assert topology.nominal_rates(None, "world") == []
+    assert nominal_rates(DGX_TOPOLOGY, "world") == [("NVLink 18 x 25 GB/s", 450.0)]
+    assert nominal_rates(DGX_TOPOLOGY, "inter") == [("network 400 Gb/s", 50.0)]
+    assert nominal_rates(None, "world") == []
+
+
+def test_a_topology_that_is_not_one_gives_no_typed_view():
+    assert topology.cluster_topology(None) is None
+    assert topology.cluster_topology({"nodes": [{"gpus": []}]}) is None  # no hostname, no source
+    assert topology.cluster_topology({"nodes": "x"}) is None
 
 
 def test_pairwise_heatmap_shows_the_flagged_pairs():

@@ -94,8 +94,9 @@ class Gpu(PlainData):
         gpu.nvlinks = [NvLink.from_dict(link) for link in data.get("nvlinks") or []]
         return gpu
 
-    def active_nvlinks(self, remote_type: str) -> list[NvLink]:
-        return [link for link in self.nvlinks if link.active and link.remote_type == remote_type]
+    def active_nvlinks(self, remote_type: str | None = None) -> list[NvLink]:
+        """The active NVLinks to a GPU or an NVSwitch (remote_type), or all of them (None)."""
+        return [link for link in self.nvlinks if link.active and remote_type in (None, link.remote_type)]
 
 
 @dataclass
@@ -149,7 +150,10 @@ class NodeTopology(PlainData):
         return node
 
     def link(self, device_a: str, device_b: str) -> str:
-        """Link word between two labelled devices, e.g. link("GPU0", "NIC3") -> "PIX"."""
+        """Link word between two labelled devices, e.g. link("GPU0", "NIC3") -> "PIX"; "?" when
+        either is not labelled or the source recorded no matrix."""
+        if device_a not in self.devices or device_b not in self.devices or not self.links:
+            return UNKNOWN_LINK
         return self.links[self.devices.index(device_a)][self.devices.index(device_b)]
 
 

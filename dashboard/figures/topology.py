@@ -1,7 +1,8 @@
 """The cluster as a network picture, the GPU matrix in nvidia-smi words, and the pairwise heatmap.
 
-Input is the run.json "topology" object (ClusterTopology.to_dict()) and, for measured bandwidth,
-a records frame. The picture has one row per kind of device, each node's devices side by side:
+Input is the typed topology (ClusterTopology, as run.json stores it under "topology") and, for
+measured bandwidth, a records frame; link words, active NVLinks and network kinds come from the
+topology model and its rates, not from rules of its own. The picture has one row per kind of device, each node's devices side by side:
 network fabrics on top, then NICs, CPUs (one per NUMA node), GPUs, and the NVSwitch fabric.
 """
 
@@ -13,7 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from commbench.topology.model import LINK_LEGEND
+from commbench.topology.model import LINK_LEGEND, ClusterTopology, Gpu, Nic, NodeTopology
+from commbench.topology.rates import network_kind
 from dashboard.figures.common import message_figure
 
 LAYERS = {"fabric": 4, "nic": 3, "cpu": 2, "gpu": 1, "nvswitch": 0}
@@ -34,36 +36,34 @@ LINK_COLOURS = {
     "Ethernet": "#8c564b",
     "network": "#7f7f7f",
 }
-# Per-direction rate of one NVLink by generation (GB/s); NCCL's dump gives no generation, and
-# generations 2-4 share 25 GB/s, so that is the default.
-NVLINK_GBPS = {"1": 20.0, "2": 25.0, "3": 25.0, "4": 25.0, "5": 50.0}
-DEFAULT_NVLINK_GBPS = 25.0
 MATRIX_ORDER = ["X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "?"]
 
 
 # --- the network picture ---------------------------------------------------------------------
 
 
-def topology_graph(topology: dict) -> nx.Graph:
+def cluster_topology(data: dict | None) -> ClusterTopology | None:
+    """The typed topology of a run.json "topology" object; None without one or when it is not one."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return ClusterTopology.from_dict(data)
+    except (TypeError, AttributeError):  # a node without hostname or source, a list where a dict belongs
+        return None
+
+
+def topology_graph(topology: ClusterTopology) -> nx.Graph:
     """Devices as nodes (attributes layer, kind, label, hover) and links as edges (link, label, scope)."""
     graph = nx.Graph()
-    for node in topology.get("nodes") or []:
+    for node in topology.nodes:
         _add_node_devices(graph, node)
     return graph
 
 
-def _add_node_devices(graph: nx.Graph, node: dict) -> None:
-    host = node.get("hostname") or f"node{node.get('node_id')}"
-    gpus = node.get("gpus") or []
-    devices = node.get("devices") or []
-    links = node.get("links") or []
-
-    def word(a: str, b: str) -> str:
-        if a in devices and b in devices and links:
-            return links[devices.index(a)][devices.index(b)]
-        return "?"
-
-    numa_nodes = sorted({d.get("numa_node") for d in gpus + (node.get("nics") or [])} - {None}) or [None]
+def _add_node_devices(graph: nx.Graph, node: NodeTopology) -> None:
+    host = node.hostname or f"node{node.node_id}"
+    gpus = node.gpus
+    numa_nodes = sorted({d.numa_node for d in [*gpus, *node.nics]} - {None}) or [None]
     for numa in numa_nodes:
         label = f"CPU{numa}" if numa is not None else "CPU"
         graph.add_node(f"{host}/{label}", layer=LAYERS["cpu"], kind="cpu", label=label,
@@ -72,84 +72,74 @@ def _add_node_devices(graph: nx.Graph, node: dict) -> None:
         graph.add_edge(f"{host}/CPU{first}", f"{host}/CPU{second}", link="CPU interconnect (SYS)", label="SYS",
                        scope="intra")
 
-    switch_links = {gpu["index"]: _active_nvlinks(gpu, "NVSwitch") for gpu in gpus}
+    switch_links = {gpu.index: len(gpu.active_nvlinks("NVSwitch")) for gpu in gpus}
     has_switch = any(switch_links.values())
     if has_switch:
         graph.add_node(f"{host}/NVSwitch", layer=LAYERS["nvswitch"], kind="nvswitch", label="NVSwitch",
                        hover=f"{host}: NVSwitch fabric")
     for gpu in gpus:
-        gpu_id = f"{host}/GPU{gpu['index']}"
-        graph.add_node(gpu_id, layer=LAYERS["gpu"], kind="gpu", label=f"GPU{gpu['index']}", hover=_gpu_hover(host, gpu))
+        gpu_id = f"{host}/GPU{gpu.index}"
+        graph.add_node(gpu_id, layer=LAYERS["gpu"], kind="gpu", label=f"GPU{gpu.index}", hover=_gpu_hover(host, gpu))
         graph.add_edge(gpu_id, f"{host}/{_cpu_label(gpu)}", link="PCIe host bridge", label=_pcie_label(gpu),
                        scope="intra")
-        if switch_links[gpu["index"]]:
-            graph.add_edge(gpu_id, f"{host}/NVSwitch", link="NVLink", label=f"NV{switch_links[gpu['index']]}",
+        if switch_links[gpu.index]:
+            graph.add_edge(gpu_id, f"{host}/NVSwitch", link="NVLink", label=f"NV{switch_links[gpu.index]}",
                            scope="intra")
     if not has_switch:  # direct NVLinks between GPU pairs
         for i, gpu in enumerate(gpus):
             for peer in gpus[i + 1:]:
-                link = word(f"GPU{gpu['index']}", f"GPU{peer['index']}")
+                link = node.link(f"GPU{gpu.index}", f"GPU{peer.index}")
                 if link.startswith("NV"):
-                    graph.add_edge(f"{host}/GPU{gpu['index']}", f"{host}/GPU{peer['index']}", link="NVLink",
+                    graph.add_edge(f"{host}/GPU{gpu.index}", f"{host}/GPU{peer.index}", link="NVLink",
                                    label=link, scope="intra")
-    _add_nics(graph, host, node, gpus, word)
+    _add_nics(graph, host, node)
 
 
-def _add_nics(graph: nx.Graph, host: str, node: dict, gpus: list[dict], word) -> None:
-    matrix_label = {name: label for label, name in (node.get("nic_legend") or {}).items()}
+def _add_nics(graph: nx.Graph, host: str, node: NodeTopology) -> None:
+    matrix_label = {name: label for label, name in node.nic_legend.items()}
     seen = set()
-    for nic in node.get("nics") or []:
-        if (nic["name"], nic.get("port")) in seen:
+    for nic in node.nics:
+        if (nic.name, nic.port) in seen:
             continue
-        seen.add((nic["name"], nic.get("port")))
-        nic_id = f"{host}/{nic['name']}" + (f":{nic['port']}" if nic.get("port") not in (None, 1) else "")
-        graph.add_node(nic_id, layer=LAYERS["nic"], kind="nic", label=nic["name"], hover=_nic_hover(host, nic))
-        label = matrix_label.get(nic["name"])
-        close = [g for g in gpus if label and word(f"GPU{g['index']}", label) in ("PIX", "PXB")]
+        seen.add((nic.name, nic.port))
+        nic_id = f"{host}/{nic.name}" + (f":{nic.port}" if nic.port not in (None, 1) else "")
+        graph.add_node(nic_id, layer=LAYERS["nic"], kind="nic", label=nic.name, hover=_nic_hover(host, nic))
+        label = matrix_label.get(nic.name)
+        close = [g for g in node.gpus if label and node.link(f"GPU{g.index}", label) in ("PIX", "PXB")]
         for gpu in close:
-            graph.add_edge(nic_id, f"{host}/GPU{gpu['index']}", link="PCIe switch (PIX/PXB)",
-                           label=word(f"GPU{gpu['index']}", label), scope="intra")
+            graph.add_edge(nic_id, f"{host}/GPU{gpu.index}", link="PCIe switch (PIX/PXB)",
+                           label=node.link(f"GPU{gpu.index}", label), scope="intra")
         if not close:
             graph.add_edge(nic_id, f"{host}/{_cpu_label(nic)}", link="PCIe host bridge", label="PCIe", scope="intra")
-        kind = _network_kind(nic)
+        kind = network_kind(nic)
         fabric = f"fabric:{kind}"
         if fabric not in graph:
             graph.add_node(fabric, layer=LAYERS["fabric"], kind="fabric", label=f"{kind} fabric",
                            hover=f"{kind} network between nodes")
-        rate = f"{nic['rate_gbps']:g} Gb/s" if nic.get("rate_gbps") else "rate unknown"
+        rate = f"{nic.rate_gbps:g} Gb/s" if nic.rate_gbps else "rate unknown"
         graph.add_edge(nic_id, fabric, link=kind, label=rate, scope="inter")
 
 
-def _active_nvlinks(gpu: dict, remote_type: str) -> int:
-    return sum(1 for link in gpu.get("nvlinks") or [] if link.get("active") and link.get("remote_type") == remote_type)
+def _cpu_label(device: Gpu | Nic) -> str:
+    return f"CPU{device.numa_node}" if device.numa_node is not None else "CPU"
 
 
-def _cpu_label(device: dict) -> str:
-    return f"CPU{device['numa_node']}" if device.get("numa_node") is not None else "CPU"
-
-
-def _network_kind(nic: dict) -> str:
-    kind = nic.get("kind") or "unknown"
-    return kind if kind in ("InfiniBand", "RoCE", "Ethernet") else "network"
-
-
-def _pcie_label(gpu: dict) -> str:
-    pcie = gpu.get("pcie") or {}
-    if pcie.get("gen_max") and pcie.get("width_max"):
-        return f"PCIe Gen{pcie['gen_max']} x{pcie['width_max']}"
+def _pcie_label(gpu: Gpu) -> str:
+    if gpu.pcie.gen_max and gpu.pcie.width_max:
+        return f"PCIe Gen{gpu.pcie.gen_max} x{gpu.pcie.width_max}"
     return "PCIe"
 
 
-def _gpu_hover(host: str, gpu: dict) -> str:
-    memory = f"{gpu['memory_bytes'] / 2**30:.0f} GiB" if gpu.get("memory_bytes") else "memory ?"
-    return (f"{host}: GPU{gpu['index']} {gpu.get('name') or ''}<br>{gpu.get('pci_bus_id') or 'bus ?'}, {memory}, "
-            f"NUMA {gpu.get('numa_node')}, {len(gpu.get('nvlinks') or [])} NVLinks")
+def _gpu_hover(host: str, gpu: Gpu) -> str:
+    memory = f"{gpu.memory_bytes / 2**30:.0f} GiB" if gpu.memory_bytes else "memory ?"
+    return (f"{host}: GPU{gpu.index} {gpu.name or ''}<br>{gpu.pci_bus_id or 'bus ?'}, {memory}, "
+            f"NUMA {gpu.numa_node}, {len(gpu.nvlinks)} NVLinks")
 
 
-def _nic_hover(host: str, nic: dict) -> str:
-    rate = f"{nic['rate_gbps']:g} Gb/s" if nic.get("rate_gbps") else "rate ?"
-    return (f"{host}: {nic['name']} port {nic.get('port')}<br>{nic.get('kind')}, {rate} {nic.get('rate_detail') or ''}, "
-            f"state {nic.get('state') or '?'}, NUMA {nic.get('numa_node')}")
+def _nic_hover(host: str, nic: Nic) -> str:
+    rate = f"{nic.rate_gbps:g} Gb/s" if nic.rate_gbps else "rate ?"
+    return (f"{host}: {nic.name} port {nic.port}<br>{nic.kind}, {rate} {nic.rate_detail or ''}, "
+            f"state {nic.state or '?'}, NUMA {nic.numa_node}")
 
 
 def layered_positions(graph: nx.Graph) -> dict[str, tuple[float, float]]:
@@ -198,7 +188,7 @@ def measured_by_scope(frame: pd.DataFrame, node_count: int) -> dict[str, tuple[f
     return found
 
 
-def topology_figure(topology: dict, colour_by: str = "link", measured: dict | None = None) -> go.Figure:
+def topology_figure(topology: ClusterTopology, colour_by: str = "link", measured: dict | None = None) -> go.Figure:
     """The network picture; colour_by "link" colours edges by link type, "measured" by busbw."""
     graph = topology_graph(topology)
     if graph.number_of_nodes() == 0:
@@ -295,13 +285,12 @@ def _draw_devices(figure: go.Figure, graph: nx.Graph, positions) -> None:
 # --- the GPU matrix --------------------------------------------------------------------------
 
 
-def link_matrix_figure(node: dict) -> go.Figure:
+def link_matrix_figure(node: NodeTopology) -> go.Figure:
     """One node's device matrix in `nvidia-smi topo -m` words, closest links darkest."""
-    devices, links = node.get("devices") or [], node.get("links") or []
-    host = node.get("hostname", "?")
+    devices, links, host = node.devices, node.links, node.hostname
     if not devices or not links:
         return message_figure(f"{host}: no GPU/NIC link matrix recorded.", title=host)
-    legend = node.get("nic_legend") or {}
+    legend = node.nic_legend
     labels = [f"{d} ({legend[d]})" if d in legend else d for d in devices]
     rank = [[_matrix_rank(word) for word in row] for row in links]
     hover = [[f"{labels[i]} ↔ {labels[j]}: {word} — {_meaning(word)}" for j, word in enumerate(row)]
@@ -310,7 +299,7 @@ def link_matrix_figure(node: dict) -> go.Figure:
         z=rank, x=labels, y=labels, text=links, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
         colorscale="Greens", reversescale=True, zmin=0, zmax=len(MATRIX_ORDER) - 1, showscale=False,
     ))
-    figure.update_layout(template="plotly_white", title=f"{host}: links ({node.get('source')})",
+    figure.update_layout(template="plotly_white", title=f"{host}: links ({node.source})",
                          height=max(320, 28 * len(devices) + 140), yaxis={"autorange": "reversed"},
                          margin={"t": 40})
     return figure
@@ -325,49 +314,6 @@ def _meaning(word: str) -> str:
     if word.startswith("NV") and word[2:].isdigit():
         return LINK_LEGEND["NV#"].replace("#", word[2:], 1)
     return LINK_LEGEND.get(word, "unknown")
-
-
-# --- nominal link rates ----------------------------------------------------------------------
-
-
-def nominal_rates(topology: dict | None, scope: str) -> list[tuple[str, float]]:
-    """Per-direction rates (GB/s) of the links a scope's traffic crosses, from the recorded topology."""
-    if not topology:
-        return []
-    nodes = topology.get("nodes") or []
-    rates = []
-    inside = scope == "intra" or scope == "pair" or (scope == "world" and len(nodes) <= 1)
-    between = scope in ("inter", "pair") or (scope == "world" and len(nodes) > 1)
-    if inside:
-        rates += _nvlink_rate(nodes)
-    if between:
-        rates += _nic_rate(nodes)
-    return rates
-
-
-def _nvlink_rate(nodes: list[dict]) -> list[tuple[str, float]]:
-    counts, per_link = [], []
-    for node in nodes:
-        for gpu in node.get("gpus") or []:
-            active = [link for link in gpu.get("nvlinks") or [] if link.get("active")]
-            if active:
-                counts.append(len(active))
-                per_link += [NVLINK_GBPS.get(str(link.get("version")), DEFAULT_NVLINK_GBPS) for link in active]
-    if not counts:
-        return []
-    rate = min(per_link)
-    return [(f"NVLink {min(counts)} x {rate:g} GB/s", min(counts) * rate)]
-
-
-def _nic_rate(nodes: list[dict]) -> list[tuple[str, float]]:
-    best = None
-    for node in nodes:
-        for nic in node.get("nics") or []:
-            if nic.get("rate_gbps") and (best is None or nic["rate_gbps"] > best["rate_gbps"]):
-                best = nic
-    if best is None:
-        return []
-    return [(f"{_network_kind(best)} {best['rate_gbps']:g} Gb/s", best["rate_gbps"] / 8)]
 
 
 # --- the pairwise matrix ---------------------------------------------------------------------

@@ -6,7 +6,8 @@ from dash import Input, Output, State, callback, dcc, html
 from commbench.modeling.hardware import load_network, preset_names
 from dashboard.app import SELECTION_STORE, results
 from dashboard.figures.bandwidth import METRICS, bandwidth_figure, latency_figure, select_records, table_rows
-from dashboard.figures.topology import nominal_rates
+from commbench.topology.rates import nominal_rates
+from dashboard.figures.topology import cluster_topology
 from dashboard.ui import control, data_table, notices, run_options
 
 dash.register_page(__name__, path="/bandwidth", name="Bandwidth", order=2, title="commbench · bandwidth")
@@ -105,7 +106,7 @@ def _references(entries, scopes, reference):
     found = {}
     for entry in entries:
         for scope in scopes:
-            for label, gbps in nominal_rates(entry.info.get("topology"), scope):
+            for label, gbps in nominal_rates(cluster_topology(entry.info.get("topology")), scope):
                 found[label] = gbps
     return list(found.items())
 

@@ -5,7 +5,9 @@ from dash import Input, Output, State, callback, dcc, html
 
 from commbench.errors import CommbenchError
 from dashboard.app import SELECTION_STORE, results
-from dashboard.figures.topology import link_matrix_figure, measured_by_scope, pairwise_figure, topology_figure
+from commbench.topology.model import ClusterTopology
+from dashboard.figures.topology import (cluster_topology, link_matrix_figure, measured_by_scope, pairwise_figure,
+                                       topology_figure)
 from dashboard.ui import notices
 
 dash.register_page(__name__, path="/topology", name="Topology", order=1, title="commbench · topology")
@@ -60,18 +62,21 @@ def start_from_selection(_start, selected, options):
           Output("topo-notices", "children"), Input("topo-source", "value"), Input("topo-colour", "value"))
 def draw(source, colour_by):
     if not source:
-        return (topology_figure({}), [], [],
+        return (topology_figure(ClusterTopology()), [], [],
                 notices(["No topology yet: runs record one, or save `commbench topo --json` output as "
                          "results/NAME.topology.json."], "info"))
     try:
-        topology, entry = results().topology(source)
+        data, entry = results().topology(source)
     except CommbenchError as exc:
-        return topology_figure({}), [], [], notices([str(exc)], "error")
-    nodes = topology.get("nodes") or []
+        return topology_figure(ClusterTopology()), [], [], notices([str(exc)], "error")
+    topology = cluster_topology(data)
+    if topology is None:
+        return topology_figure(ClusterTopology()), [], [], notices([f"{source}: not a commbench topology"], "error")
+    nodes = topology.nodes
     frame = entry.records if entry else None
     measured = measured_by_scope(frame, len(nodes)) if frame is not None else {}
     matrices = [dcc.Graph(figure=link_matrix_figure(node)) for node in nodes[:MAX_MATRICES]]
-    notes = [f"{node.get('hostname')}: {note}" for node in nodes for note in node.get("notes") or []]
+    notes = [f"{node.hostname}: {note}" for node in nodes for note in node.notes]
     if len(nodes) > MAX_MATRICES:
         notes.append(f"matrices of the first {MAX_MATRICES} of {len(nodes)} nodes are shown")
     pairwise = pairwise_figure(frame) if frame is not None else None
