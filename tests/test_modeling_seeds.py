@@ -123,5 +123,5 @@ def test_hugging_face_configs_load(tmp_path):
     (tmp_path / "gpt2.json").write_text(json.dumps(gpt2))
     spec = load_model(str(tmp_path / "gpt2.json"))
     assert spec.mlp == "gelu" and spec.tied_embeddings and spec.ffn_hidden == 3072
-    # GPT-2 small is 124.4M with its 0.8M learned positions and 0.1M biases, which the model leaves out
-    assert spec.total_params / 1e6 == pytest.approx(123.55, abs=0.01)
+    # GPT-2 small: 124,439,808 with its learned positions, biases and LayerNorm biases (OpenAI's "124M")
+    assert spec.total_params == 124_439_808

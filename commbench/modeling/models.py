@@ -1,21 +1,27 @@
 """Transformer descriptions: the shapes the memory, FLOP and communication models need.
 
-Parameter counts (biases ignored, they are < 0.1% of any preset here):
-  attention   h*q + 2*h*kv + q*h          q = heads*head_dim, kv = kv_heads*head_dim (GQA: kv < q)
-  MLP         2*h*f (GELU, two matrices) or 3*h*f (SwiGLU: gate, up, down)
+Parameter counts:
+  attention   h*q + 2*h*kv + q*h          q = heads*head_dim, kv = kv_heads*head_dim (GQA/MQA: kv < q)
+  MLA         (DeepSeek-V2/V3) queries h*r_q + r_q*heads*(d_nope+d_rope) (or h*heads*(d_nope+d_rope)
+              without a query latent), keys/values h*(r_kv+d_rope) + r_kv*heads*(d_nope+d_v), output
+              heads*d_v*h, plus the two latent norms
+  MLP         2*h*f (plain: GELU, ReLU) or 3*h*f (gated: SwiGLU, GeGLU: gate, up, down)
   MoE layer   attention + experts*MLP(f_expert) + shared MLP + router h*experts
-  norms       2*h per layer, h at the end
+  per layer   norms and biases: `layer_extra_params` (default 2*h, two RMSNorm weights)
+  model       position tables, final norm, head bias: `model_extra_params` (default h, the final norm)
   embeddings  vocab*h, plus an output head of vocab*h unless tied
+
+Attention may be windowed on some layers (Mistral, Gemma 2/3, Phi-3): a query then attends at most
+`sliding_window` keys, so those layers' attention work grows with s*w instead of s^2/2.
 
 Presets follow the architecture tables of their papers and the published config.json files
 (GPT-3: Brown et al. 2020 table 2.1; Llama 2: Touvron et al. 2023; Llama 3/3.1/3.2: Meta's
 model cards and config.json; Mixtral: Jiang et al. 2024; DeepSeekMoE 16B: Dai et al. 2024 and
-its config.json).
+its config.json). Any other model comes from its config.json (commbench.modeling.model_config).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,8 +39,9 @@ class MoESpec:
     top_k: int
     expert_ffn_hidden: int
     shared_ffn_hidden: int = 0  # always-on shared experts, summed (DeepSeekMoE: 2 x 1408)
-    dense_layers: int = 0  # leading layers that keep a dense MLP (DeepSeek's first_k_dense_replace)
+    dense_layers: int = 0  # layers that keep a dense MLP (DeepSeek's first_k_dense_replace)
     capacity_factor: float | None = None  # None: dropless routing
+    shared_expert_gate: bool = False  # Qwen2-MoE scales its shared expert by a learned h -> 1 gate
 
     def __post_init__(self):
         whole_number("moe: num_experts", self.num_experts, 1, MAX_EXPERTS)
@@ -47,6 +54,51 @@ class MoESpec:
 
 
 @dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): keys and values are rebuilt per head from a
+    shared latent of width kv_lora_rank; queries optionally from one of width q_lora_rank. Scores
+    use d_nope + d_rope per head, values d_v."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: queries projected straight from the hidden state (DeepSeek-V2-Lite)
+
+    def __post_init__(self):
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+            whole_number(f"mla: {name}", getattr(self, name), 1, MAX_FFN)
+        whole_number("mla: qk_rope_head_dim", self.qk_rope_head_dim, 0, MAX_HEAD_DIM)
+        whole_number("mla: q_lora_rank", self.q_lora_rank, 0, MAX_FFN)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def params(self, hidden: int, heads: int) -> int:
+        if self.q_lora_rank:
+            query = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * self.qk_head_dim
+        else:
+            query = hidden * heads * self.qk_head_dim
+        key_value = (hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                     + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+        return query + key_value + heads * self.v_head_dim * hidden
+
+    def down_projection_params(self, hidden: int) -> int:
+        """The latent down-projections and their norms: Megatron keeps them whole on every TP rank."""
+        query = hidden * self.q_lora_rank + self.q_lora_rank if self.q_lora_rank else 0
+        return query + hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+
+
+def causal_pairs(seq_len: float, window: int | None) -> float:
+    """(query, key) pairs one causal sequence scores: s^2/2, or s*w - w^2/2 when each query sees at
+    most w keys (w < s)."""
+    if window is None or window >= seq_len:
+        return seq_len * seq_len / 2
+    return seq_len * window - window * window / 2
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     hidden: int
@@ -55,11 +107,19 @@ class ModelSpec:
     kv_heads: int
     ffn_hidden: int  # dense MLP width (the dense layers of an MoE model)
     vocab: int
-    mlp: str = "swiglu"  # "swiglu" or "gelu"
+    mlp: str = "swiglu"  # "swiglu" (gated: gate, up, down) or "gelu" (plain: up, down)
     tied_embeddings: bool = False
     head_dim: int | None = None  # None: hidden // heads
     moe: MoESpec | None = None
     max_seq_len: int = 4096
+    mla: MLASpec | None = None
+    sliding_window: int | None = None  # keys a query sees on the windowed layers
+    windowed_layers: int = 0  # how many layers use the window (the rest attend to the whole sequence)
+    layer_extra_params: int | None = None  # norms and biases per layer; None: 2*hidden (two RMSNorms)
+    model_extra_params: int | None = None  # positions, final norm, head bias; None: hidden (final norm)
+    embedding_dim: int | None = None  # token embedding width when narrower than hidden (OPT-350m); None: hidden
+    activation: str = ""  # as the config names it, for the description
+    notes: tuple[str, ...] = ()  # what the planner does not model about this model
 
     def __post_init__(self):
         if self.mlp not in ("swiglu", "gelu"):
@@ -76,18 +136,41 @@ class ModelSpec:
             raise UsageError(f"model {self.name}: {self.heads} heads do not split into {self.kv_heads} KV groups")
         if self.moe and self.moe.dense_layers > self.layers:
             raise UsageError(f"model {self.name}: {self.moe.dense_layers} dense layers, more than its {self.layers} layers")
+        if self.sliding_window is not None:
+            whole_number(f"model {self.name}: sliding_window", self.sliding_window, 1, MAX_SEQ_LEN)
+        whole_number(f"model {self.name}: windowed_layers", self.windowed_layers, 0, self.layers)
         # every size is bounded above, but their products could still be absurd (and leave int64)
         if self.total_params > MAX_PARAMS:
             raise UsageError(f"model {self.name}: {self.total_params:.3g} parameters, more than the {MAX_PARAMS:.0e} modelled")
 
     # shapes ---------------------------------------------------------------------------------
     @property
+    def qk_head_dim(self) -> int:
+        """Width per head of queries and keys (MLA: no-position part + rotary part)."""
+        return self.mla.qk_head_dim if self.mla else (self.head_dim or self.hidden // self.heads)
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else (self.head_dim or self.hidden // self.heads)
+
+    @property
     def q_dim(self) -> int:
-        return self.heads * (self.head_dim or self.hidden // self.heads)
+        """Query width entering the attention core."""
+        return self.heads * self.qk_head_dim
 
     @property
     def kv_dim(self) -> int:
-        return self.kv_heads * (self.head_dim or self.hidden // self.heads)
+        """Key width entering the attention core (MLA rebuilds one key per head from the latent)."""
+        return (self.heads if self.mla else self.kv_heads) * self.qk_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return (self.heads if self.mla else self.kv_heads) * self.v_head_dim
+
+    @property
+    def attention_out_dim(self) -> int:
+        """Width of the attention output, the output projection's input."""
+        return self.heads * self.v_head_dim
 
     @property
     def mlp_matrices(self) -> int:
@@ -104,14 +187,29 @@ class ModelSpec:
     # parameter counts -----------------------------------------------------------------------
     @property
     def attention_params(self) -> int:
+        if self.mla:
+            return self.mla.params(self.hidden, self.heads)
         return 2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim
+
+    @property
+    def tp_replicated_params_per_layer(self) -> int:
+        """Weights of one layer that tensor parallelism copies instead of splitting (MLA's latents)."""
+        return self.mla.down_projection_params(self.hidden) if self.mla else 0
 
     def mlp_params(self, ffn: int) -> int:
         return self.mlp_matrices * self.hidden * ffn
 
     @property
+    def layer_extras(self) -> int:
+        return 2 * self.hidden if self.layer_extra_params is None else self.layer_extra_params
+
+    @property
+    def model_extras(self) -> int:
+        return self.hidden if self.model_extra_params is None else self.model_extra_params
+
+    @property
     def dense_layer_params(self) -> int:
-        return self.attention_params + self.mlp_params(self.ffn_hidden) + 2 * self.hidden
+        return self.attention_params + self.mlp_params(self.ffn_hidden) + self.layer_extras
 
     @property
     def expert_params_per_layer(self) -> int:
@@ -124,15 +222,15 @@ class ModelSpec:
         if not self.moe:
             return 0
         return (self.attention_params + self.mlp_params(self.moe.shared_ffn_hidden)
-                + self.hidden * self.moe.num_experts + 2 * self.hidden)
+                + self.hidden * (self.moe.num_experts + self.moe.shared_expert_gate) + self.layer_extras)
 
     @property
     def embedding_params(self) -> int:
-        return self.vocab * self.hidden
+        return self.vocab * (self.embedding_dim or self.hidden)
 
     @property
     def output_params(self) -> int:
-        return 0 if self.tied_embeddings else self.vocab * self.hidden
+        return 0 if self.tied_embeddings else self.embedding_params
 
     @property
     def expert_params(self) -> int:
@@ -141,7 +239,7 @@ class ModelSpec:
     @property
     def total_params(self) -> int:
         return (self.dense_layers * self.dense_layer_params + self.moe_layers * self.moe_layer_params
-                + self.expert_params + self.embedding_params + self.output_params + self.hidden)
+                + self.expert_params + self.embedding_params + self.output_params + self.model_extras)
 
     @property
     def active_params(self) -> int:
@@ -151,18 +249,47 @@ class ModelSpec:
         unused = self.moe.num_experts - self.moe.top_k
         return self.total_params - self.moe_layers * unused * self.mlp_params(self.moe.expert_ffn_hidden)
 
+    # attention work -------------------------------------------------------------------------
+    def attention_pairs(self, seq_len: float) -> float:
+        """Causal (query, key) pairs of one sequence, averaged over the layers (windowed or not)."""
+        windowed = self.windowed_layers * causal_pairs(seq_len, self.sliding_window)
+        return (windowed + (self.layers - self.windowed_layers) * causal_pairs(seq_len, None)) / self.layers
+
+    @property
+    def score_flops_per_pair(self) -> int:
+        """Forward FLOPs of one (query, key) pair over all heads: QK^T over the query-key width
+        and AV over the value width, 2 FLOPs per multiply-add."""
+        return 2 * self.heads * (self.qk_head_dim + self.v_head_dim)
+
+    def attention_score_flops_per_token(self, seq_len: int) -> float:
+        """Forward attention-core FLOPs per token over all layers, causal, averaged over a sequence."""
+        return self.layers * self.score_flops_per_pair * self.attention_pairs(seq_len) / seq_len
+
+    @property
+    def attention_projection_params(self) -> int:
+        """Attention weights one token multiplies through per layer (projections, not norms)."""
+        return self.attention_params - (self.mla.kv_lora_rank + self.mla.q_lora_rank if self.mla else 0)
+
     def model_flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token as MFU counts them (PaLM, Chowdhery et al. 2022, appendix B):
         6 x the matmul parameters a token uses (the input embedding is a lookup, not a matmul;
-        the output projection is one, tied or not) + 12 * layers * q_dim * seq for attention."""
-        matmul_params = self.active_params - self.embedding_params + self.vocab * self.hidden * self.tied_embeddings
-        return 6.0 * matmul_params + 12.0 * self.layers * self.q_dim * seq_len
+        the output projection is one, tied or not) + 6 x the per-token score FLOPs of every layer
+        over the keys it sees (12 * layers * q_dim * seq with plain attention, as PaLM counts it)."""
+        matmul_params = self.active_params - self.embedding_params + self.embedding_params * self.tied_embeddings
+        keys = (self.windowed_layers * min(seq_len, self.sliding_window or seq_len)
+                + (self.layers - self.windowed_layers) * seq_len)
+        return 6.0 * matmul_params + 3.0 * self.score_flops_per_pair * keys
 
     def describe(self) -> str:
         kind = f"MoE {self.moe.num_experts}e top-{self.moe.top_k}" if self.moe else "dense"
+        attention = (f"MLA kv_lora={self.mla.kv_lora_rank}" if self.mla else f"heads={self.heads}/{self.kv_heads} kv")
+        window = f", window {self.sliding_window} on {self.windowed_layers}/{self.layers} layers" if self.windowed_layers else ""
         return (f"{self.name}: {self.total_params / 1e9:.2f}B params ({kind}), h={self.hidden}, "
-                f"L={self.layers}, heads={self.heads}/{self.kv_heads} kv, ffn={self.ffn_hidden} {self.mlp}, "
-                f"vocab={self.vocab}{' tied' if self.tied_embeddings else ''}")
+                f"L={self.layers}, {attention}, ffn={self.ffn_hidden} {self.mlp}, "
+                f"vocab={self.vocab}{' tied' if self.tied_embeddings else ''}{window}")
+
+    def parameter_summary(self) -> dict:
+        return {"total_params": self.total_params, "active_params": self.active_params}
 
 
 def _llama(name, hidden, layers, heads, kv_heads, ffn, vocab, seq, tied=False) -> ModelSpec:
@@ -189,14 +316,13 @@ PRESETS: dict[str, ModelSpec] = {
 }
 
 
-_TWO_MATRIX_MLP_FAMILIES = {"gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom", "falcon", "phi"}
-
-
-def load_model(name_or_path: str) -> ModelSpec:
-    """A preset name (case-insensitive) or a Hugging Face config.json (or a folder holding one)."""
+def load_model(name_or_path: str, name: str | None = None) -> ModelSpec:
+    """A preset name (case-insensitive) or a Hugging Face config.json (or a folder holding one).
+    A config's model is named `name`, else after the folder holding the file."""
     key = name_or_path.strip().lower()
     if key in PRESETS:
-        return PRESETS[key]
+        spec = PRESETS[key]
+        return replace(spec, name=name) if name else spec
     path = Path(name_or_path)
     try:
         if path.is_dir():
@@ -205,71 +331,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     except OSError:  # a name no file system takes (too long, say) is no config.json either
         is_file = False
     if is_file:
-        return from_hf_config(path)
+        from commbench.modeling.model_config import read_config
+
+        return read_config(path, name)
     raise UsageError(f"unknown model {name_or_path!r}: use a preset ({', '.join(PRESETS)}) or a config.json path")
-
-
-def from_hf_config(path: str | Path) -> ModelSpec:
-    """Read the fields transformers' Llama, Mistral, Mixtral, Qwen2(-MoE), DeepSeek and GPT-2 configs use.
-
-    Every size must be a whole number within the limits of commbench.modeling.limits; a field that
-    is not is refused by its name in the file, before any model sees it.
-    """
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: bad JSON, or a number too long to read
-        raise UsageError(f"{path}: not a readable config.json ({exc})") from None
-    if not isinstance(cfg, dict):
-        raise UsageError(f"{path}: a config.json holds a JSON object, not {type(cfg).__name__}")
-
-    def first(*keys):
-        """(key, value) of the first key present with a value, or (None, None)."""
-        for key in keys:
-            if cfg.get(key) is not None:
-                return key, cfg[key]
-        return None, None
-
-    def size(*keys, high: int, low: int = 1, default: int | None = None) -> int | None:
-        key, value = first(*keys)
-        return default if key is None else whole_number(f"{path}: {key}", value, low, high)
-
-    hidden = size("hidden_size", "n_embd", "d_model", high=MAX_HIDDEN)
-    layers = size("num_hidden_layers", "n_layer", "num_layers", high=MAX_LAYERS)
-    heads = size("num_attention_heads", "n_head", high=MAX_HEADS)
-    vocab = size("vocab_size", high=MAX_VOCAB)
-    if None in (hidden, layers, heads, vocab):
-        raise UsageError(f"{path}: needs hidden_size, num_hidden_layers, num_attention_heads and vocab_size")
-    # GPT-2-era families have a two-matrix MLP; Llama-era ones (and Gemma's GeGLU) a gated three-matrix one
-    model_type = cfg.get("model_type")
-    mlp = "gelu" if isinstance(model_type, str) and model_type in _TWO_MATRIX_MLP_FAMILIES else "swiglu"
-    experts = size("num_local_experts", "n_routed_experts", "num_experts", low=0, high=MAX_EXPERTS)
-    moe = None
-    if experts and experts > 1:
-        expert_ffn = size("moe_intermediate_size", "intermediate_size", high=MAX_FFN)
-        if expert_ffn is None:
-            raise UsageError(f"{path}: an MoE config needs moe_intermediate_size or intermediate_size")
-        shared = size("shared_expert_intermediate_size", low=0, high=MAX_FFN) or (
-            size("n_shared_experts", low=0, high=MAX_EXPERTS, default=0) * expert_ffn)
-        moe = MoESpec(
-            num_experts=experts,
-            top_k=size("num_experts_per_tok", "top_k", high=experts, default=2),
-            expert_ffn_hidden=expert_ffn,
-            shared_ffn_hidden=shared,
-            dense_layers=size("first_k_dense_replace", low=0, high=layers, default=0),
-        )
-    tied = first("tie_word_embeddings")[1]
-    return ModelSpec(
-        name=str(first("_name_or_path")[1] or path.parent.name or path.stem),
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        kv_heads=size("num_key_value_heads", high=heads, default=heads),
-        ffn_hidden=size("intermediate_size", "n_inner", high=MAX_FFN, default=4 * hidden),
-        vocab=vocab,
-        mlp=mlp,
-        tied_embeddings=True if tied is None else bool(tied),  # absent: transformers' default, tied
-        head_dim=size("head_dim", high=MAX_HEAD_DIM),
-        moe=moe,
-        max_seq_len=size("max_position_embeddings", "n_positions", "n_ctx", high=MAX_SEQ_LEN, default=4096),
-    )

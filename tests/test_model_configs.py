@@ -1,0 +1,92 @@
+"""Real config.json files of published models: each is read to its published parameter counts, or
+refused with a line naming what is not modelled (tests/fixtures/models/real/SOURCES.json)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from commbench.errors import UsageError
+from commbench.modeling.model_config import read_config
+
+REAL = Path(__file__).parent / "fixtures" / "models" / "real"
+SOURCES = json.loads((REAL / "SOURCES.json").read_text())["models"]
+MODELLED = sorted(name for name, entry in SOURCES.items() if "published_total" in entry)
+REFUSED = sorted(name for name, entry in SOURCES.items() if "refused_with" in entry)
+
+
+def within_published(value: float, published: float, resolution: float) -> bool:
+    """Within 0.5%, or within half a unit of the published figure's last digit (a '37B' is 36.5-37.5B)."""
+    return abs(value - published) <= max(0.005 * published, resolution / 2)
+
+
+def test_corpus_covers_every_file_and_enough_models():
+    folders = sorted(p.name for p in REAL.iterdir() if p.is_dir())
+    assert folders == sorted(SOURCES)
+    assert len(folders) >= 40 and len(REFUSED) >= 3
+
+
+def _case(name):
+    mismatch = SOURCES[name].get("known_mismatch")
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=mismatch)) if mismatch else name
+
+
+@pytest.mark.parametrize("name", [_case(name) for name in MODELLED])
+def test_published_total_and_active_parameters(name):
+    entry = SOURCES[name]
+    spec = read_config(REAL / name / "config.json")
+    assert spec.name == name
+    assert within_published(spec.total_params, entry["published_total"], entry["total_resolution"]), (
+        f"{name}: {spec.total_params:,} vs published {entry['published_total']:,.0f}")
+    if "published_active" in entry:
+        active = spec.active_params - spec.embedding_params * entry.get("active_excludes_input_embedding", False)
+        assert within_published(active, entry["published_active"], entry["active_resolution"]), (
+            f"{name}: active {active:,} vs published {entry['published_active']:,.0f}")
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_unmodelled_architectures_are_refused_by_name(name):
+    with pytest.raises(UsageError) as refusal:
+        read_config(REAL / name / "config.json")
+    assert str(refusal.value) == f"{name}: {SOURCES[name]['refused_with']}"
+
+
+@pytest.mark.parametrize("name, kv_heads", [("gpt_bigcode-santacoder", 1), ("santacoder", 1), ("chatglm3-6b", 2),
+                                            ("gemma-2b", 1), ("mistral-7b-v0.1", 8), ("phi-2-msft", 32)])
+def test_every_spelling_of_grouped_and_multi_query_attention(name, kv_heads):
+    assert read_config(REAL / name / "config.json").kv_heads == kv_heads
+
+
+@pytest.mark.parametrize("name, mlp, ffn", [("phi-2", "gelu", 10240), ("phi-2-msft", "gelu", 10240),
+                                            ("starcoder2-7b", "gelu", 18432), ("gemma-2b", "swiglu", 16384),
+                                            ("phi-3-small-8k-instruct", "swiglu", 14336), ("qwen-7b", "swiglu", 11008),
+                                            ("chatglm3-6b", "swiglu", 13696), ("opt-1.3b", "gelu", 8192)])
+def test_mlp_kind_and_width_come_from_each_architectures_keys(name, mlp, ffn):
+    spec = read_config(REAL / name / "config.json")
+    assert (spec.mlp, spec.ffn_hidden) == (mlp, ffn)
+
+
+@pytest.mark.parametrize("name, window, layers", [("mistral-7b-v0.1", 4096, 32), ("gemma-2-9b-it", 4096, 21),
+                                                  ("gemma-3-1b-it", 512, 22), ("phi-3-mini-4k-instruct", 2047, 32),
+                                                  ("qwen2-72b", None, 0), ("mixtral-8x7b", None, 0)])
+def test_sliding_window_layer_patterns(name, window, layers):
+    spec = read_config(REAL / name / "config.json")
+    assert (spec.sliding_window if layers else None, spec.windowed_layers) == (window, layers)
+
+
+def test_defaults_follow_transformers_per_model_type(tmp_path):
+    # LLaVA's text_config leaves Llama's sizes and tying to LlamaConfig: 4096 wide, 32 layers, untied
+    spec = read_config(REAL / "llava-1.5-7b" / "config.json")
+    assert (spec.hidden, spec.layers, spec.ffn_hidden, spec.tied_embeddings) == (4096, 32, 11008, False)
+    assert any("vision tower (clip_vision_model)" in note for note in spec.notes)
+    gemma = json.loads((REAL / "gemma-2b" / "config.json").read_text())
+    assert "tie_word_embeddings" not in gemma and read_config(REAL / "gemma-2b" / "config.json").tied_embeddings
+
+
+def test_model_name_is_the_folder_or_the_given_name(tmp_path):
+    cfg = json.loads((REAL / "llama-2-7b" / "config.json").read_text())
+    cfg["_name_or_path"] = "/home/someone/checkpoints/llama"
+    (tmp_path / "my-llama").mkdir()
+    (tmp_path / "my-llama" / "config.json").write_text(json.dumps(cfg))
+    assert read_config(tmp_path / "my-llama" / "config.json").name == "my-llama"
+    assert read_config(tmp_path / "my-llama" / "config.json", "llama-ft").name == "llama-ft"
