@@ -37,6 +37,7 @@ HELP = "rank parallel training layouts by predicted throughput, or evaluate one 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--model", required=True)
+    _spec_option(parser, "--name")
     _spec_option(parser, "--gpus", type=int, required=True)
     _spec_option(parser, "--gpus-per-node", type=int)
     _spec_option(parser, "--hardware")
@@ -72,21 +73,40 @@ def _slowdown_figures(planner) -> dict:
     return {"intra": planner.cluster.slowdown_intra, "inter": planner.cluster.slowdown_inter}
 
 
+def model_figures(job) -> dict:
+    """Total and active parameters, and the forward attention FLOPs per token at the job's sequence:
+    the core (QK^T and AV over the causal keys each layer sees) and the projections (2 per weight)."""
+    model = job.model
+    return {
+        "total_params": model.total_params, "active_params": model.active_params,
+        "attention_flops_per_token": {
+            "seq_len": job.seq_len,
+            "scores": model.attention_score_flops_per_token(job.seq_len),
+            "projections": 2.0 * model.layers * model.attention_projection_params,
+        },
+    }
+
+
+def _warnings(planner) -> list:
+    """What the model leaves out, then what the measured network lookups said while pricing."""
+    return list(planner.job.model.notes) + list(getattr(planner.cluster.cost, "warnings", []))
+
+
 def main(args) -> int:
     from commbench.modeling.spec import build_planner
 
     spec = spec_from_args(args)
     planner = build_planner(spec)
-    warnings = getattr(planner.cluster.cost, "warnings", [])
     if args.layout:
-        return _one_layout(planner, args, warnings)
+        return _one_layout(planner, args)
     from commbench.modeling.planner import explain
 
     ranking = planner.rank(spec.top)
-    warnings = getattr(planner.cluster.cost, "warnings", [])  # measured lookups warn while pricing
+    warnings = _warnings(planner)  # after ranking: measured lookups warn while pricing
     if args.json:
         print(json.dumps({
-            "model": planner.job.model.describe(), "network": planner.cluster.cost.describe(),
+            "model": planner.job.model.describe(), "model_figures": model_figures(planner.job),
+            "network": planner.cluster.cost.describe(),
             "slowdown": _slowdown_figures(planner), "execution": planner.job.execution.name,
             "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
             "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
@@ -97,17 +117,17 @@ def main(args) -> int:
     return 0
 
 
-def _one_layout(planner, args, warnings) -> int:
+def _one_layout(planner, args) -> int:
     from commbench.modeling.layout import parse_layout
 
     layout = parse_layout(args.layout, planner.cluster.gpus)
     result, reason = planner.evaluate_layout(layout)
-    warnings = warnings + result.notes
+    warnings = _warnings(planner) + result.notes  # after pricing: measured lookups warn while pricing
     if args.timeline:
         with open(args.timeline, "w", encoding="utf-8") as handle:
             json.dump(result.timeline, handle)
     if args.json:
-        print(json.dumps({**result.to_dict(), "fits": reason is None, "reason": reason,
+        print(json.dumps({**result.to_dict(), "model_figures": model_figures(planner.job), "fits": reason is None, "reason": reason,
                           "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
                           "execution": planner.job.execution.name, "warnings": warnings}, indent=2))
     else:
@@ -123,7 +143,9 @@ def _print_header(planner, warnings) -> None:
     from rich.console import Console
 
     console = Console()
-    console.print(f"model: {planner.job.model.describe()}")
+    model = planner.job.model
+    console.print(f"model: {model.describe()}")
+    console.print(f"parameters: {model.total_params:,} total, {model.active_params:,} active per token")
     console.print(f"job: global batch {planner.job.global_batch} x seq {planner.job.seq_len}, {planner.job.precision.name}")
     console.print(f"execution: {planner.job.execution.name}")
     system = planner.cluster.system

@@ -14,7 +14,8 @@ Per layer and micro-batch, with A = b*(s/cp)*h*2 bytes the activation of one mic
                 per token (max, target logit, sum of exponentials), blocking; with SP the head's input
                 is all-gathered forward. Backward: all-reduce(A) of the input gradient (reduce-scatter
                 with SP), hidden behind the head's weight-gradient GEMM like the layers' (or blocking)
-  CP (ring)     forward (cp-1) sendrecv of the local K,V (2*b*(s/cp)*kv*2 bytes, kv split by TP),
+  CP (ring)     forward (cp-1) sendrecv of the local K,V (b*(s/cp)*(k+v)*2 bytes, split by TP; with MLA the
+                per-head keys and values rebuilt from the latent: heads*(d_nope+d_rope+d_v)),
                 backward twice that (K,V again and dK,dV); overlapped with the attention core
   EP            per MoE layer: all-to-all dispatch + combine forward, the same two backward, of
                 k * load * A / t bytes per rank (tokens are sequence-split across TP ranks)
@@ -222,7 +223,8 @@ def tensor_parallel(p: _Pricing) -> TensorParallelCosts:
 def context_parallel(p: _Pricing) -> ContextParallelCosts:
     model = p.job.model
     kv_split = np.minimum(p.batch.tp, model.kv_heads)
-    kv_chunk = 2 * p.batch.mbs * p.seq_local * model.kv_dim / kv_split * p.job.activation_bytes
+    # keys and values as the attention core takes them (MLA: rebuilt per head from the latent)
+    kv_chunk = p.batch.mbs * p.seq_local * (model.kv_dim + model.v_dim) / kv_split * p.job.activation_bytes
     fwd = (p.batch.cp - 1) * p.collective("sendrecv", kv_chunk, "cp")
     bwd = 2 * fwd  # K,V again, and dK,dV
     return ContextParallelCosts(fwd=fwd.seconds, bwd=bwd.seconds, sent_per_step=p.layer_passes * (fwd + bwd).sent)

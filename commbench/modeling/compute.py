@@ -9,8 +9,12 @@ processor's efficiency curve (a small GEMM reaches a smaller fraction of peak th
 attention at the processor's flash-attention efficiency, and elementwise work (norms, residual
 adds, activation functions, rotary embeddings) as HBM traffic. Per micro-batch of b sequences,
 n = b*s/cp tokens per rank, q/kv the attention widths, f the MLP width, t tensor parallel:
-  forward GEMMs   QKV 2n*h*(q+2kv)/t, output 2n*q*h/t, MLP 2 or 3 GEMMs of 2n*h*f/t each
-  attention core  causal: 2*b*(s/cp)*s*q/t (QK^T and AV at half density)
+  forward GEMMs   QKV 2n*h*(q+2kv)/t, output 2n*q*h/t, MLP 2 or 3 GEMMs of 2n*h*f/t each; with MLA
+                  (DeepSeek-V2/V3) the up-projections from the latents are split over t and the
+                  down-projections into them are computed whole on every TP rank (Megatron keeps them whole)
+  attention core  per sequence 2*heads*(d_qk + d_v) FLOPs per causal (query, key) pair / (cp*t):
+                  s^2/2 pairs (QK^T and AV at half density: 2*b*(s/cp)*s*q/t with plain attention), or
+                  s*w - w^2/2 on layers with a sliding window w
   backward        2x the GEMMs (input and weight gradients), 2.5x attention (FlashAttention-2)
 """
 
@@ -84,6 +88,15 @@ def elementwise_bytes(activation_bytes, hidden, qkv_width, mlp_width, tokens, tp
     return activation_bytes * tokens * (14 * hidden * replicated + 2 * qkv_width / tp + mlp_width)
 
 
+def _attention_gemms(model, proc: Processor, n, t) -> np.ndarray:
+    """Input projections (split over TP, plus MLA's whole down-projections) and the output projection."""
+    output = model.attention_out_dim * model.hidden
+    replicated = model.tp_replicated_params_per_layer
+    split_inputs = model.attention_projection_params - output - replicated
+    gemms = _gemms(proc, 1, 2 * n * split_inputs / t) + _gemms(proc, 1, 2 * n * output / t)
+    return gemms + _gemms(proc, 1, 2 * n * replicated) if replicated else gemms
+
+
 def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> LayerCompute:
     model = job.model
     h, t = model.hidden, batch.tp
@@ -91,8 +104,7 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> Laye
     n = batch.mbs * seq_local  # tokens per rank per micro-batch
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
 
-    attention_gemms = (_gemms(proc, 1, 2 * n * h * (model.q_dim + 2 * model.kv_dim) / t)
-                       + _gemms(proc, 1, 2 * n * model.q_dim * h / t))
+    attention_gemms = _attention_gemms(model, proc, n, t)
     dense_mlp = _gemms(proc, model.mlp_matrices, 2 * n * h * model.ffn_hidden / t)
     mlp_elementwise = (model.mlp_matrices * model.ffn_hidden) / t
     if model.moe:
@@ -109,7 +121,7 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> Laye
         mlp_elementwise = (model.dense_layers * mlp_elementwise + model.moe_layers * moe_elementwise) / model.layers
     else:
         mlp = dense_mlp
-    attention_flops = 2.0 * batch.mbs * seq_local * job.seq_len * model.q_dim / t
+    attention_flops = batch.mbs * model.score_flops_per_pair * model.attention_pairs(job.seq_len) / (batch.cp * t)
     attention = attention_flops / (proc.peak_flops * proc.attention_efficiency)
     head = (_gemms(proc, 1, 2 * n * h * model.vocab / t)
             + n * model.vocab / t * 12 / proc.elementwise_bandwidth)  # softmax + loss over fp32 logits

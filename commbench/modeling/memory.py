@@ -74,7 +74,9 @@ def stage_parameters(job: TrainingJob, batch: LayoutBatch) -> tuple[np.ndarray, 
     expert_per_layer = model.expert_params / model.layers
     # the first stage holds the embedding, the last the output head (a tied one is copied there)
     edge = np.where(batch.pp == 1, model.embedding_params + model.output_params, model.embedding_params)
-    dense = (layers * dense_per_layer + edge) / batch.tp
+    # MLA's down-projections stay whole on every TP rank; everything else dense is split
+    replicated = layers * model.tp_replicated_params_per_layer
+    dense = (layers * dense_per_layer - replicated + edge) / batch.tp + replicated
     expert = layers * expert_per_layer / (batch.tp * batch.ep)
     return dense, expert
 
@@ -86,7 +88,8 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     s = job.seq_len / batch.cp
     sbh = s * batch.mbs * h
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
-    attention = (4 * model.q_dim + 4 * model.kv_dim) / h
+    # Q, K, V into the attention core and its output, 2 bytes each (4q + 4kv with plain attention)
+    attention = 2 * (model.q_dim + model.kv_dim + model.v_dim + model.attention_out_dim) / h
     mlp_per_width = 6 if model.mlp == "swiglu" else 4
     dense_mlp = mlp_per_width * model.ffn_hidden / h
     if model.moe:
@@ -96,12 +99,18 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
         mlp = (model.dense_layers * dense_mlp + model.moe_layers * moe_mlp) / model.layers
     else:
         mlp = dense_mlp
-    kept = sbh * (10 * replicated + (attention + mlp) / t)
+    kept = sbh * (10 * replicated + (attention + mlp) / t) + s * batch.mbs * 2 * _latent_width(model)
     if not job.flash_attention:
         scores = 5.0 * model.heads * s * job.seq_len * batch.mbs / t
         kept = kept + np.where(recompute == 0, scores, 0.0)
     layer_input = 2 * sbh * replicated
     return np.where(recompute == 2, layer_input, kept)
+
+
+def _latent_width(model) -> int:
+    """MLA's latents (queries', keys' and values' compressed widths): kept whole on every TP rank."""
+    mla = model.mla
+    return mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim if mla else 0
 
 
 def in_flight_micro_batches(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:

@@ -86,7 +86,8 @@ UNKNOWN_FAMILY = Family(tied=True)  # PretrainedConfig's own default ties the em
 
 
 def read_config(path: str | Path, name: str | None = None) -> ModelSpec:
-    """The model in a config.json file, named `name` or after the folder holding the file."""
+    """The model in a config.json file, named `name`, else after the folder holding a config.json
+    (never _name_or_path, often a path on the uploader's machine), else after the file."""
     path = Path(path)
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
@@ -94,7 +95,8 @@ def read_config(path: str | Path, name: str | None = None) -> ModelSpec:
         raise UsageError(f"{path}: not a readable config.json ({exc})") from None
     if not isinstance(cfg, dict):
         raise UsageError(f"{path}: a config.json holds a JSON object, not {type(cfg).__name__}")
-    return spec_from_config(cfg, name or path.resolve().parent.name or path.stem, source=str(path))
+    folder = path.resolve().parent.name if path.name == "config.json" else ""
+    return spec_from_config(cfg, name or folder or path.stem, source=str(path))
 
 
 def spec_from_config(cfg: dict, name: str, source: str | None = None) -> ModelSpec:
