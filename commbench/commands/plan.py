@@ -37,7 +37,7 @@ HELP = "rank parallel training layouts by predicted throughput, or evaluate one 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--model", required=True)
-    _spec_option(parser, "--name")
+    parser.add_argument("--name", help="name the model in the output (default: the preset, or the folder holding the config.json)")
     _spec_option(parser, "--gpus", type=int, required=True)
     _spec_option(parser, "--gpus-per-node", type=int)
     _spec_option(parser, "--hardware")
@@ -87,6 +87,18 @@ def model_figures(job) -> dict:
     }
 
 
+def _named(planner, name: str | None):
+    """The planner with its model called `name` (the plan's inputs are the same either way)."""
+    if not name:
+        return planner
+    from dataclasses import replace
+
+    from commbench.modeling.planner import Planner
+
+    job = replace(planner.job, model=replace(planner.job.model, name=name))
+    return Planner(job, planner.cluster, planner.space)
+
+
 def _warnings(planner) -> list:
     """What the model leaves out, then what the measured network lookups said while pricing."""
     return list(planner.job.model.notes) + list(getattr(planner.cluster.cost, "warnings", []))
@@ -96,7 +108,7 @@ def main(args) -> int:
     from commbench.modeling.spec import build_planner
 
     spec = spec_from_args(args)
-    planner = build_planner(spec)
+    planner = _named(build_planner(spec), getattr(args, "name", None))
     if args.layout:
         return _one_layout(planner, args)
     from commbench.modeling.planner import explain

@@ -56,7 +56,6 @@ class PlanSpec:
         "measured compute slowdown while communication overlaps (e.g. 0.13); default 15% NVLink / 2% inter-node")
     overlap_run: str | None = _optional("take the slowdown from this `commbench overlap` run directory")
     top: int = _optional("layouts to show (default 5)", 5)
-    name: str | None = _optional("name the model in the output (default: the preset, or the folder holding the config.json)")
 
     def __post_init__(self):
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
@@ -112,7 +111,7 @@ def build_planner(spec: PlanSpec) -> Planner:
 
     system = _system(spec)
     cluster = Cluster(spec.gpus, system, _collective_cost(spec, system), **_slowdown_figures(spec))
-    job = TrainingJob(load_model(spec.model, spec.name), spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
+    job = TrainingJob(load_model(spec.model), spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
                       execution=EXECUTIONS[spec.execution])
     return Planner(job, cluster)
 
