@@ -13,7 +13,7 @@ import pytest
 
 RUNS = Path(__file__).resolve().parents[1] / "bench" / "published" / "runs.csv"
 
-REQUIRED = ("id", "source", "reference", "gpu", "gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "network",
+REQUIRED = ("id", "source", "reference", "published_params_b", "gpu", "gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "network",
             "model", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "tied_embeddings", "seq_len",
             "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "recompute", "sp", "zero", "framework",
             "execution", "precision", "metric", "value", "flops_convention", "assumed", "notes")
@@ -78,7 +78,27 @@ def row_problems(row: dict) -> list[str]:
         if row[column] not in allowed:
             found.append(f"{column} must be one of {sorted(allowed)}, not {row[column]!r}")
     found += metric_problems(row)
+    found += size_problems(row, n)
     return found
+
+
+def parameters(row: dict, n: dict) -> float:
+    """Weights of the row's shape: attention (q = hidden), the MLP's 2 or 3 matrices, norms, embeddings."""
+    h, kv = n["hidden"], n["kv_heads"] * n["hidden"] // n["heads"]
+    mlp = (3 if row["mlp"] == "swiglu" else 2) * h * n["ffn"]
+    return n["layers"] * (2 * h * h + 2 * h * kv + mlp + 2 * h) + n["vocab"] * h * (2 - int(row["tied_embeddings"]))
+
+
+def size_problems(row: dict, n: dict) -> list[str]:
+    """The transcribed shape must give the size the source states: a cross-check of the shape columns
+    (4%: sources round, and count position embeddings and biases that this sum leaves out)."""
+    try:
+        published = float(row["published_params_b"]) * 1e9
+    except ValueError:
+        return [f"published_params_b {row['published_params_b']!r} is not a number"]
+    shape = parameters(row, n)
+    return [] if abs(shape / published - 1) <= 0.04 else [
+        f"the shape gives {shape / 1e9:.2f}B parameters, the source says {published / 1e9:g}B"]
 
 
 def metric_problems(row: dict) -> list[str]:
@@ -107,7 +127,8 @@ def test_coverage_at_least_40_rows_4_sources_both_gpus():
 
 
 @pytest.mark.parametrize("column, value", [("reference", ""), ("reference", "some paper"), ("source", " "),
-                                           ("gpu", "A100,H100"), ("value", "fast"), ("metric", "mfu_percent")])
+                                           ("gpu", "A100,H100"), ("value", "fast"), ("metric", "mfu_percent"),
+                                           ("hidden", "4608"), ("published_params_b", "")])
 def test_a_row_that_loses_its_source_or_units_is_caught(column, value):
     rows = read_rows()
     rows[7] = {**rows[7], column: value}
