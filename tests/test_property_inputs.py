@@ -44,7 +44,7 @@ from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"
 NCCL_LOGS = sorted((FIXTURES / "nccl_tests").glob("*.log"))
-NCCL_JSON = FIXTURES / "nccl_tests" / "all_reduce_perf_h100x8.json"
+NCCL_JSON = FIXTURES / "nccl_tests" / "synthetic_all_reduce_perf_h100x8.json"
 TRACES = sorted((FIXTURES / "traces").glob("*.json"))
 NCCL_XML = FIXTURES / "topology" / "dgx_h100_nccl_topo.xml"
 
@@ -473,7 +473,7 @@ def test_import_command_imports_or_refuses(data):
 
 
 def _sample_run_dir(tmp: Path) -> Path:
-    run = parse_text((FIXTURES / "nccl_tests" / "all_reduce_perf_h100x8.log").read_text(), "log")[0]
+    run = parse_text((FIXTURES / "nccl_tests" / "synthetic_all_reduce_perf_h100x8.log").read_text(), "log")[0]
     return write_run(run, tmp, run_id="sample")
 
 

@@ -3,17 +3,20 @@
   commbench import nccl-tests all_reduce_perf.log ar.json --out results/
 
 Reads NVIDIA nccl-tests output: the table it prints (save stdout, e.g. `all_reduce_perf -b 8
--e 8G -f 2 -g 8 | tee ar.log`) or the report written with `-J FILE`. Each run found becomes
-one run directory `<out>/nccl-tests-<op>-<time>-<host>-<id>/` (kind "import", source
-"nccl-tests", timer "imported"), one record per size and per out-of-place / in-place column.
-A log holding several runs back to back gives one directory per run. A log that stops before
-its `# Avg bus bandwidth` line (a crash) keeps its rows and is marked incomplete.
+-e 8G -f 2 -g 8 | tee ar.log`, or a log pasted into markdown, mpirun-tagged, mixed with
+NCCL_DEBUG=INFO lines) or the report written with `-J FILE`. Each run found becomes one run
+directory `<out>/nccl-tests-<op>-<file>-run<i>of<n>-<id>/` (kind "import", source "nccl-tests",
+timer "imported"), one record per size and per out-of-place / in-place column; run.json says
+which lines of which file it came from. A log that stops before its `# Avg bus bandwidth`
+line (a crash) keeps its rows and is marked incomplete; one that printed no rows is refused,
+quoting the log's failure line.
 
 nccl-tests reports one time per size, averaged over ranks; it becomes time_us and
 time_us_mean_nccl, and the percentiles too unless per-iteration figures (-I) exist.
-Older nccl-tests logs do not name their collective: pass --op, or keep the binary's name in
-the file name (all_gather_perf_2node.log). Every file is read before anything
-is written, so a bad file leaves no partial import behind.
+The collective comes from the log (command line, `Collective test starting:`), else from the
+table itself; --op is needed only when the table fits two collectives, and an --op that
+contradicts the log is refused. Every file is read before anything is written, so a bad file
+leaves no partial import behind.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--op",
         metavar="NAME",
-        help="the collective, for logs that do not name it (all_reduce, all_gather, reduce_scatter, alltoall, sendrecv, ...)",
+        help="the collective, for logs whose table fits two (all_reduce, all_gather, reduce_scatter, alltoall, alltoallv, sendrecv, ...); must agree with the log",
     )
     parser.add_argument("--run-id", metavar="ID", help="name the run directory ID instead of a fresh id (one run only)")
 
@@ -60,4 +63,6 @@ def _summary(run: ImportedRun) -> str:
         f"{len(run.records)} records ({sizes} sizes), {first.op} on {run.info.world_size} ranks"
         f" / {hosts} node{'s' if hosts > 1 else ''}"
     )
+    if run.info.args.get("run") and not run.info.args["run"].endswith(" of 1"):
+        text = f"{run.info.args['run']} (lines {run.info.args['lines']}): {text}"
     return text if run.info.complete else f"{text} (incomplete: {run.info.reason})"

@@ -1,0 +1,126 @@
+"""Which collective an nccl-tests table measured, worked out from the table itself.
+
+Older logs name no collective, files hold runs of several, and a user's `--op` may be wrong, so
+the table is checked against what each nccl-tests collective prints:
+  layout    reductions print a reduction op (`sum`), the others `none` or no `redop` column;
+            rooted collectives print a root >= 0, the others -1 or no `root` column;
+  sizes     `size` is count x element size for all_reduce, broadcast, reduce and sendrecv, and
+            that times the rank count for all_gather, reduce_scatter, alltoall, gather, scatter;
+  busbw     busbw / algbw is the collective's factor for the rank count (two printed decimals
+            allowed for); all_gather and reduce_scatter printed busbw = algbw before June 2020;
+  in-place  alltoall checks only its out-of-place result, so its in-place `#wrong` reads N/A.
+alltoallv and hypercube are only ever taken from their name: their sizes follow no count rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from commbench.data.nccl_tests_facts import Measurement, RunFacts
+
+
+@dataclass(frozen=True)
+class OpShape:
+    """What an nccl-tests collective prints, as far as it tells collectives apart."""
+
+    factors: tuple[Callable[[int], float], ...]  # busbw/algbw, current first, then historical
+    size_in_ranks: bool | None  # size = count x bytes x ranks (True), x 1 (False), no rule (None)
+    reduces: bool
+    rooted: bool
+    from_table: bool = True  # False: only its name says it is this one
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n
+
+
+def _one(n: int) -> float:
+    return 1.0
+
+
+SHAPES: dict[str, OpShape] = {
+    "all_reduce": OpShape((lambda n: 2 * (n - 1) / n,), False, reduces=True, rooted=False),
+    "all_gather": OpShape((_ring, _one), True, reduces=False, rooted=False),
+    "reduce_scatter": OpShape((_ring, _one), True, reduces=True, rooted=False),
+    "all_to_all": OpShape((_ring,), True, reduces=False, rooted=False),
+    "all_to_allv": OpShape((_ring,), None, reduces=False, rooted=False, from_table=False),
+    "sendrecv": OpShape((_one,), False, reduces=True, rooted=False),
+    "broadcast": OpShape((_one,), False, reduces=False, rooted=True),
+    "reduce": OpShape((_one,), False, reduces=True, rooted=True),
+    "gather": OpShape((_ring,), True, reduces=False, rooted=True),
+    "scatter": OpShape((_ring,), True, reduces=False, rooted=True),
+    "hypercube": OpShape((_one,), None, reduces=False, rooted=False, from_table=False),
+}
+
+# bytes per element of each type name nccl-tests prints
+DTYPE_BYTES = {
+    "int8": 1, "char": 1, "uint8": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "half": 2, "bfloat16": 2, "float16": 2,
+    "int32": 4, "int": 4, "uint32": 4, "float": 4, "float32": 4,
+    "int64": 8, "uint64": 8, "double": 8, "float64": 8,
+}  # fmt: skip
+
+
+def candidates(facts: RunFacts, ranks: int | None) -> list[str]:
+    """The collectives whose printing rules the run's table follows (ranks: communicator size, if known)."""
+    rows = facts.measurements
+    fitting = [
+        op
+        for op, shape in SHAPES.items()
+        if shape.from_table and _layout_fits(shape, facts) and (ranks is None or _numbers_fit(shape, rows, ranks))
+    ]
+    if _in_place_unchecked(rows) and "all_to_all" in fitting:
+        return ["all_to_all"]
+    return fitting
+
+
+def factor_fits(op: str, rows: list[Measurement], ranks: int) -> bool:
+    """Whether every row's busbw is algbw x one of op's factors, within the two printed decimals."""
+    shape = SHAPES.get(op)
+    return shape is None or _factor_fits(shape, rows, ranks)
+
+
+def _layout_fits(shape: OpShape, facts: RunFacts) -> bool:
+    columns = set(facts.columns) if facts.columns else {"redop", "root"}
+    redops = {row.redop for row in facts.measurements}
+    roots = {row.root for row in facts.measurements}
+    if shape.reduces:
+        layout_ok = "redop" in columns and "none" not in redops
+    else:
+        layout_ok = "redop" not in columns or redops <= {"none"}
+    if shape.rooted:
+        return layout_ok and "root" in columns and min(roots) >= 0
+    return layout_ok and ("root" not in columns or roots == {-1})
+
+
+def _numbers_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+    return _sizes_fit(shape, rows, ranks) and _factor_fits(shape, rows, ranks)
+
+
+def _sizes_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+    if shape.size_in_ranks is None:
+        return True
+    per_count = ranks if shape.size_in_ranks else 1
+    for row in rows:
+        element = DTYPE_BYTES.get(row.dtype)
+        if element and row.count and row.size != row.count * element * per_count:
+            return False
+    return True
+
+
+def _factor_fits(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+    """Each printed bandwidth is off by up to 0.005, so busbw - f x algbw is within 0.005 x (1 + f)."""
+    return any(
+        all(abs(row.busbw - factor(ranks) * row.algbw) <= 0.0051 * (1 + factor(ranks)) + 1e-9 for row in rows)
+        for factor in shape.factors
+    )
+
+
+def _in_place_unchecked(rows: list[Measurement]) -> bool:
+    """Out-of-place results checked (a count) and every in-place one N/A: what alltoall prints."""
+    in_place = [row for row in rows if row.in_place]
+    out_of_place = [row for row in rows if not row.in_place]
+    return bool(in_place and out_of_place) and all(row.wrong_printed == "N/A" for row in in_place) and all(
+        row.wrong >= 0 for row in out_of_place
+    )
