@@ -154,6 +154,9 @@ def _no_rows_message(facts: RunFacts) -> str:
     where = _where(facts)
     if facts.failure:
         return f"{where}: no result rows; the log says: {facts.failure}"
+    if facts.unreadable_rows:
+        lines = ", ".join(str(number) for number in facts.unreadable_rows[:5])
+        return f"{where}: no result rows: the {len(facts.unreadable_rows)} printed do not fit the column header (lines {lines})"
     return f"{where}: nccl-tests header but no result rows"
 
 
