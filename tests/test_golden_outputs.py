@@ -38,7 +38,7 @@ MEASURED_PLAN = ("plan", "--model", "llama2-7b", "--gpus", "4", "--gpus-per-node
                  "--bandwidth", "tests/golden/runs/example-emulated-2x2-1gbit",
                  "--global-batch", "16", "--seq-len", "1024", "--top", "3", "--json")
 TRACES = ("gloo_cpu.json", "gpu_two_streams.json", "no_communication.json")
-NCCL_TESTS_LOGS = tuple(sorted(p.name for p in (FIXTURES / "nccl_tests").iterdir()))
+NCCL_TESTS_LOGS = tuple(sorted(p.name for p in (FIXTURES / "nccl_tests").iterdir() if p.suffix in (".log", ".json")))
 
 # what differs between two identical runs of a command, never a change of behaviour
 PLAN_VARYING = ("layouts_per_second",)
