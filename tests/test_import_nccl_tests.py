@@ -202,6 +202,24 @@ def test_per_iteration_columns_blank_out_of_place_and_launcher_prefixes():
     assert (record.time_us_min, record.time_us_max, record.cv) == (9.5, 11.0, pytest.approx(0.035))
 
 
+def test_cputime_and_timestamp_columns_are_read_by_name():
+    # -C 1 prints cputime instead of time; -S 1 ends each row with its local time, which dates the run
+    names = "  cputime   algbw   busbw  #wrong"
+    text = "\n".join(
+        [
+            "# nThread 1 nGpus 2 minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 1 iters: 10 agg iters: 1 validation: 1 graph: 0",
+            "#  Rank  0 Group  0 Pid   1234 on      node1 device  0 [0000:18:00] NVIDIA H100 80GB HBM3",
+            "#  Rank  1 Group  0 Pid   1234 on      node1 device  1 [0000:2a:00] NVIDIA H100 80GB HBM3",
+            "#       size         count      type   redop    root" + names * 2 + "            timestamp",
+            "        1024           256     float     sum      -1    10.00    0.10    0.10       0    12.00    0.09    0.09       0  2025-01-02 03:04:05",
+            "# Avg bus bandwidth    : 0.1 ",
+        ]
+    )
+    (run,) = parse_text(text, source="cputime.log", op="all_reduce")
+    assert [(record.in_place, record.time_us, record.wrong) for record in run.records] == [(False, 10.0, 0), (True, 12.0, 0)]
+    assert run.info.created == "2025-01-02T03:04:05"
+
+
 def test_a_log_that_does_not_name_its_op_needs_op(tmp_path):
     anonymous = tmp_path / "h100_run3.log"
     anonymous.write_text(ALL_GATHER_LOG.read_text())

@@ -215,8 +215,10 @@ class _RunReader:
         measurements = _row_measurements(line, columns) if line.terminated else None
         if measurements is None:
             self.facts.unreadable_rows.append(line.number)
-        else:
-            self.facts.measurements.extend(measurements)
+            return
+        self.facts.measurements.extend(measurements)
+        if "timestamp" in columns and self.facts.created is None and (stamp := _ISO_STAMP.search(line.text)):
+            self.facts.created = stamp.group(0).replace(" ", "T")  # -S: the first row's local time
 
     def finish(self, lines: list[_Line]) -> RunFacts:
         facts = self.facts
