@@ -14,6 +14,11 @@ def notices(messages: list[str], kind: str = "warning") -> html.Div:
     return html.Div([html.Div(message) for message in messages], className=f"notice {kind}")
 
 
+def page_heading(title: str, lead: str) -> list:
+    """A page's title and the paragraph that says what it shows."""
+    return [html.H2(title), html.P(lead, className="lead")]
+
+
 def control(title: str, component, wide: bool = False) -> html.Div:
     """A labelled input in the controls row."""
     return html.Div([html.Label(title, className="title"), component], className="control wide" if wide else "control")

@@ -166,10 +166,6 @@ def load_network(name: str) -> Network:
 @lru_cache(maxsize=None)
 def load_system(name: str) -> System:
     values, _ = _values(_read("system", name))
-    return System(
-        name=values["name"],
-        processor=load_processor(values["processor"]),
-        gpus_per_node=int(values["gpus_per_node"]),
-        intra=load_network(values["intra_network"]),
-        inter=load_network(values["inter_network"]),
-    )
+    networks = {tier: load_network(values[f"{tier}_network"]) for tier in ("intra", "inter")}
+    return System(name=values["name"], processor=load_processor(values["processor"]),
+                  gpus_per_node=int(values["gpus_per_node"]), **networks)

@@ -10,7 +10,7 @@ from dashboard.figures.common import message_figure
 from dashboard.figures.planner import breakdown_figure, memory_figure, ranked_rows, step_timeline_figure
 from dashboard.planning import (PlanRequest, default_gpus_per_node, execution_names, hardware_names, model_names,
                                 network_names, precision_names, processor_names)
-from dashboard.ui import control, columns_of, data_table, notices
+from dashboard.ui import columns_of, control, data_table, notices, page_heading
 
 dash.register_page(__name__, path="/planner", name="Planner", order=4, title="commbench · planner")
 
@@ -28,10 +28,9 @@ SPEC_CONTROLS = {
 
 def layout(**_query):
     return html.Div([
-        html.H2("Planner"),
-        html.P("Every layout (TP, PP, DP, ZeRO, micro-batch, recompute ...) that divides the cluster, the model and "
-               "the batch is priced; the fastest that fit in memory are simulated and ranked. Pick a row to see "
-               "its simulated step. The controls are `commbench plan`'s options.", className="lead"),
+        *page_heading("Planner", "Every layout (TP, PP, DP, ZeRO, micro-batch, recompute ...) that divides the "
+                      "cluster, the model and the batch is priced; the fastest that fit in memory are simulated and "
+                      "ranked. Pick a row to see its simulated step. The controls are `commbench plan`'s options."),
         html.Div(_job_controls() + _cluster_controls(), className="controls"),
         html.Div(id="plan-notices"),
         html.Div(id="plan-summary", className="lead"),

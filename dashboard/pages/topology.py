@@ -8,7 +8,7 @@ from dashboard.app import SELECTION_STORE, results
 from commbench.topology.model import ClusterTopology
 from dashboard.figures.topology import (cluster_topology, link_matrix_figure, measured_by_scope, pairwise_figure,
                                        topology_figure)
-from dashboard.ui import notices
+from dashboard.ui import control, notices, page_heading
 
 dash.register_page(__name__, path="/topology", name="Topology", order=1, title="commbench · topology")
 
@@ -19,22 +19,17 @@ MAX_MATRICES = 4
 def layout(**_query):
     sources = results().topology_sources()
     return html.Div([
-        html.H2("Topology"),
-        html.P("Nodes, GPUs, NICs and switches of a run (or of a saved `commbench topo --json` file named "
-               "*.topology.json in the results folder). Edges are labelled with the link: NV# bonded NVLinks, "
-               "PCIe level, network rate; colour them by link type or by the bandwidth the run measured.",
-               className="lead"),
+        *page_heading("Topology", "Nodes, GPUs, NICs and switches of a run (or of a saved `commbench topo --json` "
+                      "file named *.topology.json in the results folder). Edges are labelled with the link: NV# "
+                      "bonded NVLinks, PCIe level, network rate; colour them by link type or by the bandwidth the "
+                      "run measured."),
         dcc.Store(id="topo-start"),
         html.Div([
-            html.Div([html.Label("topology of", className="title"),
-                      dcc.Dropdown(id="topo-source", clearable=False,
-                                   options=[{"label": f"{s.label}, {s.gpus} GPUs", "value": s.key} for s in sources])],
-                     className="control wide"),
-            html.Div([html.Label("colour links by", className="title"),
-                      dcc.RadioItems(id="topo-colour", value="link", inline=True, options=[
-                          {"label": " link type", "value": "link"},
-                          {"label": " measured bandwidth", "value": "measured"}])],
-                     className="control"),
+            control("topology of", dcc.Dropdown(
+                id="topo-source", clearable=False,
+                options=[{"label": f"{s.label}, {s.gpus} GPUs", "value": s.key} for s in sources]), wide=True),
+            control("colour links by", dcc.RadioItems(id="topo-colour", value="link", inline=True, options=[
+                {"label": " link type", "value": "link"}, {"label": " measured bandwidth", "value": "measured"}])),
         ], className="controls"),
         html.Div(id="topo-notices"),
         dcc.Graph(id="topo-graph"),
