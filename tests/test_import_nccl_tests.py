@@ -155,6 +155,22 @@ def test_json_report_with_per_iteration_statistics():
     assert "HF_TOKEN" not in info.env and "HOME" not in info.env  # only NCCL/CUDA/launcher variables
 
 
+def test_json_per_process_times_name_the_slowest_process_and_keep_real_percentiles():
+    # with several processes, -I also writes each process's slowest time per iteration
+    document = json.loads(ALL_REDUCE_JSON.read_text())
+    document["config"]["ngpus"] = 1  # one rank per process: process i is rank i
+    per_iteration = document["results"][0]["out_of_place_per_iter"]
+    iterations = len(per_iteration["times_us"])
+    per_iteration["per_process_max_times_us"] = [[10.0] * iterations for _ in range(8)]
+    per_iteration["per_process_max_times_us"][5] = [30.0] * iterations
+    run = parse_json(json.dumps(document), source="straggler.json")
+    first = run.records[0]
+    assert first.slowest_rank == 5
+    assert (first.time_us_min, first.time_us_max, first.time_us_p99) == (11.158169, 12.301774, 12.301774)
+    assert first.time_us_min < first.time_us_p10 < first.time_us_p90 <= first.time_us_max
+    assert run.records[1].slowest_rank is None  # the in-place result has no per-process times
+
+
 def test_json_report_cut_short_keeps_complete_results():
     text = ALL_REDUCE_JSON.read_text()
     cut = text.index('{"size":4194304')  # the writer died while writing the 4 MiB result

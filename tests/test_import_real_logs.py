@@ -43,6 +43,13 @@ EXPECTED = {
         ("all_reduce", 2, ["ip-10-0-139-244", "ip-10-0-142-242"], True),
     ],
     "a100_g2_markdown_indented_info.md": [("all_reduce", 2, ["3767c65d25c4"], True)],
+    # the README shows the first and last two rank lines of the multi-host runs, "..." between
+    "gb300_alltoall_4runs_elided_ranks.md": [
+        ("all_to_all", 4, ["GPU-3882"], True),
+        ("all_to_all", 8, ["GPU-5188", "GPU-205"], True),
+        ("all_to_all", 64, ["GPU-5705", "GPU-6569"], True),
+        ("all_to_all", 128, ["GPU-5705", "GPU-1631"], True),
+    ],
 }
 # Logs that printed no row, and the failure line each must be refused with.
 CRASHED = {
@@ -220,6 +227,13 @@ def test_op_that_contradicts_the_log_is_refused(tmp_path, monkeypatch, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run 1 of 5" in err and not (tmp_path / "o").exists()
+
+
+def test_unnamed_alltoall_is_told_from_all_gather_by_its_unchecked_in_place_results():
+    text = _unnamed("gb300_alltoall_4runs_elided_ranks.md", ("alltoall_perf",))
+    runs = parse_text(text, source="a2a.log")
+    assert [(run.records[0].op, run.info.args["collective_from"]) for run in runs] == [("all_to_all", "table")] * 4
+    assert any("lists 4 of its 128 ranks" in warning for warning in runs[3].info.warnings)
 
 
 def test_unnamed_old_tables_are_told_apart_by_layout_sizes_and_busbw():

@@ -284,7 +284,11 @@ def _factor_warning(facts: RunFacts, op: str, ranks: int, fitting: list[str]) ->
 
 def _world_size(facts: RunFacts) -> int:
     if facts.devices:
-        return max(device.rank for device in facts.devices) + 1
+        world_size = max(device.rank for device in facts.devices) + 1
+        shown = len({device.rank for device in facts.devices})
+        if shown < world_size:  # e.g. a README that replaced the middle rank lines with "..."
+            facts.warnings.append(f"{_where(facts)}: the log lists {shown} of its {world_size} ranks; hosts and GPUs are those listed")
+        return world_size
     facts.warnings.append(f"{facts.source}: no '#  Rank' lines; assuming one process of {facts.ranks_per_process} ranks")
     return facts.ranks_per_process
 
