@@ -4,7 +4,7 @@ Whole-run budget (Kaplan et al. 2020): C = 6 * P * D training FLOPs for P parame
 tokens (2 per parameter per token forward, 4 backward). Time on N GPUs at peak F and model FLOPs
 utilisation u: C / (N * F * u), the ideal scaling the seeds quote.
 
-Per-layer time for the step simulator prices every GEMM of a layer separately with the
+Per-layer time for the step model (step.py) prices every GEMM of a layer separately with the
 processor's efficiency curve (a small GEMM reaches a smaller fraction of peak than a big one),
 attention at the processor's flash-attention efficiency, and elementwise work (norms, residual
 adds, activation functions, rotary embeddings) as HBM traffic. Per micro-batch of b sequences,
