@@ -90,11 +90,13 @@ def _divisors(n: int) -> list[int]:
 
 
 class Planner:
+    """Searches the layouts of one job on one cluster: enumerate, screen, simulate the best, rank."""
+
     def __init__(self, job: TrainingJob, cluster: Cluster, space: SearchSpace | None = None):
         self.job = job
         self.cluster = cluster
         self.space = space or SearchSpace()
-        self.model = StepModel(job, cluster)
+        self.step_model = StepModel(job, cluster)
 
     # enumeration ---------------------------------------------------------------------------
     def _shapes(self) -> list[tuple[int, int, int, int, int, int]]:
@@ -148,7 +150,7 @@ class Planner:
     def screen(self, batch: LayoutBatch | None = None) -> Screening:
         start = time.perf_counter()
         batch = self.enumerate() if batch is None else batch
-        evaluation = self.model.evaluate(batch)
+        evaluation = self.step_model.evaluate(batch)
         capacity = self.cluster.system.processor.memory_bytes
         fits = evaluation.memory["total"] <= capacity
         return Screening(evaluation, fits, capacity, time.perf_counter() - start)
@@ -164,7 +166,7 @@ class Planner:
         order = np.argsort(-ev.tokens_per_s)
         fitting = order[screening.fits[order]]
         shortlist = fitting[: max(self.space.shortlist, top)]
-        results = [simulate(self.model, ev.batch.layout(i)) for i in shortlist]
+        results = [simulate(self.step_model, ev.batch.layout(i)) for i in shortlist]
         results.sort(key=ranking_key, reverse=True)
         dropped = order[~screening.fits[order]][:3]
         best = results[0].tokens_per_s
@@ -184,7 +186,7 @@ class Planner:
         if self.job.model.heads % layout.tp:
             raise UsageError(f"tp={layout.tp} does not divide the {self.job.model.heads} attention heads")
         screening = self.screen(LayoutBatch.from_layouts([layout]))
-        result = simulate(self.model, layout, timeline=True)
+        result = simulate(self.step_model, layout, timeline=True)
         return result, None if screening.fits[0] else screening.memory_reason(0)
 
     # reasons -----------------------------------------------------------------------------
