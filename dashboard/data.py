@@ -27,6 +27,8 @@ from commbench.overlap.store import TRACE_FILE, load_trace_analysis
 
 # Topologies captured without a run (`commbench topo --json > results/NAME.topology.json`).
 TOPOLOGY_SUFFIX = ".topology.json"
+# shown after the name of every synthetic run or topology file (run.json / file `"synthetic": true`)
+SYNTHETIC_BADGE = "[SYNTHETIC]"
 _WATCHED_FILES = (RUN_FILE, RECORDS_JSONL, TRACE_FILE)
 
 Signature = tuple[tuple[str, int, int] | None, ...]
@@ -70,6 +72,16 @@ class RunEntry:
         return self.run.info.kind if self.run else "?"
 
     @property
+    def synthetic(self) -> bool:
+        """No machine measured this run (run.json `synthetic`): every view of it carries the badge."""
+        return bool(self.run and self.run.info.synthetic)
+
+    @property
+    def label(self) -> str:
+        """The run's name as the pages show it: its key, with the badge when it is synthetic."""
+        return f"{self.key} {SYNTHETIC_BADGE}" if self.synthetic else self.key
+
+    @property
     def state(self) -> str:
         if self.error:
             return "error"
@@ -77,9 +89,10 @@ class RunEntry:
 
     @cached_property
     def records(self) -> pd.DataFrame:
-        """The run's records with a `run` column naming the run, for overlaying runs."""
+        """The run's records with a `run` column naming the run (badge included: legends, tables and
+        downloads show it), for overlaying runs."""
         frame = pd.DataFrame(self.run.records if self.run else [])
-        frame.insert(0, "run", self.key)
+        frame.insert(0, "run", self.label)
         return frame
 
     def scopes(self) -> list[str]:
@@ -102,6 +115,7 @@ class RunEntry:
         return {
             "id": self.key,
             "run": self.key,
+            "synthetic": SYNTHETIC_BADGE if self.synthetic else "",
             "kind": info.get("kind", ""),
             "source": info.get("source", ""),
             "created": (info.get("created") or "").replace("T", " ").split("+")[0],
@@ -180,16 +194,17 @@ class ResultsStore:
     # topologies ---------------------------------------------------------------------------
     def topology_sources(self) -> list[TopologySource]:
         sources = [
-            TopologySource(f"run:{e.key}", f"{e.key} (run)", _gpu_count(e.info["topology"]))
+            TopologySource(f"run:{e.key}", f"{e.label} (run)", _gpu_count(e.info["topology"]))
             for e in self.usable() if e.info.get("topology")
         ]
         for path in sorted(self.root.glob(f"*{TOPOLOGY_SUFFIX}")) + sorted(self.root.glob(f"*/*{TOPOLOGY_SUFFIX}")):
             key = path.relative_to(self.root).as_posix()
             try:
-                gpus = _gpu_count(self._topology_file(key))
+                topology = self._topology_file(key)
             except CommbenchError:
-                gpus = 0
-            sources.append(TopologySource(f"file:{key}", f"{key} (topology file)", gpus))
+                topology = {}
+            badge = f" {SYNTHETIC_BADGE}" if topology.get("synthetic") else ""
+            sources.append(TopologySource(f"file:{key}", f"{key} (topology file){badge}", _gpu_count(topology)))
         return sources
 
     def topology(self, source_key: str) -> tuple[dict, RunEntry | None]:

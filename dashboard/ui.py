@@ -19,13 +19,19 @@ def page_heading(title: str, lead: str) -> list:
     return [html.H2(title), html.P(lead, className="lead")]
 
 
+def synthetic_notices(entries: list[RunEntry]) -> html.Div:
+    """A warning per synthetic run among entries, with its note: these figures were never measured."""
+    return notices([f"{e.key} is SYNTHETIC, not a measurement: {e.info.get('note') or 'no note given'}"
+                    for e in entries if e.synthetic], "warning")
+
+
 def control(title: str, component, wide: bool = False) -> html.Div:
     """A labelled input in the controls row."""
     return html.Div([html.Label(title, className="title"), component], className="control wide" if wide else "control")
 
 
 def run_options(entries: list[RunEntry]) -> list[dict]:
-    return [{"label": f"{e.key} ({e.kind}, {e.info.get('backend')}, {e.info.get('world_size')} ranks)",
+    return [{"label": f"{e.label} ({e.kind}, {e.info.get('backend')}, {e.info.get('world_size')} ranks)",
              "value": e.key} for e in entries]
 
 

@@ -60,7 +60,7 @@ def _chrome_options() -> Options:
 def results_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("results")
     # a fixed set of examples, so runs added to results/examples later do not change what the pages show
-    for name in ("example-cpu-2rank", "example-nccl-tests-h100", "example-overlap-cpu", "example-trace-ddp"):
+    for name in ("example-cpu-2rank", "example-nccl-tests-h100-synthetic", "example-overlap-cpu", "example-trace-ddp"):
         shutil.copytree(EXAMPLES / name, root / "examples" / name)
     shutil.copy(EXAMPLES / "dgx-h100.topology.json", root / "examples")
     broken = root / "broken-run"
@@ -133,20 +133,23 @@ def test_runs_page_lists_runs_and_shows_broken_ones(duo):
     _open(duo, "/")
     duo.wait_for_contains_text("#runs-table", "examples/example-cpu-2rank", timeout=WAIT_S)
     table = duo.find_element("#runs-table").text
-    for run in ("example-nccl-tests-h100", "example-trace-ddp", "half-written"):
+    for run in ("example-nccl-tests-h100-synthetic", "example-trace-ddp", "half-written"):
         assert run in table
     duo.wait_for_contains_text("#runs-problems", "broken-run", timeout=WAIT_S)
     problems = duo.find_element("#runs-problems").text
     assert "run.json: unreadable" in problems
     assert "half-written: run not complete" in problems
     assert "incomplete" in table
+    rows = {row.text.split()[0]: row.text for row in duo.find_elements("#runs-table tbody tr") if row.text}
+    badged = [name for name, text in rows.items() if "[SYNTHETIC]" in text]
+    assert badged == ["examples/example-nccl-tests-h100-synthetic"], rows  # the badge, and only on it
     _no_console_errors(duo)
 
 
 def test_runs_added_while_running_appear(duo, results_dir):
     _open(duo, "/")
     duo.wait_for_contains_text("#runs-table", "examples/example-cpu-2rank", timeout=WAIT_S)
-    shutil.copytree(results_dir / "examples" / "example-nccl-tests-h100", results_dir / "added-later")
+    shutil.copytree(results_dir / "examples" / "example-nccl-tests-h100-synthetic", results_dir / "added-later")
     duo.wait_for_contains_text("#runs-table", "added-later", timeout=WAIT_S)
     shutil.rmtree(results_dir / "added-later")
     _no_console_errors(duo)
@@ -157,7 +160,7 @@ def test_runs_selection_carries_to_bandwidth_page(duo):
     duo.wait_for_contains_text("#runs-table", "examples/example-cpu-2rank", timeout=WAIT_S)
     rows = duo.find_elements("#runs-table tbody tr")
     for row in rows:
-        if "example-cpu-2rank" in row.text or "example-nccl-tests-h100" in row.text:
+        if "example-cpu-2rank" in row.text or "example-nccl-tests-h100-synthetic" in row.text:
             row.find_element("css selector", "input[type=checkbox]").click()
     _screenshot(duo, "runs")
     duo.find_element("#nav-bandwidth").click()
@@ -165,7 +168,11 @@ def test_runs_selection_carries_to_bandwidth_page(duo):
                                                               if " · " in n}) == 2,
                            "both ticked runs should be overlaid")
     assert any("examples/example-cpu-2rank · world n=2" in name for name in shown["names"])
+    assert any("examples/example-nccl-tests-h100-synthetic [SYNTHETIC] · world n=8" in name for name in shown["names"])
+    assert not any("example-cpu-2rank [SYNTHETIC]" in name for name in shown["names"])
     assert any(name.startswith("fit:") for name in shown["names"])
+    duo.wait_for_contains_text("#bw-notices", "example-nccl-tests-h100-synthetic is SYNTHETIC, not a measurement",
+                               timeout=WAIT_S)
     _no_console_errors(duo)
 
 
@@ -196,7 +203,7 @@ def test_topology_page_draws_network_matrix_and_measured_links(duo):
     _open(duo, "/topology")
     # the CPU run ticked on the Runs page has a topology, so the page starts from it
     _wait_for_plot(duo, "topo-graph", lambda plot: "eth0" in plot["texts"], "the ticked run's topology")
-    duo.select_dcc_dropdown("#topo-source", value="examples/dgx-h100.topology.json (topology file), 8 GPUs")
+    duo.select_dcc_dropdown("#topo-source", value="examples/dgx-h100.topology.json (topology file) [SYNTHETIC], 8 GPUs")
     shown = _wait_for_plot(duo, "topo-graph", lambda plot: "NVLink" in plot["names"], "DGX H100 links by type")
     assert "NV18" in shown["texts"]
     duo.wait_for_element("#topo-matrices .main-svg", timeout=WAIT_S)
@@ -228,15 +235,22 @@ def test_overlap_page_trace_timeline_and_overlap_run(duo):
     _no_console_errors(duo)
 
 
-def _option_index(duo, dropdown: str, text: str) -> int:
+def _option_labels(duo, dropdown: str) -> list[str]:
     duo.find_element(dropdown).click()
     options = [o.text for o in duo.find_elements(".dash-dropdown-option")]
     duo.find_element(dropdown).click()  # close it again
-    return next(i for i, label in enumerate(options) if text in label)
+    return options
+
+
+def _option_index(duo, dropdown: str, text: str) -> int:
+    return next(i for i, label in enumerate(_option_labels(duo, dropdown)) if text in label)
 
 
 def test_planner_page_ranks_layouts_and_simulates_the_chosen_one(duo):
     _open(duo, "/planner")
+    sources = _option_labels(duo, "#plan-bandwidth")
+    assert any(label.startswith("synthetic: examples/example-nccl-tests-h100-synthetic [SYNTHETIC]") for label in sources)
+    assert any(label.startswith("measured: examples/example-cpu-2rank (") for label in sources), sources
     duo.wait_for_contains_text("#plan-table", "tp=", timeout=WAIT_S)
     _wait_for_plot(duo, "plan-breakdown", lambda plot: "compute" in plot["names"], "breakdown bars")
     _wait_for_plot(duo, "plan-memory", lambda plot: "parameters" in plot["names"], "memory ledger")

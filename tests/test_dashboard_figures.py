@@ -30,7 +30,7 @@ from dashboard.planning import PlanCache, PlanRequest  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "results" / "examples"
 CPU_RUN = "examples/example-cpu-2rank"
-NCCL_TESTS_RUN = "examples/example-nccl-tests-h100"
+NCCL_TESTS_RUN = "examples/example-nccl-tests-h100-synthetic"
 TRACES = REPO / "tests" / "fixtures" / "traces"
 DGX_TOPOLOGY = ClusterTopology.from_dict(json.loads((EXAMPLES / "dgx-h100.topology.json").read_text()))
 
@@ -103,9 +103,24 @@ def test_entries_for_skips_keys_that_name_no_run(store):
     assert [e.key for e in store.entries_for([CPU_RUN, "../x", "nothing-here", ""])] == [CPU_RUN]
 
 
+def test_synthetic_run_carries_its_badge_wherever_it_is_named(store):
+    from dashboard.ui import run_options
+
+    synthetic, measured = store.entry(NCCL_TESTS_RUN), store.entry(CPU_RUN)
+    assert synthetic.synthetic and not measured.synthetic
+    assert synthetic.summary()["synthetic"] == "[SYNTHETIC]" and measured.summary()["synthetic"] == ""
+    labels = {option["value"]: option["label"] for option in run_options([synthetic, measured])}
+    assert labels[NCCL_TESTS_RUN].startswith(f"{NCCL_TESTS_RUN} [SYNTHETIC] (")
+    assert "[SYNTHETIC]" not in labels[CPU_RUN]
+    figure = bandwidth.bandwidth_figure(store.records([NCCL_TESTS_RUN]), fitted=False)
+    assert all("[SYNTHETIC]" in trace.name for trace in figure.data if NCCL_TESTS_RUN in (trace.name or ""))
+    files = {source.key: source.label for source in store.topology_sources()}
+    assert files["file:examples/dgx-h100.topology.json"].endswith("[SYNTHETIC]")
+
+
 def test_records_of_several_runs_are_told_apart_by_run(store):
     frame = store.records([CPU_RUN, NCCL_TESTS_RUN])
-    assert set(frame["run"]) == {CPU_RUN, NCCL_TESTS_RUN}
+    assert set(frame["run"]) == {CPU_RUN, f"{NCCL_TESTS_RUN} [SYNTHETIC]"}  # the synthetic run keeps its badge
 
 
 def test_topology_sources_are_runs_and_topology_files(store, results_dir):
@@ -156,14 +171,14 @@ def test_bandwidth_figure_overlays_runs_on_log_axes_with_fits_and_reference(stor
     figure = bandwidth.bandwidth_figure(frame, "busbw_gbps", [("NVLink 18 x 25 GB/s", 450.0)])
     curves = [t for t in figure.data if not t.name.startswith(("fit:", "nominal"))]
     fits = [t for t in figure.data if t.name.startswith("fit:")]
-    assert [t.name for t in curves] == [f"{CPU_RUN} · world n=2", f"{NCCL_TESTS_RUN} · world n=8"]
+    assert [t.name for t in curves] == [f"{CPU_RUN} · world n=2", f"{NCCL_TESTS_RUN} [SYNTHETIC] · world n=8"]
     assert len(fits) == 2 and all(t.line.dash == "dash" for t in fits)
     assert [f.line.color for f in fits] == [c.line.color for c in curves]  # a fit wears its curve's colour
     assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
     assert figure.data[-1].name == "nominal NVLink 18 x 25 GB/s: 450 GB/s" and list(figure.data[-1].y) == [450, 450]
     # nccl-tests prints 0.00 GB/s for its smallest sizes: a log axis cannot draw those points
     nccl = curves[1]
-    assert min(nccl.y) > 0 and len(nccl.x) == len(frame[(frame["run"] == NCCL_TESTS_RUN)]) - 2
+    assert min(nccl.y) > 0 and len(nccl.x) == len(frame[(frame["run"] == f"{NCCL_TESTS_RUN} [SYNTHETIC]")]) - 2
 
 
 def test_hover_carries_the_exact_figures(store):
@@ -361,7 +376,7 @@ def test_planner_says_why_a_model_does_not_fit():
 
 def test_planner_prices_from_a_measured_run():
     view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 8, 64, 4096, top=1,
-                                                 bandwidth=str(EXAMPLES / "example-nccl-tests-h100"))))
+                                                 bandwidth=str(EXAMPLES / "example-nccl-tests-h100-synthetic"))))
     assert view.network.startswith("measured")
 
 

@@ -109,8 +109,8 @@ def test_fitted_table_predicts_sizes_left_out_of_the_fit(emulated_cluster, tmp_p
     """One rank per node over the shaped link: fit every other size, predict the others within 10%.
 
     sendrecv, because its time is the link's: an all_reduce on gloo also reduces on the CPU, and on
-    two shared cores that part follows the machine's load, not the network (the same check on real
-    GPU data, an imported nccl-tests all_reduce, is in tests/test_bandwidth_table.py)."""
+    two shared cores that part follows the machine's load, not the network (the same check on a
+    synthetic, GPU-shaped nccl-tests all_reduce is in tests/test_bandwidth_table.py)."""
     from commbench.data.bandwidth_table import BandwidthTable
 
     results = torchrun_per_node(emulated_cluster, 1, ["--ops", "sendrecv", "-b", "64K", "-e", "8M", "-n", "20"],

@@ -1,4 +1,5 @@
-"""The planner prices collectives from real measured runs: ours and an imported nccl-tests run."""
+"""The planner prices collectives from runs: one measured on the emulated cluster and an imported nccl-tests
+run (synthetic: a hand-written log)."""
 
 import json
 
@@ -22,7 +23,7 @@ def test_plan_on_an_emulated_two_node_run(cli):
 
 def test_plan_on_an_imported_nccl_tests_run(cli):
     plan = plan_json(cli, "--gpus", "8", "--gpus-per-node", "8", "--global-batch", "64",
-                     "--bandwidth", str(EXAMPLES / "example-nccl-tests-h100"))
+                     "--bandwidth", str(EXAMPLES / "example-nccl-tests-h100-synthetic"))
     assert "all_reduce@8x1" in plan["network"]
     # what the import did not measure is priced from the preset, and said so
     assert any("no intra all_gather measured" in warning for warning in plan["warnings"])

@@ -5,7 +5,7 @@ CLI turns those into one `commbench CMD: error: ...` line), or argparse's exit 2
 on stderr. Never another exception (a traceback for the user) and never a hang: every test has a
 per-example deadline and a modest example budget, so the file runs in well under a minute.
 
-Inputs are either drawn from scratch (text, numbers, JSON) or made by mutating the real
+Inputs are either drawn from scratch (text, numbers, JSON) or made by mutating the committed
 fixtures in tests/fixtures/ (bytes cut, inserted or flipped; JSON values swapped for hostile
 ones), because a file that is almost right reaches deeper into a parser than noise does.
 """

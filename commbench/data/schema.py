@@ -9,7 +9,7 @@ Both record files are rewritten atomically after each size, so a reader never se
 
 Version history (bump SCHEMA_VERSION and note it here when a field changes meaning or goes away;
 adding an optional field keeps the version):
-  1  first release.
+  1  first release; later, optional run.json fields `synthetic` and `note` (defaults false, none).
 """
 
 from __future__ import annotations
@@ -95,6 +95,10 @@ class RunInfo(BaseModel):
     complete: bool = False
     reason: str | None = Field(None, description="why the run is not complete (an error, a lost rank, an interrupt)")
     warnings: list[str] = []
+    synthetic: bool = Field(False, description="true when no machine measured these figures: written by hand or "
+                                               "generated, for tests and examples; `note` says what they imitate")
+    note: str | None = Field(None, description="where the figures came from, in words: the command that re-creates "
+                                               "the run, or what a synthetic run imitates")
 
 
 RECORD_FIELDS: list[str] = list(Record.model_fields)

@@ -8,7 +8,7 @@ from dashboard.app import SELECTION_STORE, results
 from dashboard.figures.bandwidth import METRICS, bandwidth_figure, latency_figure, select_records, table_rows
 from commbench.topology.rates import nominal_rates
 from dashboard.figures.topology import cluster_topology
-from dashboard.ui import control, data_table, notices, run_options
+from dashboard.ui import control, data_table, notices, run_options, synthetic_notices
 
 dash.register_page(__name__, path="/bandwidth", name="Bandwidth", order=2, title="commbench · bandwidth")
 
@@ -94,7 +94,8 @@ def draw(runs, op, scopes, metric, in_place, fit, reference):
     figure = bandwidth_figure(frame, metric, _references(entries, scopes or [], reference), fitted=bool(fit))
     problems = [message for e in entries if not e.ok for message in e.messages()]
     warnings = [message for e in entries if e.ok for message in e.messages()]
-    return figure, latency_figure(frame), columns, rows, [notices(problems, "error"), notices(warnings)]
+    return (figure, latency_figure(frame), columns, rows,
+            [synthetic_notices(entries), notices(problems, "error"), notices(warnings)])
 
 
 def _references(entries, scopes, reference):

@@ -66,11 +66,13 @@ def _job_controls() -> list:
 def _cluster_controls() -> list:
     measured = [e for e in results().usable(BANDWIDTH_KINDS) if e.run.records]
     sources = [{"label": "hardware preset figures", "value": PRESET_SOURCE}] + [
-        {"label": f"measured: {e.key} ({e.info.get('backend')}, {e.info.get('world_size')} ranks)", "value": e.key}
+        {"label": f"{'synthetic' if e.synthetic else 'measured'}: {e.label} ({e.info.get('backend')}, "
+                  f"{e.info.get('world_size')} ranks)", "value": e.key}
         for e in measured
     ]
     overlap_runs = [{"label": "defaults: 15% intra-node, 2% inter-node", "value": DEFAULTS}] + [
-        {"label": f"measured: {e.key}", "value": e.key} for e in measured if e.kind == "overlap"
+        {"label": f"{'synthetic' if e.synthetic else 'measured'}: {e.label}", "value": e.key}
+        for e in measured if e.kind == "overlap"
     ]
     return [
         control("hardware", _choice("plan-hardware", hardware_names(), PlanSpec.default("hardware"), clearable=False)),

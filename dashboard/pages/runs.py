@@ -9,7 +9,7 @@ from dashboard.ui import data_table, notices
 dash.register_page(__name__, path="/", name="Runs", order=0, title="commbench · runs")
 
 REFRESH_MS = 5000
-COLUMNS = ["run", "kind", "source", "created", "backend", "nodes", "ranks", "scopes", "ops", "records", "state"]
+COLUMNS = ["run", "synthetic", "kind", "source", "created", "backend", "nodes", "ranks", "scopes", "ops", "records", "state"]
 
 
 def layout(**_query):
@@ -24,6 +24,8 @@ def layout(**_query):
                    page_size=25, style_data_conditional=[
                        {"if": {"filter_query": '{state} contains "error"'}, "backgroundColor": "#fdecea"},
                        {"if": {"filter_query": '{state} contains "incomplete"'}, "backgroundColor": "#fff8e1"},
+                       {"if": {"column_id": "synthetic", "filter_query": '{synthetic} != ""'},
+                        "backgroundColor": "#ffcc80", "fontWeight": "bold"},
                    ]),
         html.Div(id="runs-count", className="lead"),
     ])
