@@ -24,7 +24,7 @@ def layout(**_query):
                    page_size=25, style_data_conditional=[
                        {"if": {"filter_query": '{state} contains "error"'}, "backgroundColor": "#fdecea"},
                        {"if": {"filter_query": '{state} contains "incomplete"'}, "backgroundColor": "#fff8e1"},
-                       {"if": {"column_id": "synthetic", "filter_query": '{synthetic} != ""'},
+                       {"if": {"column_id": "synthetic", "filter_query": '{synthetic} contains "SYNTHETIC"'},
                         "backgroundColor": "#ffcc80", "fontWeight": "bold"},
                    ]),
         html.Div(id="runs-count", className="lead"),
