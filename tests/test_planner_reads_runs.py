@@ -27,6 +27,7 @@ def test_plan_on_an_imported_nccl_tests_run(cli):
     assert "all_reduce@8x1" in plan["network"]
     # what the import did not measure is priced from the preset, and said so
     assert any("no intra all_gather measured" in warning for warning in plan["warnings"])
+    assert any("SYNTHETIC, not a measurement" in warning for warning in plan["warnings"])
     assert plan["ranked"]
 
 

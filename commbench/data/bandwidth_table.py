@@ -226,6 +226,8 @@ class BandwidthTable:
         table = cls.from_records(run.records, source=str(run.path), world_size=run.info.world_size,
                                  nodes=max(1, len(run.info.nodes)), in_place=in_place)
         table.warnings[:0] = list(run.warnings)
+        if run.info.synthetic:  # whoever prices or prints from it must see that no machine measured it
+            table.warnings.insert(0, f"{run.path}: SYNTHETIC, not a measurement: {run.info.note or 'no note given'}")
         return table
 
     @classmethod
