@@ -1,7 +1,7 @@
 """Re-create every measured example run under results/examples/ from its command.
 
-Each example is declared once, in EXAMPLES: its name, the `commbench` command that measures it,
-and where that runs: on this machine, or on an emulated cluster of network namespaces
+Each example is declared once, in EXAMPLES: its name, the `commbench` command that measures (or
+imports) it, and where that runs: on this machine, or on an emulated cluster of network namespaces
 (tests/cluster/emulated.py; needs root), one torchrun per node. The run goes to a scratch folder
 first and replaces results/examples/<name> only once it succeeded; the command is then written into
 run.json's `note`. tests/test_examples.py checks that every run directory under results/examples/
@@ -54,6 +54,8 @@ class Example:
     def note(self) -> str:
         """What run.json's `note` says: the test compares it with this declaration."""
         where = f"on an {self.cluster.describe()}" if self.cluster else "on this machine"
+        if self.command[0] == "import":
+            where = "a published log; its source and licence: results/examples/SOURCES.md"
         kept = "; the analysis of DIR/rank0.json and rank1.json kept as this run" if self.command[0] == "trace" else ""
         return f"re-created by bench/make_examples.py {self.name}: commbench {' '.join(self.command)} ({where}){kept}"
 
@@ -65,6 +67,9 @@ EXAMPLES = [
     Example("example-cpu-2rank", ("run", "--nproc", "2", "-b", "1K", "-e", "4M")),
     Example("example-overlap-cpu", ("overlap", "--nproc", "2", "-b", "64K", "-e", "4M", "--gemm-size", "384")),
     Example("example-trace-ddp", ("trace", "--demo", "DIR")),
+    # real GPU output published by others (MIT-0 licensed), imported: 2 nodes x 8 A100 over EFA
+    Example("example-nccl-tests-a100-2nodes-aws",
+            ("import", "nccl-tests", "tests/fixtures/nccl_tests/real/aws_eks_a100_2nodes_mpirun_info_2.9.9.log")),
     Example("example-emulated-2x2-1gbit", ("run", "-b", "1K", "-e", "16M"),
             Cluster({"nodes": 2, "rate": "1gbit", "names": NODE_NAMES_2}, ranks_per_node=2)),
     Example("example-pairwise-3nodes-slow-node3", ("run", "--pairwise", "-b", "8", "-e", "4M"),
@@ -81,7 +86,7 @@ def _commbench(example: Example, scratch: Path) -> list[str]:
 
 
 def make_local(example: Example, scratch: Path) -> Path:
-    extra = [] if example.command[0] == "overlap" else ["--no-progress"]
+    extra = ["--no-progress"] if example.command[0] == "run" else []
     subprocess.run([*_commbench(example, scratch), *extra], cwd=REPO, check=True)
     return scratch / example.name
 
