@@ -43,21 +43,21 @@ def slowest_median(value: float) -> float:
 def commbench_row(session, size: int, iters: int) -> float:
     from commbench.collectives import get_collective
     from commbench.collectives.base import IN_PLACE
-    from commbench.sweep import Row, gather_to_rank0, measure, to_record
+    from commbench.measure.harness import Row, gather_to_rank0, measure, to_record
 
     collective = get_collective("all_reduce")
     row = Row("world", collective, ((0, 1),), size, collective.counts(size // 4, 2, 4))
     measured = measure(session, row, IN_PLACE)  # in-place: torch's all_reduce, no extra copy
-    table = gather_to_rank0(session, measured)
-    median = to_record(session, row, IN_PLACE, table, measured).time_us if table is not None else 0.0
+    samples = gather_to_rank0(session, measured)
+    median = to_record(session, row, IN_PLACE, samples, measured).time_us if samples is not None else 0.0
     return slowest_median(median)
 
 
 def worker(rank: int, port: int, rounds: int, iters: int, out: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from commbench.config import RunConfig
-    from commbench.launch import RankEnv
-    from commbench.sweep import open_session
+    from commbench.measure.options import RunConfig
+    from commbench.measure.launch import RankEnv
+    from commbench.measure.session import open_session
 
     cfg = RunConfig(ops=("all_reduce",), iters=iters, warmup=2, check_iters=0).validate()
     session = open_session(cfg, RankEnv(rank, 2, rank, "127.0.0.1", port, "bench"))
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=200)
     args = parser.parse_args()
-    from commbench.launch import free_port
+    from commbench.measure.launch import free_port
 
     manager = mp.Manager()
     out = manager.dict()

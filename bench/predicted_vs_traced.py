@@ -1,6 +1,6 @@
 """The step model's prediction for the DDP demo beside what the demo's profiler traces show.
 
-The demo (commbench/overlap/demo.py) trains a 4 x Linear(512, 512) + GELU MLP on a batch of 64
+The demo (commbench/traces/demo.py) trains a 4 x Linear(512, 512) + GELU MLP on a batch of 64
 with DDP over gloo on 2 CPU ranks (1 thread each, 1 MiB buckets, SGD) and traces 3 steps.
 This script measures, on this machine:
   - the collectives of 2 gloo ranks (`commbench run`); all_reduce prices the gradient buckets, the
@@ -9,7 +9,7 @@ This script measures, on this machine:
   - the GEMM rate of the demo's own matmul shape (64x512 @ 512x512, 1 thread) and the copy
     bandwidth, which make up the processor;
 then predicts the step with the step model and event schedule (commbench/modeling/step.py, schedule.py) and prints it
-beside the traced figures (commbench/overlap/trace.py, per step, averaged over the traced steps).
+beside the traced figures (commbench/traces/analysis.py, per step, averaged over the traced steps).
 
 The simulator prices transformers, so the MLP is described as one transformer-shaped layer with
 the same GEMMs: hidden 512, one head, seq_len 64 tokens = the batch, mbs 1, dp 2. Its QKV and
@@ -49,10 +49,10 @@ from commbench.modeling.network import PresetNetwork
 from commbench.modeling.cluster import Cluster
 from commbench.modeling.schedule import simulate
 from commbench.modeling.step import StepModel
-from commbench.overlap import demo
-from commbench.overlap.intervals import IntervalSet
-from commbench.overlap.slowdown import measured_slowdown
-from commbench.overlap.trace import analyse_traces
+from commbench.data.slowdown import measured_slowdown
+from commbench.traces import demo
+from commbench.traces.analysis import analyse_traces
+from commbench.traces.intervals import IntervalSet
 
 PARAMS_PER_LAYER = demo.HIDDEN * demo.HIDDEN + demo.HIDDEN
 

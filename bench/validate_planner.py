@@ -50,7 +50,7 @@ from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
 from layouts import PARALLEL_LAYOUTS  # noqa: E402
 from predict import predict, processor_preset_json  # noqa: E402
 
-from commbench.overlap.slowdown import measured_slowdown  # noqa: E402
+from commbench.data.slowdown import measured_slowdown  # noqa: E402
 
 BANDWIDTH_OPS = "all_reduce,all_gather,reduce_scatter,sendrecv"
 OVERLAP_OPS = "all_reduce,all_gather,reduce_scatter"  # the collectives the layouts overlap with compute

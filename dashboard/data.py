@@ -23,7 +23,7 @@ import pandas as pd
 
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
 from commbench.errors import CommbenchError, UsageError
-from commbench.overlap.store import TRACE_FILE, load_trace_analysis
+from commbench.traces.store import TRACE_FILE, load_trace_analysis
 
 # Topologies captured without a run (`commbench topo --json > results/NAME.topology.json`).
 TOPOLOGY_SUFFIX = ".topology.json"

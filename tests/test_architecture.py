@@ -6,6 +6,8 @@
 - commbench.modeling, commbench.data and commbench.traces never import torch (the trace demo,
   which trains a model to produce a trace, is the one exception);
 - a measuring driver never imports another driver;
+- README's "Layout of the code" names every module and package under commbench/ and
+  commbench/measure/, and nothing that is not there;
 - one home per op fact: every op commbench measures has a declaration in collectives/ and vice
   versa; the network model and the nccl-tests reader hold no busbw factor table of their own.
 Imports under `if TYPE_CHECKING:` are left out: they never run.
@@ -14,6 +16,7 @@ Imports under `if TYPE_CHECKING:` are left out: they never run.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -106,7 +109,6 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.xfail(reason="sweep <-> pairwise until the drivers move to commbench/measure/ (issue 12, this branch)")
 def test_no_import_cycle(graph):
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -129,11 +131,34 @@ def test_commbench_imports_dashboard_only_from_its_command(graph):
     assert not offenders
 
 
+def test_drivers_never_import_each_other(graph):
+    assert all(name in graph for name in DRIVERS), "a driver moved: update DRIVERS"
+    offenders = {driver: sorted(t for t in graph[driver] if t in DRIVERS and t != driver) for driver in DRIVERS}
+    assert not {d: t for d, t in offenders.items() if t}
+
+
 def test_torch_free_layers_never_import_torch(graph):
     offenders = sorted(m for m, targets in graph.items()
                        if any(_within(m, layer) for layer in TORCH_FREE) and m not in TORCH_ALLOWED_IN
                        and any(_within(t, "torch") for t in targets))
     assert not offenders, f"these modules import torch: {offenders}"
+
+
+def _layout_section() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Layout of the code", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_layout_matches_the_tree():
+    layout = _layout_section()
+    present = {p.name for folder in ("commbench", "commbench/measure") for p in (ROOT / folder).iterdir()
+               if (p.suffix == ".py" or p.is_dir()) and p.name not in ("__init__.py", "__main__.py", "__pycache__")}
+    missing = sorted(name for name in present if name.removesuffix(".py") + (".py" if name.endswith(".py") else "/") not in layout)
+    assert not missing, f"README's layout does not mention {missing}"
+    named = set(re.findall(r"\b([a-z_]+\.py)\b", layout))
+    gone = sorted(name for name in named if not any((ROOT / folder / name).exists() for folder in
+                  ("commbench", "commbench/measure", "commbench/data", "commbench/traces", "tests")))
+    assert not gone, f"README's layout names files that are not there: {gone}"
 
 
 def test_every_measured_op_has_a_declaration_and_vice_versa():

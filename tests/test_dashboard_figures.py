@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("dash", reason="needs the dashboard extra: pip install 'commbench[dashboard]'")
 
 from commbench.errors import CommbenchError, UsageError  # noqa: E402
-from commbench.overlap.store import TRACE_FILE, load_trace_analysis, save_trace_analysis  # noqa: E402
-from commbench.overlap.trace import analyse_traces  # noqa: E402
+from commbench.traces.store import TRACE_FILE, load_trace_analysis, save_trace_analysis  # noqa: E402
+from commbench.traces.analysis import analyse_traces  # noqa: E402
 from dashboard.data import ResultsStore, safe_path  # noqa: E402
 from dashboard.figures import bandwidth, overlap, planner, topology  # noqa: E402
 from dashboard.figures.common import WEBGL_POINTS  # noqa: E402
@@ -138,7 +138,7 @@ def test_topology_sources_are_runs_and_topology_files(store, results_dir):
         store.topology(f"run:{NCCL_TESTS_RUN}")
 
 
-# --- trace runs (commbench/overlap/store.py) ----------------------------------------------------
+# --- trace runs (commbench/traces/store.py) ----------------------------------------------------
 
 
 def test_a_trace_analysis_round_trips_through_a_run_directory(tmp_path):

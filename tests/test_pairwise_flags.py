@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
-from commbench.pairwise import flag_outliers, suspects
+from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
+from commbench.measure.pairwise import flag_outliers, suspects
 
 SNMP_TEXT = """Ip: Forwarding DefaultTTL InReceives
 Ip: 1 64 1000

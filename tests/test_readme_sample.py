@@ -5,7 +5,7 @@ import json
 import re
 
 from commbench.data.schema import Record
-from commbench.report import TablePrinter
+from commbench.measure.report import NcclTestsPrinter
 from tests.conftest import REPO
 
 
@@ -25,7 +25,7 @@ def _readme_trailer() -> list[str]:
 def test_readme_sample_trailer_is_what_the_printer_prints():
     records_file = REPO / "results" / "examples" / "example-cpu-2rank" / "records.jsonl"
     record = Record(**json.loads(records_file.read_text().splitlines()[0]))
-    printer = TablePrinter(stream=io.StringIO())
+    printer = NcclTestsPrinter(stream=io.StringIO())
     printer.rows.append([record])
     printer.summary("results/20261201-090038-vm-f06094")
     printed = printer.stream.getvalue().splitlines()

@@ -98,7 +98,7 @@ def test_torchrun_launch(tmp_path):
 
 def test_srun_style_environment(tmp_path):
     """What srun gives each task: SLURM_PROCID/NTASKS/LOCALID/NODEID (MASTER_ADDR from the job script)."""
-    from commbench.launch import free_port
+    from commbench.measure.launch import free_port
 
     port = str(free_port())
     procs = []

@@ -1,7 +1,7 @@
 """`time_us` is the slowest rank's median, and `slowest_rank` names that rank.
 
 One rank is made a straggler with the fault-injection switch (COMMBENCH_INJECT_DELAY, see
-commbench/faults.py): it sleeps inside every timed op. With `--scopes inter` on one node every
+commbench/measure/faults.py): it sleeps inside every timed op. With `--scopes inter` on one node every
 rank is a group of its own, so no collective couples the ranks' timings and the straggler alone is
 slow; on the world scope the collective makes every rank wait for it.
 """

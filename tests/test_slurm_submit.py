@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from commbench import slurm
+from commbench.measure import slurm
 from commbench.cli import COMMANDS, main as cli_main
 from commbench.data.rundir import list_runs, load_run
 from commbench.errors import CommbenchError

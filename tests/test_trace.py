@@ -1,4 +1,4 @@
-"""commbench.overlap.trace on synthetic traces whose overlap is worked out by hand.
+"""commbench.traces.analysis on synthetic traces whose overlap is worked out by hand.
 
 gpu_two_streams.json (rank 0), times in microseconds, compute kernels on streams 7 and 8, NCCL on
 streams 20 and 21:
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import UsageError
-from commbench.overlap import chrome_trace
-from commbench.overlap.trace import analyse_traces
+from commbench.traces import chrome_trace
+from commbench.traces.analysis import analyse_traces
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 GPU_TRACE = TRACES / "gpu_two_streams.json"
@@ -222,7 +222,7 @@ def test_odd_correlation_ids_and_args_are_ignored(tmp_path):
     """A list as a correlation id or as `args` (seen by the property tests) is skipped, not fatal."""
     import json
 
-    from commbench.overlap.trace import analyse_traces
+    from commbench.traces.analysis import analyse_traces
 
     events = [
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 0, "dur": 1,

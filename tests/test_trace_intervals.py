@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from commbench.overlap.intervals import IntervalSet
+from commbench.traces.intervals import IntervalSet
 
 
 def pairs(interval_set: IntervalSet) -> list[tuple[float, float]]:

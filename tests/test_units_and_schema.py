@@ -5,12 +5,12 @@ import json
 import pytest
 
 from commbench.collectives import get_collective
-from commbench.config import RunConfig
+from commbench.measure.options import RunConfig
 from commbench.data.rundir import RunWriter, load_run
 from commbench.data.schema import Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
 from commbench.data.records import Stats
-from commbench.timing import choose_iters
+from commbench.measure.timing import choose_iters
 from commbench.units import format_size, parse_size
 
 

@@ -28,7 +28,7 @@ with `pooled` one processor for all layouts from all their calibrations. Either 
                     measured time of that work, as a fraction of the copy rate: on this CPU GELU
                     is bound by computing erf, not by memory, so a copy overstates its speed
 And the compute slowdown while communication runs beside it, measured on the same cluster by
-`commbench overlap` (commbench.overlap.slowdown), when the work directory has that run.
+`commbench overlap` (commbench.data.slowdown), when the work directory has that run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The collectives commbench measures: one declaration per module, over one harness (commbench.sweep).
+"""The collectives commbench measures: one declaration per module, over one harness (commbench.measure.harness).
 
 Which ops exist, and their facts beyond measuring, is commbench.ops; this package maps each
 measured op to its declaration (which imports torch).

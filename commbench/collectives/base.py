@@ -4,7 +4,7 @@ A declaration says, for one op, what nccl-tests says in one short src/<op>.cu fi
 how a size in bytes becomes element counts, where the in-place buffers sit, how to launch the op
 through torch.distributed, and what every rank must hold afterwards given the known inputs of
 `pattern`. Facts shared beyond measuring (busbw factor, nccl-tests names, what size and count
-mean) live in commbench.ops. The harness in commbench.sweep does the rest.
+mean) live in commbench.ops. The harness in commbench.measure.harness does the rest.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from commbench import slurm
+from commbench.measure import slurm
 from commbench.errors import CommbenchError, UsageError
 
 HELP = "list recent Slurm submissions (commbench submit) and their state"
@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     elif not rows:
         print(f"no submissions recorded in {slurm.registry_path()}")
     else:
-        _print_table(rows)
+        _print_jobs(rows)
     return 0
 
 
@@ -66,12 +66,12 @@ def _row(sub: slurm.Submission, status: slurm.JobStatus | None) -> dict:
             "ranks_per_node": sub.ranks_per_node, "job_dir": sub.job_dir, "run_args": sub.run_args}
 
 
-def _print_table(rows: list[dict]) -> None:
+def _print_jobs(rows: list[dict]) -> None:
     header = ("JOB", "STATE", "ELAPSED", "SUBMITTED (UTC)", "NODES x RANKS", "LAUNCHER", "RESULTS")
-    table = [header] + [
+    lines = [header] + [
         (str(row["job_id"]), row["state"], row["elapsed"] or "-", row["submitted"].replace("+00:00", ""),
          f"{row['nodes']} x {row['ranks_per_node']}", row["launcher"], row["job_dir"])
         for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
-    for line in table:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    for line in lines:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])

@@ -19,10 +19,10 @@ Columns of the table (medians over --iters iterations of the rank slowest at bot
 
 records.jsonl and records.csv in <out>/<run_id>/ (run kind "overlap") carry every figure and the
 collective's own timing fields as a sweep writes them; the fields are documented in
-commbench/overlap/schema.py. `commbench plan --overlap-run <out>/<run_id>` charges the step
+commbench/data/overlap.py. `commbench plan --overlap-run <out>/<run_id>` charges the step
 model the slowdown measured here instead of the default 15% / 2%: the GEMM's extra time per
 second the collective ran beside it, at each op's largest size, median over the ops
-(commbench/overlap/slowdown.py).
+(commbench/data/slowdown.py).
 
 Launching: --nproc N ranks on this machine, or one rank per process under torchrun or srun.
 """
@@ -32,9 +32,8 @@ from __future__ import annotations
 import argparse
 
 from commbench.commands.run import add_where_arguments, csv_list, size_arg
-from commbench.config import BACKENDS, DTYPES
-from commbench.launch import run_or_spawn
-from commbench.overlap.config import OVERLAP_OPS, OverlapConfig
+from commbench.measure.options import BACKENDS, DTYPES, OVERLAP_OPS, OverlapConfig
+from commbench.measure.worker import launch_driver
 
 HELP = "time a GEMM and a collective alone and at once: overlap achieved and mutual slowdown"
 
@@ -73,4 +72,4 @@ def config_from_args(args: argparse.Namespace) -> OverlapConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_or_spawn(config_from_args(args), args.nproc, "commbench.overlap.measure:run_rank", "commbench.overlap.worker")
+    return launch_driver("overlap", config_from_args(args), args.nproc)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 
 from commbench.collectives import ALL_OPS, DEFAULT_OPS
-from commbench.config import BACKENDS, DTYPES, SCOPES, RunConfig
 from commbench.errors import UsageError
-from commbench.launch import run_or_spawn
+from commbench.measure.options import BACKENDS, DTYPES, SCOPES, RunConfig
+from commbench.measure.worker import launch_driver
 from commbench.units import parse_size
 
 HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"
@@ -104,4 +104,5 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_or_spawn(config_from_args(args), args.nproc, "commbench.sweep:run_rank", "commbench.worker")
+    cfg = config_from_args(args)
+    return launch_driver("pairwise" if cfg.pairwise else "sweep", cfg, args.nproc)

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from commbench import slurm
+from commbench.measure import slurm
 from commbench.data.rundir import utc_now
 from commbench.errors import CommbenchError, UsageError
 

@@ -47,7 +47,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from commbench.overlap.trace import DEFAULT_TIMELINE_LIMIT, analyse_traces
+    from commbench.traces.analysis import DEFAULT_TIMELINE_LIMIT, analyse_traces
 
     traces = _trace_paths(args)
     limit = DEFAULT_TIMELINE_LIMIT if args.timeline_limit is None else args.timeline_limit
@@ -67,7 +67,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        _print_tables(result)
+        _print_figures(result)
     return 0
 
 
@@ -75,7 +75,7 @@ def _trace_paths(args) -> list[str]:
     if args.demo and args.traces:
         raise UsageError("give trace files or --demo, not both")
     if args.demo:
-        from commbench.overlap.demo import generate_demo_traces
+        from commbench.traces.demo import generate_demo_traces
 
         return [str(path) for path in generate_demo_traces(args.demo)]
     if not args.traces:
@@ -83,22 +83,22 @@ def _trace_paths(args) -> list[str]:
     return args.traces
 
 
-def _print_tables(result: dict) -> None:
+def _print_figures(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     for rank in result["ranks"]:
         truncated = " (truncated)" if rank["truncated"] else ""
-        table = Table(title=f"rank {rank['rank']} ({rank['device']}): {rank['path']}{truncated}")
+        grid = Table(title=f"rank {rank['rank']} ({rank['device']}): {rank['path']}{truncated}")
         for heading in ("step", "span ms", "compute ms", "comm ms", "overlap", "exposed comm ms", "idle ms"):
-            table.add_column(heading, justify="right")
+            grid.add_column(heading, justify="right")
         for window in rank["iterations"]:
-            table.add_row(*_figure_cells(str(window["step"]), window))
-        table.add_row(*_figure_cells("total", rank["total"]), style="bold")
-        console.print(table)
+            grid.add_row(*_figure_cells(str(window["step"]), window))
+        grid.add_row(*_figure_cells("total", rank["total"]), style="bold")
+        console.print(grid)
         if rank["collectives"]:
-            console.print(_collectives_table(rank["collectives"]))
+            console.print(_collectives_grid(rank["collectives"]))
 
 
 def _figure_cells(label: str, window: dict) -> list[str]:
@@ -114,19 +114,19 @@ def _figure_cells(label: str, window: dict) -> list[str]:
     ]
 
 
-def _collectives_table(collectives: list[dict]):
+def _collectives_grid(collectives: list[dict]):
     from rich.table import Table
 
     from commbench.units import format_size
 
-    table = Table(title="busiest collectives")
-    table.add_column("collective")
+    grid = Table(title="busiest collectives")
+    grid.add_column("collective")
     for heading in ("count", "total ms", "bytes"):
-        table.add_column(heading, justify="right")
+        grid.add_column(heading, justify="right")
     for stat in collectives[:_BUSIEST_SHOWN]:
         size = "-" if stat["bytes"] is None else format_size(stat["bytes"])
-        table.add_row(stat["name"], str(stat["count"]), _ms(stat["total_us"]), size)
-    return table
+        grid.add_row(stat["name"], str(stat["count"]), _ms(stat["total_us"]), size)
+    return grid
 
 
 def _ms(microseconds: float) -> str:

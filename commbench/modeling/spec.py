@@ -149,7 +149,7 @@ def _slowdown_figures(spec: PlanSpec) -> dict[str, float]:
     if spec.overlap_run is None:
         factor = spec.slowdown
     else:
-        from commbench.overlap.slowdown import measured_slowdown
+        from commbench.data.slowdown import measured_slowdown
 
         factor = checked_slowdown(measured_slowdown(spec.overlap_run))
     return {} if factor is None else {"slowdown_intra": factor, "slowdown_inter": factor}

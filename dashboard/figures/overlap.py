@@ -1,6 +1,6 @@
 """Compute and communication on a timeline per rank, and the overlap figures of each iteration.
 
-Input is a stored trace analysis (commbench.overlap.trace.TraceAnalysis.to_dict()). Timeline
+Input is a stored trace analysis (commbench.traces.analysis.TraceAnalysis.to_dict()). Timeline
 bars are horizontal go.Bar on a numeric microsecond axis: px.timeline would force a date axis
 that rounds durations to whole milliseconds, hiding most kernels and collectives.
 """

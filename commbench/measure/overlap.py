@@ -1,4 +1,4 @@
-"""`commbench overlap` on one rank: a GEMM and a collective, alone and at once.
+"""The overlap driver (`commbench overlap`): a GEMM and a collective, alone and at once.
 
 For each op and size (world scope, the sweep's declarations and out-of-place buffers):
   1. warm-up: `warmup` iterations of both at once, untimed;
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,13 +31,13 @@ import torch
 import torch.distributed as dist
 
 from commbench.collectives.base import Variant
+from commbench.data.overlap import OverlapRecord, overlap_achieved
 from commbench.data.records import Stats, build_record
-from commbench.launch import RankEnv
-from commbench.overlap.config import OverlapConfig
-from commbench.overlap.schema import OverlapRecord, overlap_achieved
-from commbench.sweep import (Row, Session, Sweep, allocate, count_wrong, fill_known_inputs, my_context, op_callable,
-                             row_facts)
-from commbench.sweep import run_rank as sweep_run_rank
+from commbench.measure.harness import (Row, allocate, count_wrong, fill_known_inputs, my_context, op_callable, row_facts,
+                                       scope_rows)
+from commbench.measure.report import OverlapPrinter
+from commbench.measure.runner import MeasuredRun, Progress
+from commbench.measure.session import Session
 
 
 class Gemm:
@@ -187,24 +186,24 @@ def gemm_threads(session: Session) -> int:
     """CPU threads for this rank's GEMM: the cores shared evenly among the ranks of this node."""
     if session.device.type == "cuda":
         return 0
-    ranks_here = next(len(node.ranks) for node in session.nodes if session.rank in node.ranks)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // ranks_here)
+    return max(1, cores // session.ranks_on_my_node())
 
 
 def _ratio(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
 
 
-class OverlapSweep(Sweep):
-    """The sweep's run directory, progress bar, watchdog and failure handling, around overlap rows."""
+class OverlapDriver:
+    """Overlap rows: the configured ops at every size on the world group, each beside a GEMM."""
 
     kind = "overlap"
     command = "overlap"
 
     def __init__(self, session: Session):
-        super().__init__(session)
-        self.printer = OverlapTable() if session.rank == 0 else None
+        self.session = session
+        self.rows = scope_rows(session)
+        self.printer = OverlapPrinter() if session.rank == 0 else None
         self.threads = gemm_threads(session)
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -214,27 +213,23 @@ class OverlapSweep(Sweep):
         else:
             self.overlap = ThreadedOverlap(self.gemm, self.threads, dist.barrier)
 
-    def report(self) -> None:
-        self.printer.summary(str(self.writer.path), self.writer.records)
+    def report(self, run: MeasuredRun) -> None:
+        self.printer.summary(str(run.writer.path), run.writer.records)
 
-    def _run_rows(self, progress) -> None:
+    def measure_rows(self, run: MeasuredRun, progress: Progress) -> None:
         op = None
         for row in self.rows:
             if self.printer and row.collective.name != op:
                 op = row.collective.name
                 self.printer.header(self._title(row))
-            self.monitor.progress(f"overlap {row.collective.name} {row.size} B")
+            run.monitor.progress(f"overlap {row.collective.name} {row.size} B")
             variant = row.collective.variants[0]
             gathered = self._gather(self._measure(row, variant))
             if gathered is not None:
                 record = self._record(row, variant, gathered)
-                self.total_wrong += max(record.wrong, 0)
-                self.writer.add_records([record])
+                run.add([record])
                 self.printer.row(record)
             progress.advance(f"overlap {row.collective.name} {row.size} B")
-        flag = torch.tensor([self.total_wrong], dtype=torch.int64)
-        dist.broadcast(flag, src=0)  # every rank learns about bad data and exits non-zero with rank 0
-        self.total_wrong = int(flag.item())
 
     def _phase_start(self) -> None:
         self.session.sync()
@@ -299,37 +294,3 @@ class OverlapSweep(Sweep):
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-class OverlapTable:
-    """The nccl-tests-like table of `commbench overlap`, on rank 0's stdout."""
-
-    def print(self, text: str = "") -> None:
-        print(text, file=sys.stdout, flush=True)
-
-    def header(self, title: str) -> None:
-        self.print(f"#\n# {title}\n#")
-        self.print(f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'compute':>9s}  {'comm':>9s}  {'both':>9s}  "
-                   f"{'overlap':>7s}  {'compute':>8s}  {'comm':>8s}  {'#wrong':>6s}")
-        self.print(f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'(us)':>9s}  {'(us)':>9s}  {'(us)':>9s}  "
-                   f"{'(%)':>7s}  {'slowdown':>8s}  {'slowdown':>8s}  {'':>6s}")
-
-    def row(self, rec: OverlapRecord) -> None:
-        self.print(f"{rec.size_bytes:12d}  {rec.count:12d}  {rec.dtype:>8s}  {rec.compute_us:9.1f}  {rec.comm_us:9.1f}  "
-                   f"{rec.both_us:9.1f}  {100 * rec.overlap:7.1f}  {rec.compute_slowdown:8.3f}  "
-                   f"{rec.comm_slowdown:8.3f}  {rec.wrong:6d}")
-
-    def summary(self, run_dir: str, records: list[dict]) -> None:
-        wrong = sum(max(r["wrong"], 0) for r in records)
-        self.print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'ERROR'}")
-        if records:
-            self.print(f"# GEMM alone: {statistics.median(r['gemm_tflops'] for r in records):.4g} TFLOP/s (median of rows)")
-        self.print("# overlap = (compute + comm - both) / min(compute, comm), clamped to [0, 1] (raw: overlap_unclamped);")
-        self.print("# slowdown = an operation's duration beside the other / alone. Medians over iterations of the rank")
-        self.print("# slowest at both; every figure and the per-iteration spread are in records.csv/jsonl.")
-        self.print(f"# Results: {run_dir}")
-
-
-def run_rank(cfg: OverlapConfig, env: RankEnv) -> int:
-    """Everything one rank of `commbench overlap` does: the sweep's rank loop over OverlapSweep."""
-    return sweep_run_rank(cfg, env, OverlapSweep)

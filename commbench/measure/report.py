@@ -1,9 +1,14 @@
-"""nccl-tests-style text tables: the columns users already parse, then the run's summary."""
+"""The text rank 0 prints while measuring: nccl-tests' columns, which users already parse, then the run's summary.
+
+NcclTestsPrinter prints the sweep's rows; OverlapPrinter the overlap driver's (compute, communication, both).
+"""
 
 from __future__ import annotations
 
+import statistics
 import sys
 
+from commbench.data.overlap import OverlapRecord
 from commbench.data.schema import Record
 
 
@@ -18,7 +23,9 @@ def _wrong(value: int) -> str:
     return "N/A" if value < 0 else str(value)
 
 
-class TablePrinter:
+class NcclTestsPrinter:
+    """The sweep's rows as nccl-tests prints them, on rank 0's stdout, then the run's summary."""
+
     def __init__(self, stream=None):
         self.stream = stream  # None: whatever sys.stdout is at print time (the progress bar redirects it)
         self.rows: list[list[Record]] = []
@@ -56,3 +63,32 @@ class TablePrinter:
         self.print("# the nccl-tests rank-averaged mean (time_us_mean_nccl) and more are in records.csv/jsonl.")
         if run_dir:
             self.print(f"# Results: {run_dir}")
+
+
+class OverlapPrinter:
+    """The rows of `commbench overlap`, nccl-tests-like, on rank 0's stdout, then the run's summary."""
+
+    def print(self, text: str = "") -> None:
+        print(text, file=sys.stdout, flush=True)
+
+    def header(self, title: str) -> None:
+        self.print(f"#\n# {title}\n#")
+        self.print(f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'compute':>9s}  {'comm':>9s}  {'both':>9s}  "
+                   f"{'overlap':>7s}  {'compute':>8s}  {'comm':>8s}  {'#wrong':>6s}")
+        self.print(f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'(us)':>9s}  {'(us)':>9s}  {'(us)':>9s}  "
+                   f"{'(%)':>7s}  {'slowdown':>8s}  {'slowdown':>8s}  {'':>6s}")
+
+    def row(self, rec: OverlapRecord) -> None:
+        self.print(f"{rec.size_bytes:12d}  {rec.count:12d}  {rec.dtype:>8s}  {rec.compute_us:9.1f}  {rec.comm_us:9.1f}  "
+                   f"{rec.both_us:9.1f}  {100 * rec.overlap:7.1f}  {rec.compute_slowdown:8.3f}  "
+                   f"{rec.comm_slowdown:8.3f}  {rec.wrong:6d}")
+
+    def summary(self, run_dir: str, records: list[dict]) -> None:
+        wrong = sum(max(r["wrong"], 0) for r in records)
+        self.print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'ERROR'}")
+        if records:
+            self.print(f"# GEMM alone: {statistics.median(r['gemm_tflops'] for r in records):.4g} TFLOP/s (median of rows)")
+        self.print("# overlap = (compute + comm - both) / min(compute, comm), clamped to [0, 1] (raw: overlap_unclamped);")
+        self.print("# slowdown = an operation's duration beside the other / alone. Medians over iterations of the rank")
+        self.print("# slowest at both; every figure and the per-iteration spread are in records.csv/jsonl.")
+        self.print(f"# Results: {run_dir}")

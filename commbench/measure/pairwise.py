@@ -1,4 +1,4 @@
-"""Pairwise point-to-point: the "which link is bad" question.
+"""The pairwise driver (`commbench run --pairwise`): the "which link is bad" question.
 
 Every pair of nodes (through the first rank of each) and every pair of ranks inside each node is
 measured with the one-way ping-pong at two sizes: --min-bytes for latency, --max-bytes for
@@ -10,7 +10,7 @@ A pair is flagged as an outlier when its bandwidth is below `outlier_ratio` x th
 its kind (between nodes, or inside a node) — peers in one cluster should be alike, and a slow
 node or NIC drags down every pair that touches it — or when TCP re-sent more than
 `max_retransmit_pct` of its segments while the pair was measured: a lossy link that TCP repairs
-at nearly full speed (see commbench.linkhealth). The report then names the node every flagged
+at nearly full speed (see commbench.measure.linkhealth). The report then names the node every flagged
 pair touches. Because no node is in two pairs of one round, the two nodes' counter deltas over
 a measurement are that pair's traffic, plus the few segments of the world-wide estimate exchange
 and barrier around it (dozens against the thousands one bandwidth-size measurement sends).
@@ -28,10 +28,12 @@ import torch.distributed as dist
 
 from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
-from commbench.config import DTYPES
 from commbench.errors import UsageError
-from commbench.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
-from commbench.sweep import Row, Session, Sweep, gather_to_rank0, measure, to_record
+from commbench.measure.harness import Row, gather_to_rank0, measure, to_record
+from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
+from commbench.measure.options import DTYPES
+from commbench.measure.runner import MeasuredRun, Progress
+from commbench.measure.session import Session
 
 
 def round_robin(members: list[int]) -> list[list[tuple[int, int]]]:
@@ -46,51 +48,57 @@ def round_robin(members: list[int]) -> list[list[tuple[int, int]]]:
     return [r for r in rounds if r]
 
 
-class PairwiseSweep(Sweep):
+class PairwiseDriver:
     kind = "pairwise"
+    command = "run"
 
-    def plan(self) -> list[Row]:
-        cfg, nodes = self.session.cfg, self.session.nodes
-        if self.session.env.world_size < 2:
-            raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
-        pingpong = get_collective("pingpong")
-        elt = DTYPES[cfg.dtype][1]
-        inter_rounds = round_robin([node.ranks[0] for node in nodes])
-        per_node = [round_robin(node.ranks) for node in nodes]
-        intra_rounds = [sum((rounds[k] for rounds in per_node if k < len(rounds)), [])
-                        for k in range(max((len(r) for r in per_node), default=0))]
-        rows = []
-        for size in sorted({max(cfg.min_bytes, elt), cfg.max_bytes}):
-            counts = pingpong.counts(size // elt, 2, elt)
-            for pairs in inter_rounds + intra_rounds:
-                rows.append(Row("pair", pingpong, tuple(pairs), size, counts))
-        return rows
+    def __init__(self, session: Session):
+        self.session = session
+        self.rows = pair_rows(session)
 
-    def _run_rows(self, progress) -> None:
+    def measure_rows(self, run: MeasuredRun, progress: Progress) -> None:
         session = self.session
         host = {rank: node.hostname for node in session.nodes for rank in node.ranks}
         over_tcp = moves_data_over_tcp(session.backend)
         for row in self.rows:
-            session.monitor.progress(f"pairwise {row.size} B {row.groups[0]}")
+            run.monitor.progress(f"pairwise {row.size} B {row.groups[0]}")
             before = read_tcp_counters() if over_tcp else None
             measured = measure(session, row, UNI)
             after = read_tcp_counters() if over_tcp else None
-            table = gather_to_rank0(session, measured)
+            samples = gather_to_rank0(session, measured)
             counters = gather_counter_deltas(session, before, after)
-            if table is not None:
-                records = [to_record(session, replace(row, groups=(pair,)), UNI, table, measured).model_copy(
+            if samples is not None:
+                run.add([to_record(session, replace(row, groups=(pair,)), UNI, samples, measured).model_copy(
                     update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]],
-                            **pair_counters(counters, pair, host)}) for pair in row.groups]
-                self.total_wrong += sum(max(r.wrong, 0) for r in records)
-                self.writer.add_records(records)
+                            **pair_counters(counters, pair, host)}) for pair in row.groups])
             progress.advance(f"pairwise {row.size} B round")
 
-    def report(self) -> None:
+    def report(self, run: MeasuredRun) -> None:
         cfg = self.session.cfg
-        records = flag_outliers(self.writer.records, cfg.max_bytes, cfg.outlier_ratio, cfg.max_retransmit_pct)
-        self.writer.set_records(records)
+        records = flag_outliers(run.writer.records, cfg.max_bytes, cfg.outlier_ratio, cfg.max_retransmit_pct)
+        run.writer.set_records(records)
         print_pairwise(records, cfg.outlier_ratio, cfg.max_retransmit_pct)
-        self.printer.print(f"# Results: {self.writer.path}")
+        print(f"# Results: {run.writer.path}", flush=True)
+
+
+def pair_rows(session: Session) -> list[Row]:
+    """Ping-pong rows at --min-bytes (latency) and --max-bytes (bandwidth): the inter-node rounds one
+    after another, then the intra-node rounds of all nodes together."""
+    cfg, nodes = session.cfg, session.nodes
+    if session.env.world_size < 2:
+        raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
+    pingpong = get_collective("pingpong")
+    elt = DTYPES[cfg.dtype][1]
+    inter_rounds = round_robin([node.ranks[0] for node in nodes])
+    per_node = [round_robin(node.ranks) for node in nodes]
+    intra_rounds = [sum((rounds[k] for rounds in per_node if k < len(rounds)), [])
+                    for k in range(max((len(r) for r in per_node), default=0))]
+    rows = []
+    for size in sorted({max(cfg.min_bytes, elt), cfg.max_bytes}):
+        counts = pingpong.counts(size // elt, 2, elt)
+        for pairs in inter_rounds + intra_rounds:
+            rows.append(Row("pair", pingpong, tuple(pairs), size, counts))
+    return rows
 
 
 def moves_data_over_tcp(backend: str) -> bool:
@@ -180,16 +188,16 @@ def print_pairwise(records: list[dict], ratio: float, max_retransmit_pct: float)
     console = Console(highlight=False)
     sizes = sorted({r["size_bytes"] for r in records})
     latency = {tuple(r["pair"]): r["time_us"] for r in records if r["size_bytes"] == sizes[0]}
-    table = Table(title=f"pairwise ping-pong: one-way latency at {sizes[0]} B, bandwidth at {sizes[-1]} B")
+    grid = Table(title=f"pairwise ping-pong: one-way latency at {sizes[0]} B, bandwidth at {sizes[-1]} B")
     for column in ("pair (ranks)", "nodes", "latency (us)", "bandwidth (GB/s)", "retrans (%)", ""):
-        table.add_column(column, justify="right" if "(" in column and column != "pair (ranks)" else "left")
+        grid.add_column(column, justify="right" if "(" in column and column != "pair (ranks)" else "left")
     for r in sorted((r for r in records if r["size_bytes"] == sizes[-1]), key=lambda r: (pair_kind(r), r["pair"])):
         a, b = r["pair"]
         retransmits = record_retransmit_pct(r)
         mark = " ".join(f"[bold red]{reason.upper()}[/]" for reason in r.get("outlier_reasons") or [])
-        table.add_row(f"{a} <-> {b}", " <-> ".join(r["pair_nodes"]), f"{latency.get((a, b), float('nan')):.1f}",
+        grid.add_row(f"{a} <-> {b}", " <-> ".join(r["pair_nodes"]), f"{latency.get((a, b), float('nan')):.1f}",
                       f"{r['algbw_gbps']:.4f}", "n/a" if retransmits is None else f"{retransmits:.2f}", mark)
-    console.print(table)
+    console.print(grid)
     flagged = [r for r in records if r.get("outlier")]
     console.print(f"# slow: < {ratio:.0%} of the best pair of its kind; lossy: TCP re-sent > {max_retransmit_pct:g}% of segments")
     if flagged:

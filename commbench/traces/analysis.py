@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.overlap.chrome_trace import ChromeTraceReader
-from commbench.overlap.intervals import IntervalSet
+from commbench.traces.chrome_trace import ChromeTraceReader
+from commbench.traces.intervals import IntervalSet
 
 COMPUTE = "compute"
 COMMUNICATION = "communication"

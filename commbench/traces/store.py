@@ -18,7 +18,7 @@ from pathlib import Path
 from commbench.data.rundir import RunWriter, atomic_write_text, new_run_id, read_json, utc_now
 from commbench.data.schema import RunInfo
 from commbench.errors import CommbenchError
-from commbench.overlap.trace import TraceAnalysis
+from commbench.traces.analysis import TraceAnalysis
 
 TRACE_FILE = "trace.json"
 TRACE_SOURCE = "torch.profiler"

@@ -44,7 +44,7 @@ from pathlib import Path
 from commbench.data.rundir import utc_now
 from commbench.errors import CommbenchError, UsageError
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "slurm_templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "slurm_templates"
 LAUNCHERS = ("srun", "torchrun")
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -154,7 +154,7 @@ def render(options: JobOptions) -> str:
     missing = (set(directives) | set(settings) | {"DEFAULT_RUN_ARGS", _KNOBS_HEADER}) - seen
     if missing:
         raise CommbenchError(f"{options.template} lacks lines for {', '.join(sorted(missing))}; "
-                             "it no longer matches commbench/slurm.py")
+                             "it no longer matches commbench/measure/slurm.py")
     return "\n".join(out) + "\n"
 
 

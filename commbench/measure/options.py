@@ -1,4 +1,10 @@
-"""Typed options of a sweep: one dataclass the CLI fills, the launcher ships to every rank as JSON."""
+"""The run options of every measuring command: one dataclass the CLI fills, the launcher ships to every rank as JSON.
+
+RunConfig holds the options of `commbench run` (sweep and pairwise). OverlapConfig, for
+`commbench overlap`, extends it, so the session, run directory and launcher take it unchanged;
+only the defaults differ (fewer, larger sizes; a fixed iteration count, because each iteration
+carries a whole GEMM), the ops are limited to the four that training overlaps, and the GEMM is added.
+"""
 
 from __future__ import annotations
 
@@ -113,3 +119,30 @@ class RunConfig:
             if data.get(key) is not None:
                 data[key] = tuple(data[key])
         return cls(**data)
+
+
+OVERLAP_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass
+class OverlapConfig(RunConfig):
+    ops: tuple[str, ...] = OVERLAP_OPS
+    min_bytes: int = 1 << 20
+    max_bytes: int = 64 << 20
+    step_factor: int = 4
+    scopes: tuple[str, ...] | None = ("world",)
+    iters: int | None = 10
+    gemm_size: int = 1024  # M = N = K
+
+    def validate(self) -> "OverlapConfig":
+        super().validate()
+        bad = [op for op in self.ops if op not in OVERLAP_OPS]
+        if bad:
+            raise UsageError(f"op {bad[0]!r} is not measured by overlap; choose from {', '.join(OVERLAP_OPS)}")
+        if self.iters is None:
+            raise UsageError("--iters must be given: overlap does not adapt the iteration count")
+        if self.gemm_size < 1:
+            raise UsageError(f"--gemm-size must be at least 1 (got {self.gemm_size})")
+        if self.scopes != ("world",):
+            raise UsageError("overlap measures the world scope only")
+        return self

@@ -8,7 +8,6 @@ Standalone, `commbench run --nproc N` starts N ranks on this machine itself.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import socket
@@ -17,10 +16,12 @@ import sys
 import time
 from dataclasses import dataclass
 
-from commbench.config import GLOO_DTYPES
 from commbench.errors import CommbenchError, UsageError
+from commbench.measure.options import GLOO_DTYPES
 
-WORKER_CONFIG_ENV = "COMMBENCH_RUN_CONFIG"
+WORKER_CONFIG_ENV = "COMMBENCH_RUN_CONFIG"  # the run options, as JSON
+WORKER_DRIVER_ENV = "COMMBENCH_DRIVER"  # which driver the worker runs
+WORKER_MODULE = "commbench.measure.worker"  # the one entry point of a started rank
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def default_nproc() -> int:
     return 2
 
 
-def spawn_local(nproc: int, config_json: str, grace_s: float = 10.0, module: str = "commbench.worker") -> int:
-    """Start nproc ranks of `python -m <module>` (the sweep's worker by default) on this host and wait for them.
+def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0) -> int:
+    """Start nproc ranks of the worker (WORKER_MODULE) running `driver` on this host and wait for them.
 
     When one rank fails, the others get `grace_s` to notice through their own timeouts, then
     are stopped, so the launcher never waits forever. Returns the first non-zero exit code.
@@ -117,7 +118,8 @@ def spawn_local(nproc: int, config_json: str, grace_s: float = 10.0, module: str
                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    COMMBENCH_LAUNCHER="commbench")
         env[WORKER_CONFIG_ENV] = config_json
-        procs.append(subprocess.Popen([sys.executable, "-m", module], env=env, start_new_session=True))
+        env[WORKER_DRIVER_ENV] = driver
+        procs.append(subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env, start_new_session=True))
     try:
         return _wait_all(procs, grace_s)
     except KeyboardInterrupt:
@@ -154,19 +156,14 @@ def _stop(procs: list[subprocess.Popen], sig: int) -> None:
                 pass
 
 
-def run_or_spawn(cfg, nproc: int | None, rank_entry: str, worker_module: str) -> int:
-    """Under torchrun/srun this process is one rank: run `rank_entry` ("module:function") here.
-    Otherwise start `nproc` local ranks of `worker_module` (default: one per GPU, else 2)."""
-    env = detect_rank_env()
-    if env is not None:
-        module_name, function = rank_entry.split(":")
-        return getattr(importlib.import_module(module_name), function)(cfg, env)
+def check_local_launch(cfg, nproc: int | None) -> int:
+    """The number of local ranks to start (default: one per GPU, else 2), or UsageError."""
     nproc = default_nproc() if nproc is None else nproc
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {nproc})")
     if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
         raise UsageError(f"dtype {cfg.dtype} is not supported by gloo, the only backend without a GPU; use float or half")
-    return spawn_local(nproc, cfg.to_json(), module=worker_module)
+    return nproc
 
 
 def _has_gpu() -> bool:

@@ -1,0 +1,178 @@
+"""What every measuring run does around its rows, whichever driver chose them.
+
+A driver (commbench.measure.sweep, .pairwise, .overlap) says which rows to measure, how to
+measure and record each, and what to print at the end. The runner, the same for all:
+  - agrees on a run id and creates the run directory on rank 0 (every rank stops together if it
+    cannot), then rewrites it after each row through `MeasuredRun.add`;
+  - watches every rank (commbench.measure.watchdog): a rank that dies or hangs ends the run with
+    one message naming it, and the run directory says why it is incomplete;
+  - shows a progress bar on rank 0, and makes every rank exit non-zero when any record holds
+    wrong elements.
+Commands choose the driver; `run_rank` is what one rank runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+
+from commbench.data.rundir import RunWriter, new_run_id
+from commbench.data.schema import Record
+from commbench.errors import CommbenchError, RankFailure, UsageError
+from commbench.measure.launch import RankEnv
+from commbench.measure.options import RunConfig
+from commbench.measure.session import Session, broadcast_str, open_session, run_info
+from commbench.measure.watchdog import Diagnosis, RankMonitor, exit_now
+
+
+class Driver(Protocol):
+    """What a measuring driver offers the runner; built with the rank's Session."""
+
+    kind: str  # run.json's kind
+    command: str  # the subcommand, for messages
+    rows: list  # identical on every rank: they decide which collectives the ranks call
+
+    def __init__(self, session: Session): ...
+
+    def measure_rows(self, run: "MeasuredRun", progress: "Progress") -> None:
+        """Measure every row, on every rank; rank 0 adds the records to `run`."""
+
+    def report(self, run: "MeasuredRun") -> None:
+        """Rank 0, after a complete run: the summary on stdout."""
+
+
+class MeasuredRun:
+    """One run of one driver on one rank: its run directory (rank 0), watchdog and wrong-element count."""
+
+    def __init__(self, session: Session, driver: Driver):
+        self.session = session
+        self.driver = driver
+        self.writer: RunWriter | None = None
+        self.monitor: RankMonitor | None = None
+        self.total_wrong = 0
+
+    def add(self, records: list[Record]) -> None:
+        """Rank 0: keep these records (the run directory is rewritten) and count their wrong elements."""
+        self.total_wrong += sum(max(r.wrong, 0) for r in records)
+        self.writer.add_records(records)
+
+    def execute(self) -> int:
+        session = self.session
+        self._open_run_directory()
+        hosts = {rank: node.hostname for node in session.nodes for rank in node.ranks}
+        self.monitor = session.monitor = RankMonitor(session.env.master_addr, session.env.master_port, session.rank,
+                                                     session.env.world_size, hosts, session.cfg.timeout_s,
+                                                     self._on_hang).start()
+        try:
+            with Progress(session.rank == 0 and session.cfg.progress, len(self.driver.rows)) as progress:
+                self.driver.measure_rows(self, progress)
+                self._share_wrong_count()
+        except (RuntimeError, dist.DistError) as exc:  # a collective failed: find out who is gone
+            diagnosis = self.monitor.diagnose()
+            reason = f"{diagnosis.text} [{_reason(exc)}]"
+            self._finish(False, reason)
+            raise RankFailure(reason, self.monitor.is_reporter(diagnosis)) from None
+        except BaseException as exc:
+            self._finish(False, _reason(exc))
+            raise
+        finally:
+            self.monitor.stop()
+        self._finish(True)
+        if self.writer:
+            self.driver.report(self)
+        if self.total_wrong:
+            raise CommbenchError(f"{self.total_wrong} wrong elements: a collective returned bad data (rows marked in #wrong)")
+        return 0
+
+    def _open_run_directory(self) -> None:
+        session = self.session
+        run_id = broadcast_str(session.cfg.run_id or new_run_id())
+        refusal = ""
+        if session.rank == 0:
+            try:
+                self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id, self.driver.kind))
+            except UsageError as exc:
+                refusal = str(exc)
+        refusal = broadcast_str(refusal)  # every rank stops together, before any collective under test
+        if refusal:
+            raise UsageError(refusal)
+
+    def _share_wrong_count(self) -> None:
+        """Every rank learns rank 0's count, so all exit non-zero together on bad data."""
+        flag = torch.tensor([self.total_wrong], dtype=torch.int64)
+        dist.broadcast(flag, src=0)
+        self.total_wrong = int(flag.item())
+
+    def _finish(self, complete: bool, reason: str | None = None) -> None:
+        if self.writer:
+            self.writer.finish(complete=complete, reason=reason)
+
+    def _on_hang(self, diagnosis: Diagnosis) -> None:
+        """Runs on the watchdog thread: record why, say it once, and leave."""
+        self._finish(False, diagnosis.text)
+        if self.monitor.is_reporter(diagnosis):
+            print(f"commbench {self.driver.command}: error: {diagnosis.text}", file=sys.stderr, flush=True)
+        else:
+            time.sleep(3)  # let the reporter print first: a launcher may stop it once any rank has exited
+        exit_now(1)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line: the exception's first sentence, without gloo's source-file prefix."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", str(exc).strip())
+    text = text.split(". ")[0].splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+class Progress:
+    """A rich progress bar on rank 0's stderr (a no-op elsewhere or when stderr is not a terminal)."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self.bar = RichProgress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
+                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task("starting", total=total)
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def advance(self, description: str) -> None:
+        if self.bar:
+            self.bar.update(self.task, advance=1, description=description)
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.stop()
+        return False
+
+
+def run_rank(cfg: RunConfig, env: RankEnv, driver_class: type[Driver]) -> int:
+    """Everything one rank does; every rank calls this. Errors are printed once, by one rank."""
+    prefix = f"commbench {driver_class.command}: error:"
+    try:
+        code = MeasuredRun(session := open_session(cfg, env), driver_class(session)).execute()
+    except RankFailure as exc:
+        if exc.reporter:
+            print(f"{prefix} {exc}", file=sys.stderr, flush=True)
+        exit_now(exc.exit_code)  # a peer is gone: tearing the process group down could block
+    except CommbenchError as exc:
+        if env.rank == 0:
+            print(f"{prefix} {exc}", file=sys.stderr, flush=True)
+        code = exc.exit_code
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return code

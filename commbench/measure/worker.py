@@ -1,0 +1,60 @@
+"""The one entry point of a measuring rank, and where a command's choice of driver becomes a run.
+
+`commbench run` picks the sweep or pairwise driver, `commbench overlap` the overlap driver; they
+call `launch_driver`. Under torchrun or srun this process is one rank and runs the driver here.
+Otherwise it starts N local ranks of `python -m commbench.measure.worker`, which read the run
+options (JSON) and the driver's name from their environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from commbench.measure.launch import (WORKER_CONFIG_ENV, WORKER_DRIVER_ENV, RankEnv, check_local_launch,
+                                      detect_rank_env, require_launched, spawn_local)
+from commbench.measure.options import OverlapConfig, RunConfig
+
+DRIVERS = ("sweep", "pairwise", "overlap")
+
+
+def driver_class(name: str):
+    """The driver of that name (imports torch); each lives in its own module and knows no other."""
+    if name == "sweep":
+        from commbench.measure.sweep import SweepDriver
+
+        return SweepDriver
+    if name == "pairwise":
+        from commbench.measure.pairwise import PairwiseDriver
+
+        return PairwiseDriver
+    if name == "overlap":
+        from commbench.measure.overlap import OverlapDriver
+
+        return OverlapDriver
+    raise ValueError(f"unknown driver {name!r}; known: {', '.join(DRIVERS)}")
+
+
+def run_driver(name: str, cfg: RunConfig, env: RankEnv) -> int:
+    """What one rank runs: the driver through the runner."""
+    from commbench.measure.runner import run_rank
+
+    return run_rank(cfg, env, driver_class(name))
+
+
+def launch_driver(name: str, cfg: RunConfig, nproc: int | None) -> int:
+    """Run `name` on this rank under a launcher, else on `nproc` local ranks started here."""
+    env = detect_rank_env()
+    if env is not None:
+        return run_driver(name, cfg, env)
+    return spawn_local(check_local_launch(cfg, nproc), cfg.to_json(), name)
+
+
+def main() -> int:
+    name = os.environ[WORKER_DRIVER_ENV]
+    options = OverlapConfig if name == "overlap" else RunConfig
+    return run_driver(name, options.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
