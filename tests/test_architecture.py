@@ -1,5 +1,6 @@
-"""The layout's rules, checked by reading every module's imports with `ast` (nothing is imported).
+"""The layout's rules: every module's imports, read from its source with `ast`, and the one home of op facts.
 
+- every module in commbench/ and dashboard/ opens with a docstring;
 - no import cycle in commbench/ or dashboard/ (imports inside functions count: they run too);
 - the dashboard never imports commbench.commands; commbench imports dashboard only from the
   dashboard command;
@@ -107,6 +108,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if start not in state and (cycle := visit(start, [start])):
             return cycle
     return None
+
+
+def test_every_module_opens_with_a_docstring():
+    missing = sorted(name for name, path in all_modules().items() if not ast.get_docstring(ast.parse(path.read_text())))
+    assert not missing, f"modules without a docstring saying what they own: {missing}"
 
 
 def test_no_import_cycle(graph):
