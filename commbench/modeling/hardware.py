@@ -3,7 +3,44 @@
 Each lives in presets/<kind>-<name>.json, and every figure there is {"value": ..., "source": ...}
 so a reader can check where it came from; figures that are modelling defaults rather than
 datasheet numbers say so in their source. A processor can also come from a JSON file of the same
-format anywhere (load_processor("path/to/cpu.json")): a device measured rather than a preset.
+format anywhere (load_processor("path/to/cpu.json")): a device measured rather than a preset,
+such as the file `commbench calibrate` writes.
+
+Processor JSON schema (every figure {"value": V, "source": "where V came from"}; "source" says
+datasheet + column, paper + table, "measured on HOST at TIME by commbench VERSION", or "fitted on
+the calibration half of bench/RESULTS-published.md"):
+
+  required
+    name                          text
+    peak_flops_bf16               FLOP/s, the reference peak: dense bf16 tensor-core on a GPU, the
+                                  fp32 peak on a CPU. MFU divides by it; every "fraction" below is
+                                  a fraction of it, whatever the dtype
+    memory_bytes                  bytes of device memory
+    memory_bandwidth_bytes_per_s  bytes/s of device memory (datasheet, or a measured large copy)
+    gemm_efficiency               [[FLOPs of one GEMM, fraction], ...]: the FLOPs-only curve, used
+                                  where no gemm_surface is given (log-linear interpolation)
+    attention_efficiency          fraction reached by attention forward and backward, used where
+                                  attention_rates does not name the implementation priced
+  optional (a missing field leaves the model as without it; named in parentheses)
+    elementwise_efficiency        fraction of memory bandwidth that norms, activations and
+                                  residual adds reach (1.0)
+    sm_count                      integer: streaming multiprocessors (a CPU: cores) a GEMM's output
+                                  tiles are spread over, one tile per SM per wave (no wave model)
+    gemm_tile                     [tile_m, tile_n]: the output tile one SM computes per wave
+                                  (no wave model)
+    gemm_surface                  {dtype: [[M, N, K, fraction], ...]}: GEMMs C[M,N] = A[M,K] B[K,N]
+                                  timed at these shapes, fraction = 2MNK / seconds / peak, as
+                                  measured (wave quantisation included). dtype is "bf16", "fp16"
+                                  or "fp32". Where given, a GEMM's time comes from its shape
+                                  (compute.gemm_seconds) rather than from gemm_efficiency
+    attention_rates               {implementation: {"forward": fraction, "backward": fraction}}
+                                  for "flash2", "flash3", "cudnn", "sdpa-math", ... (the names
+                                  in compute.ATTENTION_IMPLEMENTATIONS); fraction = attention FLOPs
+                                  (causal pairs counted once) / seconds / peak (attention_efficiency)
+    kernel_overhead_s             seconds each kernel costs beyond its work: launch, tail and
+                                  the framework's dispatch, as a tiny kernel measures it (0)
+    optimizer_efficiency          fraction of memory bandwidth a multi-tensor Adam step's traffic
+                                  reaches (1.0)
 
 A system is `gpus_per_node` processors joined by an intra-node network, with nodes joined by an
 inter-node network. A NIC-based network with `links_per_node` NICs gives each GPU
@@ -37,7 +74,29 @@ class Processor:
     # are priced as memory traffic, and a processor whose activation functions are compute-bound
     # (a CPU evaluating erf) moves their bytes slower than a copy; 1.0 unless measured
     elementwise_efficiency: float = 1.0
+    # the kernel-by-kernel figures (see the schema above); None / empty: not described
+    sm_count: int | None = None
+    gemm_tile: tuple[int, int] | None = None
+    gemm_surface: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()
+    attention_rates: tuple[tuple[str, float, float], ...] = ()  # (implementation, forward, backward)
+    kernel_overhead_s: float = 0.0
+    optimizer_efficiency: float = 1.0
     sources: dict = field(default_factory=dict, compare=False)
+
+    def surface(self, dtype: str) -> np.ndarray | None:
+        """The gemm_surface points of one dtype as an array of rows (M, N, K, fraction), or None."""
+        for name, points in self.gemm_surface:
+            if name == dtype:
+                return np.asarray(points, dtype=float)
+        return None
+
+    def attention_rate(self, implementation: str) -> tuple[float, float]:
+        """(forward, backward) fraction of peak of one attention implementation; attention_efficiency
+        for both where the processor does not describe it."""
+        for name, forward, backward in self.attention_rates:
+            if name == implementation:
+                return forward, backward
+        return self.attention_efficiency, self.attention_efficiency
 
     @property
     def elementwise_bandwidth(self) -> float:
@@ -139,8 +198,56 @@ def processor_from_json(raw: dict) -> Processor:
         gemm_curve=tuple((float(f), float(e)) for f, e in values["gemm_efficiency"]),
         attention_efficiency=float(values["attention_efficiency"]),
         elementwise_efficiency=_fraction(values.get("elementwise_efficiency", 1.0), "elementwise_efficiency"),
+        sm_count=_positive_int(values["sm_count"], "sm_count") if "sm_count" in values else None,
+        gemm_tile=_gemm_tile(values["gemm_tile"]) if "gemm_tile" in values else None,
+        gemm_surface=_gemm_surface(values.get("gemm_surface", {})),
+        attention_rates=_attention_rates(values.get("attention_rates", {})),
+        kernel_overhead_s=_non_negative(values.get("kernel_overhead_s", 0.0), "kernel_overhead_s"),
+        optimizer_efficiency=_fraction(values.get("optimizer_efficiency", 1.0), "optimizer_efficiency"),
         sources=sources,
     )
+
+
+GEMM_DTYPES = ("bf16", "fp16", "fp32")
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def _non_negative(value, name: str) -> float:
+    value = float(value)
+    if not value >= 0 or value == float("inf"):  # also refuses nan
+        raise ValueError(f"{name} must be a finite number >= 0, not {value}")
+    return value
+
+
+def _gemm_tile(value) -> tuple[int, int]:
+    tile_m, tile_n = value
+    return _positive_int(tile_m, "gemm_tile[0]"), _positive_int(tile_n, "gemm_tile[1]")
+
+
+def _gemm_surface(value: dict) -> tuple:
+    surface = []
+    for dtype, points in sorted(value.items()):
+        if dtype not in GEMM_DTYPES:
+            raise ValueError(f"gemm_surface dtype {dtype!r} is not one of {', '.join(GEMM_DTYPES)}")
+        rows = []
+        for m, n, k, fraction in points:
+            rows.append((*(float(_positive_int(d, "gemm_surface shape")) for d in (m, n, k)),
+                         _fraction(fraction, "gemm_surface fraction")))
+        if not rows:
+            raise ValueError(f"gemm_surface[{dtype!r}] has no points")
+        surface.append((dtype, tuple(rows)))
+    return tuple(surface)
+
+
+def _attention_rates(value: dict) -> tuple:
+    return tuple((str(name), _fraction(rates["forward"], f"attention_rates[{name!r}].forward"),
+                  _fraction(rates["backward"], f"attention_rates[{name!r}].backward"))
+                 for name, rates in sorted(value.items()))
 
 
 def _fraction(value, name: str) -> float:
