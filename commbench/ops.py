@@ -67,6 +67,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("reduce", "reduce_perf", "Reduce", _one_copy, ONE_BUFFER, measured=False),
     Op("gather", "gather_perf", "Gather", _all_but_own_share, GATHERED, measured=False),
     Op("scatter", "scatter_perf", "Scatter", _all_but_own_share, SCATTERED, measured=False),
+    # alltoallv: nccl-tests' own test (src/alltoallv.cu), busbw as alltoall's on the busiest rank's bytes
+    Op("all_to_allv", "alltoallv_perf", "AlltoAllv", _all_but_own_share,
+       "size: the busiest rank's larger of send and receive bytes under nccl-tests' traffic matrix", measured=False),
     # hypercube already counts its (n-1) pieces in algbw, so its factor is 1
     Op("hypercube", "hypercube_perf", "HyperCube", _one_copy, GATHERED, measured=False),
 )}

@@ -206,7 +206,6 @@ def test_collective_declarations_take_factors_from_ops(factor_42):
     assert get_collective("all_reduce").busbw_factor(8, OUT_OF_PLACE) == 42.0
 
 
-@pytest.mark.xfail(reason="satisfied once the nccl-tests reader (import helper's branch) reads commbench/ops.py")
 def test_the_nccl_tests_reader_takes_factors_from_ops(factor_42):
     from commbench.data import nccl_tests
 

@@ -21,10 +21,12 @@ import secrets
 from pathlib import Path
 from typing import NamedTuple
 
+from commbench import ops
 from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
 from commbench.data.nccl_tests_infer import SHAPES, candidates, factor_fits
 from commbench.data.nccl_tests_json import read_report
 from commbench.data.nccl_tests_text import read_runs
+from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.rundir import RunWriter
 from commbench.data.schema import NodeInfo, Record, RunInfo, Scope
 from commbench.errors import CommbenchError, UsageError
@@ -45,23 +47,6 @@ __all__ = [
 # table is not what its header says, and any value read from it could sit in the wrong column.
 MAX_UNREADABLE_SHARE = 0.1
 
-# Binaries (all_reduce_perf, alltoallv_perf) and test names (AllReduce, AlltoAllv) squash to the
-# same key once lower-cased without separators; the value is commbench's name.
-_OPS_BY_SQUASHED_NAME = {
-    "allreduce": "all_reduce",
-    "allgather": "all_gather",
-    "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "alltoallv": "all_to_allv",
-    "sendrecv": "sendrecv",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "gather": "gather",
-    "scatter": "scatter",
-    "hypercube": "hypercube",
-}
-
-
 class ImportedRun(NamedTuple):
     """One nccl-tests run in commbench's terms: run.json and its records."""
 
@@ -72,19 +57,18 @@ class ImportedRun(NamedTuple):
 def op_name(nccl_tests_name: str) -> str:
     """Commbench's name for an nccl-tests collective: './all_reduce_perf', 'AllReduce' -> 'all_reduce'.
 
-    Collectives commbench does not know keep a lower_snake name ('MyColl' -> 'my_coll').
+    Collectives commbench.ops does not know keep a lower_snake name ('MyColl' -> 'my_coll').
     """
+    known = ops.op_from_nccl_tests(nccl_tests_name)
+    if known:
+        return known
     stem = re.sub(r"_perf(_mpi)?$", "", Path(nccl_tests_name).name)
-    squashed = re.sub(r"[^a-z0-9]", "", stem.lower())
-    if squashed in _OPS_BY_SQUASHED_NAME:
-        return _OPS_BY_SQUASHED_NAME[squashed]
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", stem).lower()
 
 
 def busbw_factor(op: str, n: int) -> float | None:
-    """busbw / algbw that current nccl-tests uses for op on n ranks; None for a collective it is unknown for."""
-    shape = SHAPES.get(op)
-    return shape.factors[0](n) if shape else None
+    """busbw / algbw that nccl-tests uses for op on n ranks (commbench.ops); None for an op it does not know."""
+    return ops.busbw_factor(op, n) if op in ops.OPS else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,10 +128,8 @@ def write_run(run: ImportedRun, out_dir: str | Path, run_id: str | None = None) 
 def _op_from_file_name(path: Path) -> str | None:
     """'logs/all_gather_perf.2node.log' -> 'all_gather'; longest names first, so reduce_scatter is not reduce."""
     squashed = re.sub(r"[^a-z0-9]", "", path.name.lower())
-    for name in sorted(_OPS_BY_SQUASHED_NAME, key=len, reverse=True):
-        if name in squashed:
-            return _OPS_BY_SQUASHED_NAME[name]
-    return None
+    names = {re.sub(r"[^a-z0-9]", "", op.nccl_tests_name.lower()): op.name for op in ops.OPS.values() if op.nccl_tests_name}
+    return next((names[name] for name in sorted(names, key=len, reverse=True) if name in squashed), None)
 
 
 def _no_rows_message(facts: RunFacts) -> str:
@@ -336,40 +318,19 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     if factor is None:  # a collective without a known formula: take nccl-tests' own ratio
         factor = m.busbw / m.algbw if m.algbw > 0 else 0.0
     iters = m.iters if m.iters is not None else facts.iters
+    row = RowFacts(op=op, scope=scope, group_size=group_size, n_groups=n_groups, size_bytes=m.size, count=m.count,
+                   dtype=m.dtype, redop=m.redop, root=m.root, in_place=m.in_place,
+                   iters=(iters or 0) * facts.ops_per_iteration, warmup=facts.warmup, timer="imported")
+    # nccl-tests prints one rank-averaged time; the schema needs a spread, so without -I it repeats that time
+    stats = Stats(median=m.time_us, p10=_first_known(m.time_p10, m.time_us), p90=_first_known(m.time_p90, m.time_us),
+                  min=_first_known(m.time_min, m.time_us), max=_first_known(m.time_max, m.time_us), mean=m.time_us,
+                  cv=_first_known(m.cv, 0.0))
     extra: dict = {"source_line": m.line} if m.line else {}  # where in the file the row was printed
     if m.time_p99 is not None:
         extra["time_us_p99"] = m.time_p99
-    if m.slowest_process is not None:
-        extra["slowest_rank"] = m.slowest_process * facts.ranks_per_process  # first rank of that process
-    return Record(
-        op=op,
-        scope=scope,
-        group_size=group_size,
-        n_groups=n_groups,
-        size_bytes=m.size,
-        count=m.count,
-        dtype=m.dtype,
-        redop=m.redop,
-        root=m.root,
-        in_place=m.in_place,
-        iters=(iters or 0) * facts.ops_per_iteration,
-        warmup=facts.warmup,
-        timer="imported",
-        time_us=m.time_us,
-        # the schema needs these; without -I nccl-tests printed one time, so they repeat it
-        time_us_p10=_first_known(m.time_p10, m.time_us),
-        time_us_p90=_first_known(m.time_p90, m.time_us),
-        time_us_min=_first_known(m.time_min, m.time_us),
-        time_us_max=_first_known(m.time_max, m.time_us),
-        cv=_first_known(m.cv, 0.0),
-        time_us_mean_nccl=m.time_us,
-        algbw_gbps=m.algbw,
-        busbw_gbps=m.busbw,
-        busbw_factor=factor,
-        aggregate_busbw_gbps=m.busbw * n_groups,
-        wrong=m.wrong,
-        **extra,
-    )
+    slowest = None if m.slowest_process is None else m.slowest_process * facts.ranks_per_process  # that process's first rank
+    return build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
+                        reported_bandwidth=(m.algbw, m.busbw), **extra)
 
 
 def _first_known(value: float | None, fallback: float) -> float:

@@ -6,8 +6,9 @@ the table is checked against what each nccl-tests collective prints:
             rooted collectives print a root >= 0, the others -1 or no `root` column;
   sizes     `size` is count x element size for all_reduce, broadcast, reduce and sendrecv, and
             that times the rank count for all_gather, reduce_scatter, alltoall, gather, scatter;
-  busbw     busbw / algbw is the collective's factor for the rank count (two printed decimals
-            allowed for); all_gather and reduce_scatter printed busbw = algbw before June 2020;
+  busbw     busbw / algbw is the collective's factor (commbench.ops) for the rank count, two
+            printed decimals allowed for; all_gather and reduce_scatter printed busbw = algbw
+            before June 2020;
   in-place  alltoall checks only its out-of-place result, so its in-place `#wrong` reads N/A.
 alltoallv and hypercube are only ever taken from their name: their sizes follow no count rule.
 """
@@ -17,41 +18,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from commbench import ops
 from commbench.data.nccl_tests_facts import Measurement, RunFacts
 
 
 @dataclass(frozen=True)
 class OpShape:
-    """What an nccl-tests collective prints, as far as it tells collectives apart."""
+    """What an nccl-tests collective prints, as far as it tells collectives apart. Its busbw
+    factor is commbench.ops'; `older_factors` are ones earlier nccl-tests releases printed."""
 
-    factors: tuple[Callable[[int], float], ...]  # busbw/algbw, current first, then historical
     size_in_ranks: bool | None  # size = count x bytes x ranks (True), x 1 (False), no rule (None)
     reduces: bool
     rooted: bool
     from_table: bool = True  # False: only its name says it is this one
+    older_factors: tuple[Callable[[int], float], ...] = ()
 
 
-def _ring(n: int) -> float:
-    return (n - 1) / n
-
-
-def _one(n: int) -> float:
-    return 1.0
+def _busbw_equals_algbw(n: int) -> float:
+    return 1.0  # all_gather and reduce_scatter before nccl-tests' fix of June 2020 (its issue 45)
 
 
 SHAPES: dict[str, OpShape] = {
-    "all_reduce": OpShape((lambda n: 2 * (n - 1) / n,), False, reduces=True, rooted=False),
-    "all_gather": OpShape((_ring, _one), True, reduces=False, rooted=False),
-    "reduce_scatter": OpShape((_ring, _one), True, reduces=True, rooted=False),
-    "all_to_all": OpShape((_ring,), True, reduces=False, rooted=False),
-    "all_to_allv": OpShape((_ring,), None, reduces=False, rooted=False, from_table=False),
-    "sendrecv": OpShape((_one,), False, reduces=True, rooted=False),
-    "broadcast": OpShape((_one,), False, reduces=False, rooted=True),
-    "reduce": OpShape((_one,), False, reduces=True, rooted=True),
-    "gather": OpShape((_ring,), True, reduces=False, rooted=True),
-    "scatter": OpShape((_ring,), True, reduces=False, rooted=True),
-    "hypercube": OpShape((_one,), None, reduces=False, rooted=False, from_table=False),
+    "all_reduce": OpShape(False, reduces=True, rooted=False),
+    "all_gather": OpShape(True, reduces=False, rooted=False, older_factors=(_busbw_equals_algbw,)),
+    "reduce_scatter": OpShape(True, reduces=True, rooted=False, older_factors=(_busbw_equals_algbw,)),
+    "all_to_all": OpShape(True, reduces=False, rooted=False),
+    "all_to_allv": OpShape(None, reduces=False, rooted=False, from_table=False),
+    "sendrecv": OpShape(False, reduces=True, rooted=False),
+    "broadcast": OpShape(False, reduces=False, rooted=True),
+    "reduce": OpShape(False, reduces=True, rooted=True),
+    "gather": OpShape(True, reduces=False, rooted=True),
+    "scatter": OpShape(True, reduces=False, rooted=True),
+    "hypercube": OpShape(None, reduces=False, rooted=False, from_table=False),
 }
+
 
 # bytes per element of each type name nccl-tests prints
 DTYPE_BYTES = {
@@ -68,7 +68,7 @@ def candidates(facts: RunFacts, ranks: int | None) -> list[str]:
     fitting = [
         op
         for op, shape in SHAPES.items()
-        if shape.from_table and _layout_fits(shape, facts) and (ranks is None or _numbers_fit(shape, rows, ranks))
+        if shape.from_table and _layout_fits(shape, facts) and (ranks is None or _numbers_fit(op, shape, rows, ranks))
     ]
     if _in_place_unchecked(rows) and "all_to_all" in fitting:
         return ["all_to_all"]
@@ -77,8 +77,7 @@ def candidates(facts: RunFacts, ranks: int | None) -> list[str]:
 
 def factor_fits(op: str, rows: list[Measurement], ranks: int) -> bool:
     """Whether every row's busbw is algbw x one of op's factors, within the two printed decimals."""
-    shape = SHAPES.get(op)
-    return shape is None or _factor_fits(shape, rows, ranks)
+    return op not in SHAPES or _factor_fits(op, SHAPES[op], rows, ranks)
 
 
 def _layout_fits(shape: OpShape, facts: RunFacts) -> bool:
@@ -94,8 +93,8 @@ def _layout_fits(shape: OpShape, facts: RunFacts) -> bool:
     return layout_ok and ("root" not in columns or roots == {-1})
 
 
-def _numbers_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
-    return _sizes_fit(shape, rows, ranks) and _factor_fits(shape, rows, ranks)
+def _numbers_fit(op: str, shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+    return _sizes_fit(shape, rows, ranks) and _factor_fits(op, shape, rows, ranks)
 
 
 def _sizes_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
@@ -109,12 +108,10 @@ def _sizes_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
     return True
 
 
-def _factor_fits(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+def _factor_fits(op: str, shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
     """Each printed bandwidth is off by up to 0.005, so busbw - f x algbw is within 0.005 x (1 + f)."""
-    return any(
-        all(abs(row.busbw - factor(ranks) * row.algbw) <= 0.0051 * (1 + factor(ranks)) + 1e-9 for row in rows)
-        for factor in shape.factors
-    )
+    factors = [ops.busbw_factor(op, ranks)] + [older(ranks) for older in shape.older_factors]
+    return any(all(abs(row.busbw - factor * row.algbw) <= 0.0051 * (1 + factor) + 1e-9 for row in rows) for factor in factors)
 
 
 def _in_place_unchecked(rows: list[Measurement]) -> bool:

@@ -227,7 +227,8 @@ class _RunReader:
         if facts.created is None:  # else the first timestamp a launcher or logger put before a line
             facts.created = next((line.stamp for line in lines if line.stamp), None)
         if facts.measurements and not facts.complete:
-            facts.warnings.append(f"{facts.source}: {INCOMPLETE_REASON}: kept the {len(facts.measurements)} records read before it stopped")
+            said = f"; the log says: {facts.failure}" if facts.failure else ""
+            facts.warnings.append(f"{facts.source}: {INCOMPLETE_REASON}: kept the {len(facts.measurements)} records read before it stopped{said}")
         return facts
 
 
