@@ -85,12 +85,21 @@ def test_the_dashboard_planner_offers_every_plan_input(tmp_path):
     """Each PlanSpec field has a control on the planner page: the page offers what `commbench plan` does."""
     from dashboard.app import create_app
 
-    create_app(tmp_path)
+    app = create_app(tmp_path)
     page = sys.modules["pages.planner"]
     assert sorted(page.SPEC_CONTROLS.values()) == sorted(f.name for f in fields(PlanSpec))
-    with create_app(tmp_path).server.app_context():
+    with app.server.app_context():
+        assert set(page.SPEC_CONTROLS) <= set(component_ids(page.layout()))
         request = page._request(*[{"plan-model": "llama2-7b", "plan-gpus": 8, "plan-batch": 64, "plan-seq": 4096,
                                    "plan-bandwidth": page.PRESET_SOURCE, "plan-overlap-run": page.DEFAULTS,
                                    "plan-hardware": "dgx-h100", "plan-precision": "16", "plan-execution": "megatron",
                                    "plan-top": 5}.get(control) for control in page.SPEC_CONTROLS])
     assert request.spec == PlanSpec(**BASIC)
+
+
+def component_ids(component) -> list[str]:
+    """The ids of a Dash layout tree."""
+    children = getattr(component, "children", None)
+    children = children if isinstance(children, list) else [children] if children is not None else []
+    own = [component.id] if getattr(component, "id", None) else []
+    return own + [i for child in children for i in component_ids(child)]

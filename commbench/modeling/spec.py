@@ -27,35 +27,35 @@ if TYPE_CHECKING:  # the planner pulls in numpy and the step model; `commbench -
 MAX_SLOWDOWN = 10.0
 
 
-def _doc(text: str):
-    return field(metadata={"doc": text})
+def _required(doc: str):
+    return field(metadata={"doc": doc})
 
 
-def _optional(text: str, default=None):
-    return field(default=default, metadata={"doc": text})
+def _with_default(doc: str, default=None):
+    return field(default=default, metadata={"doc": doc})
 
 
 @dataclass(frozen=True)
 class PlanSpec:
     """Every input of one plan. Field docs are the help `commbench plan` shows for its options."""
 
-    model: str = _doc("preset name (llama3-70b, gpt3-175b, mixtral-8x7b, ...) or a config.json path")
-    gpus: int = _doc("GPUs in the cluster")
-    global_batch: int = _doc("sequences per optimizer step")
-    seq_len: int = _doc("tokens per sequence")
-    hardware: str = _optional("system preset: dgx-a100, dgx-h100, h200 (default dgx-h100)", "dgx-h100")
-    gpus_per_node: int | None = _optional("GPUs per node (default: the hardware preset's)")
-    bandwidth: str | None = _optional("price collectives from this measured run directory")
-    inter_network: str | None = _optional("replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
-    processor: str | None = _optional(
+    model: str = _required("preset name (llama3-70b, gpt3-175b, mixtral-8x7b, ...) or a config.json path")
+    gpus: int = _required("GPUs in the cluster")
+    global_batch: int = _required("sequences per optimizer step")
+    seq_len: int = _required("tokens per sequence")
+    hardware: str = _with_default("system preset: dgx-a100, dgx-h100, h200 (default dgx-h100)", "dgx-h100")
+    gpus_per_node: int | None = _with_default("GPUs per node (default: the hardware preset's)")
+    bandwidth: str | None = _with_default("price collectives from this measured run directory")
+    inter_network: str | None = _with_default("replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
+    processor: str | None = _with_default(
         "replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
-    precision: str = _optional("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
-    execution: str = _optional("which collectives overlap compute (default megatron; torch-eager: TP backward "
-                               "all-reduces and ZeRO-3 reduce-scatters block)", "megatron")
-    slowdown: float | None = _optional(
+    precision: str = _with_default("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
+    execution: str = _with_default("which collectives overlap compute (default megatron; torch-eager: TP backward "
+                                   "all-reduces and ZeRO-3 reduce-scatters block)", "megatron")
+    slowdown: float | None = _with_default(
         "measured compute slowdown while communication overlaps (e.g. 0.13); default 15% NVLink / 2% inter-node")
-    overlap_run: str | None = _optional("take the slowdown from this `commbench overlap` run directory")
-    top: int = _optional("layouts to show (default 5)", 5)
+    overlap_run: str | None = _with_default("take the slowdown from this `commbench overlap` run directory")
+    top: int = _with_default("layouts to show (default 5)", 5)
 
     def __post_init__(self):
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
@@ -75,7 +75,7 @@ class PlanSpec:
 
     @staticmethod
     def doc(name: str) -> str:
-        """What a field means, as `commbench plan --help` and the dashboard say it."""
+        """What a field means, as `commbench plan --help` and the dashboard's planner page say it."""
         return _field(name).metadata["doc"]
 
     @staticmethod
@@ -95,7 +95,8 @@ def option(name: str) -> str:
 
 
 def checked_slowdown(factor: float) -> float:
-    # a fraction of extra compute time: NaN or infinity would reach every figure of the plan
+    """The compute slowdown if it is a fraction of extra compute time in [0, MAX_SLOWDOWN]: NaN or
+    infinity would reach every figure of the plan."""
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
             math.isfinite(factor) and 0 <= factor <= MAX_SLOWDOWN):
         raise UsageError(f"the compute slowdown must be between 0 and {MAX_SLOWDOWN:g}, not {factor!r}")

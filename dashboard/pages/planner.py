@@ -40,6 +40,13 @@ def layout(**_query):
     ])
 
 
+def _control(title: str, component, wide: bool = False):
+    """A labelled control whose hover text is the help of the `commbench plan` option it sets."""
+    box = control(title, component, wide)
+    box.title = PlanSpec.doc(SPEC_CONTROLS[component.id])
+    return box
+
+
 def _number(control_id: str, value=None, placeholder: str | None = None, fraction: bool = False):
     """A number input: a whole number from 1, or with `fraction` any number from 0."""
     return dcc.Input(id=control_id, type="number", value=value, min=0 if fraction else 1, step="any" if fraction else 1,
@@ -52,14 +59,14 @@ def _choice(control_id: str, options, value, **kwargs):
 
 def _job_controls() -> list:
     return [
-        control("model", _choice("plan-model", model_names(), "llama2-7b", clearable=False)),
-        control("global batch", _number("plan-batch", 64)),
-        control("sequence length", _number("plan-seq", 4096)),
-        control("precision", _choice("plan-precision", precision_names(), PlanSpec.default("precision"),
+        _control("model", _choice("plan-model", model_names(), "llama2-7b", clearable=False)),
+        _control("global batch", _number("plan-batch", 64)),
+        _control("sequence length", _number("plan-seq", 4096)),
+        _control("precision", _choice("plan-precision", precision_names(), PlanSpec.default("precision"),
                                      clearable=False)),
-        control("execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"),
+        _control("execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"),
                                      clearable=False)),
-        control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
+        _control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
     ]
 
 
@@ -75,18 +82,16 @@ def _cluster_controls() -> list:
         for e in measured if e.kind == "overlap"
     ]
     return [
-        control("hardware", _choice("plan-hardware", hardware_names(), PlanSpec.default("hardware"), clearable=False)),
-        control("GPUs", _number("plan-gpus", 16)),
-        control("GPUs per node", _number("plan-gpus-per-node", placeholder="preset")),
-        control("processor", html.Div([
-            dcc.Input(id="plan-processor", type="text", list="plan-processor-presets", debounce=True,
-                      placeholder="preset's (or a JSON file)"),
-            html.Datalist(id="plan-processor-presets", children=[html.Option(value=name) for name in processor_names()]),
-        ])),
-        control("inter-node network", _choice("plan-inter-network", network_names(), None, placeholder="preset's")),
-        control("bandwidth from", _choice("plan-bandwidth", sources, PRESET_SOURCE, clearable=False), wide=True),
-        control("compute slowdown", _number("plan-slowdown", placeholder="from below", fraction=True)),
-        control("slowdown from", _choice("plan-overlap-run", overlap_runs, DEFAULTS, clearable=False), wide=True),
+        _control("hardware", _choice("plan-hardware", hardware_names(), PlanSpec.default("hardware"), clearable=False)),
+        _control("GPUs", _number("plan-gpus", 16)),
+        _control("GPUs per node", _number("plan-gpus-per-node", placeholder="preset")),
+        _control("processor", dcc.Input(id="plan-processor", type="text", list="plan-processor-presets",
+                                         debounce=True, placeholder="preset's (or a JSON file)")),
+        html.Datalist(id="plan-processor-presets", children=[html.Option(value=name) for name in processor_names()]),
+        _control("inter-node network", _choice("plan-inter-network", network_names(), None, placeholder="preset's")),
+        _control("bandwidth from", _choice("plan-bandwidth", sources, PRESET_SOURCE, clearable=False), wide=True),
+        _control("compute slowdown", _number("plan-slowdown", placeholder="from below", fraction=True)),
+        _control("slowdown from", _choice("plan-overlap-run", overlap_runs, DEFAULTS, clearable=False), wide=True),
     ]
 
 
