@@ -71,7 +71,8 @@ def test_build_planner_applies_every_input():
 
 def test_build_planner_reads_the_measured_runs():
     overlap = EXAMPLES / "example-overlap-cpu"
-    planner = build_planner(PlanSpec(**BASIC, bandwidth=str(EXAMPLES / "example-nccl-tests-h100"), overlap_run=str(overlap)))
+    measured = EXAMPLES / "example-nccl-tests-h100-synthetic"
+    planner = build_planner(PlanSpec(**BASIC, bandwidth=str(measured), overlap_run=str(overlap)))
     assert planner.cluster.cost.describe().startswith("measured")
     assert planner.cluster.slowdown_intra == planner.cluster.slowdown_inter != 0.15
 
