@@ -79,6 +79,12 @@ def test_defaults_follow_transformers_per_model_type(tmp_path):
     spec = read_config(REAL / "llava-1.5-7b" / "config.json")
     assert (spec.hidden, spec.layers, spec.ffn_hidden, spec.tied_embeddings) == (4096, 32, 11008, False)
     assert any("vision tower (clip_vision_model)" in note for note in spec.notes)
+    for name in ("llama-2-7b", "mixtral-8x7b"):  # LlamaConfig and MixtralConfig default to untied embeddings
+        cfg = json.loads((REAL / name / "config.json").read_text())
+        del cfg["tie_word_embeddings"]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+        assert read_config(tmp_path / name / "config.json").total_params == read_config(REAL / name / "config.json").total_params
     gemma = json.loads((REAL / "gemma-2b" / "config.json").read_text())
     assert "tie_word_embeddings" not in gemma and read_config(REAL / "gemma-2b" / "config.json").tied_embeddings
 

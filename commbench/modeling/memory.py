@@ -10,7 +10,10 @@ Recomputation in Large Transformer Models", generalised to any MLP width f and G
 with s the per-rank sequence (s/cp), b the micro-batch, h hidden, t tensor parallel:
   s*b*h * (10*r + (4q + 4kv)/h / t + m_f/t)  [+ 5*heads*s*S*b/t attention scores, without flash]
 where r = 1/t with sequence parallelism else 1 (norm inputs and dropout masks), m_f = 4f/h for
-GELU and 6f/h for SwiGLU (gate, up and their product). Selective recompute drops the score term;
+GELU and 6f/h for SwiGLU (gate, up and their product). With MLA the attention term is
+2*(q + k + v + o)/h over the per-head widths rebuilt from the latents (k = heads*(d_nope+d_rope),
+v = o = heads*d_v), plus 2*s*b*(r_q + r_kv + d_rope) for the latents, kept whole on every TP rank.
+Static state: MLA's down-projections are not split by TP either. Selective recompute drops the score term;
 full recompute keeps only the layer input, 2*s*b*h (/t with sequence parallelism).
 Pipeline ranks hold min(m, p) micro-batches in flight with 1F1B, times 1 + (p-1)/(p*v) when
 interleaved (Narayanan et al. 2021).

@@ -283,13 +283,11 @@ class ModelSpec:
     def describe(self) -> str:
         kind = f"MoE {self.moe.num_experts}e top-{self.moe.top_k}" if self.moe else "dense"
         attention = (f"MLA kv_lora={self.mla.kv_lora_rank}" if self.mla else f"heads={self.heads}/{self.kv_heads} kv")
+        activation = f" ({self.activation})" if self.activation else ""
         window = f", window {self.sliding_window} on {self.windowed_layers}/{self.layers} layers" if self.windowed_layers else ""
         return (f"{self.name}: {self.total_params / 1e9:.2f}B params ({kind}), h={self.hidden}, "
-                f"L={self.layers}, {attention}, ffn={self.ffn_hidden} {self.mlp}, "
+                f"L={self.layers}, {attention}, ffn={self.ffn_hidden} {self.mlp}{activation}, "
                 f"vocab={self.vocab}{' tied' if self.tied_embeddings else ''}{window}")
-
-    def parameter_summary(self) -> dict:
-        return {"total_params": self.total_params, "active_params": self.active_params}
 
 
 def _llama(name, hidden, layers, heads, kv_heads, ffn, vocab, seq, tied=False) -> ModelSpec:
