@@ -111,7 +111,7 @@ def test_modeling_never_imports_torch():
 def test_hugging_face_configs_load(tmp_path):
     import json
 
-    from commbench.modeling.models import load_model
+    from commbench.modeling.model_config import load_model
 
     mixtral = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "tie_word_embeddings": False,

@@ -36,7 +36,8 @@ from commbench.data.nccl_tests import parse_json, parse_text, write_run
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, load_run
 from commbench.errors import CommbenchError
 from commbench.modeling.layout import parse_layout
-from commbench.modeling.models import PRESETS, load_model
+from commbench.modeling.model_config import load_model
+from commbench.modeling.models import PRESETS
 from commbench.traces.analysis import analyse_traces
 from commbench.topology import read_nccl_xml
 from commbench.units import parse_size

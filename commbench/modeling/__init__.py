@@ -1,7 +1,8 @@
 """Training-step modelling without torch: what a layout costs in memory, compute and communication.
 
 Modules, in the order data flows through them:
-  models     the transformer being trained (presets and Hugging Face config.json)
+  models     the transformer being trained (its shapes and parameter counts; presets)
+  model_config  a Hugging Face config.json read into models' shapes, or refused by name; load_model
   hardware   processor, network and system descriptions (presets/*.json, each figure sourced)
   layout     a parallel layout (dp, tp, pp, vpp, cp, ep, ZeRO stage, micro-batch, recompute)
   memory     the per-GPU memory ledger

@@ -12,18 +12,19 @@ for that model type (FAMILY_DEFAULTS below; e.g. Llama's embeddings are untied, 
 What the planner cannot model is refused with one line naming the feature (Mamba/state-space
 layers, RWKV, linear attention, encoder-decoders); it is never planned as something else. A
 multimodal wrapper's text_config is read and its vision tower is named as not modelled.
+load_model() takes what the planner's --model takes: a preset name or a config.json.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.modeling.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
                                        MAX_SEQ_LEN, MAX_VOCAB, whole_number)
-from commbench.modeling.models import MLASpec, ModelSpec, MoESpec
+from commbench.modeling.models import PRESETS, MLASpec, ModelSpec, MoESpec
 
 
 @dataclass(frozen=True)
@@ -306,3 +307,22 @@ class _Reader:
         """OPT-350m embeds in a narrower width and projects in and out of the hidden size."""
         width = self.size("word_embed_proj_dim", high=MAX_HIDDEN, default=hidden)
         return 0 if width == hidden else 2 * width * hidden
+
+
+def load_model(name_or_path: str, name: str | None = None) -> ModelSpec:
+    """A preset name (case-insensitive) or a Hugging Face config.json (or a folder holding one).
+    A config's model is named `name`, else after the folder holding the file."""
+    key = name_or_path.strip().lower()
+    if key in PRESETS:
+        spec = PRESETS[key]
+        return replace(spec, name=name) if name else spec
+    path = Path(name_or_path)
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+        is_file = path.is_file()
+    except OSError:  # a name no file system takes (too long, say) is no config.json either
+        is_file = False
+    if is_file:
+        return read_config(path, name)
+    raise UsageError(f"unknown model {name_or_path!r}: use a preset ({', '.join(PRESETS)}) or a config.json path")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.modeling.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
@@ -312,24 +311,3 @@ PRESETS: dict[str, ModelSpec] = {
                             dense_layers=1)),
     )
 }
-
-
-def load_model(name_or_path: str, name: str | None = None) -> ModelSpec:
-    """A preset name (case-insensitive) or a Hugging Face config.json (or a folder holding one).
-    A config's model is named `name`, else after the folder holding the file."""
-    key = name_or_path.strip().lower()
-    if key in PRESETS:
-        spec = PRESETS[key]
-        return replace(spec, name=name) if name else spec
-    path = Path(name_or_path)
-    try:
-        if path.is_dir():
-            path = path / "config.json"
-        is_file = path.is_file()
-    except OSError:  # a name no file system takes (too long, say) is no config.json either
-        is_file = False
-    if is_file:
-        from commbench.modeling.model_config import read_config
-
-        return read_config(path, name)
-    raise UsageError(f"unknown model {name_or_path!r}: use a preset ({', '.join(PRESETS)}) or a config.json path")

@@ -107,7 +107,7 @@ def build_planner(spec: PlanSpec) -> Planner:
     """The Planner for a spec: its model, system (with any replaced processor, network or node
     size), collective prices (preset or measured) and compute slowdown."""
     from commbench.modeling.cluster import Cluster
-    from commbench.modeling.models import load_model
+    from commbench.modeling.model_config import load_model
     from commbench.modeling.planner import Planner
 
     system = _system(spec)
