@@ -293,6 +293,18 @@ def test_pairwise_heatmap_shows_the_flagged_pairs():
     assert topology.pairwise_figure(pd.DataFrame([{"scope": "world", "busbw_gbps": 1.0}])) is None
 
 
+def test_pairwise_hover_gives_the_retransmit_share_the_pairwise_run_judged():
+    import pandas as pd
+
+    lossy = {"scope": "pair", "size_bytes": 8, "algbw_gbps": 0.1, "pair": [0, 1], "pair_nodes": ["n0", "n1"],
+             "tcp_segments_sent": 2000, "tcp_retransmits": 30, "outlier": True, "outlier_reasons": ["lossy"]}
+    unread = {**lossy, "pair": [0, 2], "pair_nodes": ["n0", "n2"], "tcp_segments_sent": None, "tcp_retransmits": None,
+              "outlier": False, "outlier_reasons": []}
+    notes = topology.pairwise_figure(pd.DataFrame([lossy, unread])).data[0].customdata
+    assert notes[0][1] == "TCP re-sent 1.50% of segments · flagged: lossy"
+    assert notes[0][2] == ""  # counters not read: no share, nothing flagged
+
+
 # --- overlap ------------------------------------------------------------------------------------
 
 

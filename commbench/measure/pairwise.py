@@ -30,7 +30,7 @@ from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
 from commbench.errors import UsageError
 from commbench.measure.harness import Row, gather_to_rank0, measure, to_record
-from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
+from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, record_retransmit_pct
 from commbench.measure.options import DTYPES
 from commbench.measure.runner import MeasuredRun, Progress
 from commbench.measure.session import Session
@@ -137,12 +137,6 @@ def pair_counters(counters: torch.Tensor | None, pair: tuple[int, int], host: di
 def pair_kind(record: dict) -> str:
     a, b = record["pair_nodes"]
     return "intra" if a == b else "inter"
-
-
-def record_retransmit_pct(record: dict) -> float | None:
-    if record.get("tcp_segments_sent") is None or record.get("tcp_retransmits") is None:
-        return None
-    return retransmit_percent(record["tcp_segments_sent"], record["tcp_retransmits"])
 
 
 def flag_outliers(records: list[dict], bandwidth_size: int, ratio: float, max_retransmit_pct: float) -> list[dict]:

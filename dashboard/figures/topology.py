@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
+from commbench.measure.linkhealth import record_retransmit_pct
 from commbench.topology.model import LINK_LEGEND, ClusterTopology, Gpu, Nic, NodeTopology
 from commbench.topology.rates import network_kind
 from dashboard.figures.common import message_figure
@@ -364,9 +365,9 @@ def pairwise_figure(frame: pd.DataFrame) -> go.Figure | None:
 def _pair_health(record: dict) -> str:
     """'TCP re-sent 2.10% of segments · flagged: lossy' (parts left out when unknown or clean)."""
     parts = []
-    sent, resent = record.get("tcp_segments_sent"), record.get("tcp_retransmits")
-    if isinstance(sent, (int, float)) and isinstance(resent, (int, float)) and sent > 0:
-        parts.append(f"TCP re-sent {100 * resent / sent:.2f}% of segments")
+    resent = record_retransmit_pct(record)
+    if resent is not None:
+        parts.append(f"TCP re-sent {resent:.2f}% of segments")
     reasons = record.get("outlier_reasons")
     if isinstance(reasons, (list, tuple)) and len(reasons):
         parts.append("flagged: " + ", ".join(map(str, reasons)))
