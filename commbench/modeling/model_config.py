@@ -254,7 +254,8 @@ class _Reader:
         decoder_sparse_step-th, minus Qwen-MoE's mlp_only_layers (counted; the planner does not place them)."""
         first = self.size("first_k_dense_replace", low=0, high=layers, default=0)
         step = self.size("moe_layer_freq", "decoder_sparse_step", high=layers, default=1)
-        only_dense = self.cfg.get("mlp_only_layers") or []
+        only_dense = self.cfg.get("mlp_only_layers")
+        only_dense = only_dense if isinstance(only_dense, list) else []
         return sum(1 for i in range(first, layers) if (i + 1) % step == 0 and i not in only_dense)
 
     def window(self, layers: int) -> tuple[int | None, int]:
