@@ -2,7 +2,8 @@
 
 Discover this node with `discover_node()`; import views made elsewhere with `read_nccl_xml()`
 (NCCL_TOPO_DUMP_FILE) or `read_smi_topo()` (`nvidia-smi topo -m` text); place ranks on nodes with
-`place_ranks()` and merge per-node views into one `ClusterTopology` with `merge_nodes()`.
+`place_ranks()` and merge per-node views into one `ClusterTopology` with `merge_nodes()`. The nominal
+rates of the links a topology shows (NVLink per generation, NICs) are in `rates`.
 """
 
 from commbench.topology.cluster import NodePlacement, RankIdentity, merge_nodes, place_ranks

@@ -86,11 +86,11 @@ def _cluster_controls() -> list:
         _control("GPUs", _number("plan-gpus", 16)),
         _control("GPUs per node", _number("plan-gpus-per-node", placeholder="preset")),
         _control("processor", dcc.Input(id="plan-processor", type="text", list="plan-processor-presets",
-                                         debounce=True, placeholder="preset's (or a JSON file)")),
+                                         debounce=True, placeholder="preset's")),
         html.Datalist(id="plan-processor-presets", children=[html.Option(value=name) for name in processor_names()]),
         _control("inter-node network", _choice("plan-inter-network", network_names(), None, placeholder="preset's")),
         _control("bandwidth from", _choice("plan-bandwidth", sources, PRESET_SOURCE, clearable=False), wide=True),
-        _control("compute slowdown", _number("plan-slowdown", placeholder="from below", fraction=True)),
+        _control("compute slowdown", _number("plan-slowdown", placeholder="e.g. 0.13", fraction=True)),
         _control("slowdown from", _choice("plan-overlap-run", overlap_runs, DEFAULTS, clearable=False), wide=True),
     ]
 
