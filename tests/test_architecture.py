@@ -172,7 +172,8 @@ def test_readme_layout_matches_the_tree():
     assert not missing, f"README's layout does not mention {missing}"
     named = set(re.findall(r"\b([a-z_]+\.py)\b", layout))
     gone = sorted(name for name in named if not any((ROOT / folder / name).exists() for folder in
-                  ("commbench", "commbench/measure", "commbench/data", "commbench/traces", "tests")))
+                  ("commbench", "commbench/measure", "commbench/data", "commbench/traces", "commbench/modeling",
+                   "commbench/topology", "tests")))
     assert not gone, f"README's layout names files that are not there: {gone}"
 
 
