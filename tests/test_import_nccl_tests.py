@@ -218,6 +218,23 @@ def test_per_iteration_columns_blank_out_of_place_and_launcher_prefixes():
     assert (record.time_us_min, record.time_us_max, record.cv) == (9.5, 11.0, pytest.approx(0.035))
 
 
+def test_a_row_on_a_last_line_cut_without_its_newline_is_not_trusted():
+    # a file cut mid-write can end "... 3.5" where the log went on to print "3.50": same cell count
+    group_names = "  time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%"
+    group_values = "  10.00    0.10    0.10       0     9.50    11.00    10.90     3.50"
+    head = [
+        "# nThread 1 nGpus 2 minBytes 1024 maxBytes 2048 step: 2(factor) warmup iters: 1 iters: 10 agg iters: 1 validation: 1 graph: 0",
+        "#  Rank  0 Group  0 Pid   1234 on      node1 device  0 [0000:18:00] NVIDIA H100 80GB HBM3",
+        "#  Rank  1 Group  0 Pid   1234 on      node1 device  1 [0000:2a:00] NVIDIA H100 80GB HBM3",
+        "#       size         count      type   redop    root" + group_names * 2,
+        "        1024           256     float     sum      -1" + group_values * 2,
+        "        2048           512     float     sum      -1" + group_values * 2,
+    ]
+    (run,) = parse_text("\n".join(head)[:-1], source="cut.log", op="all_reduce")
+    assert {record.size_bytes for record in run.records} == {1024}
+    assert any("unreadable" in warning and "lines 6" in warning for warning in run.info.warnings)
+
+
 def test_cputime_and_timestamp_columns_are_read_by_name():
     # -C 1 prints cputime instead of time; -S 1 ends each row with its local time, which dates the run
     names = "  cputime   algbw   busbw  #wrong"

@@ -241,3 +241,22 @@ def test_unnamed_old_tables_are_told_apart_by_layout_sizes_and_busbw():
     text = _unnamed("dgx2_v100_5collectives_2020.log", ("Running:",))
     ops = [(run.records[0].op, run.info.args["collective_from"]) for run in parse_text(text, source="dgx2.log")]
     assert ops == [(op, "table") for op in ("all_gather", "all_reduce", "broadcast", "reduce", "reduce_scatter")]
+
+
+def _shift_rows(name: str, rows: int) -> str:
+    """The log with one cell dropped from each of its first `rows` rows, so later cells move left."""
+    lines, shifted = (REAL / name).read_text().split("\n"), 0
+    for index, line in enumerate(lines):
+        if shifted < rows and line.strip()[:1].isdigit() and len(line.split()) >= 12:
+            cells = line.split()
+            lines[index] = "  ".join(cells[:5] + cells[6:])  # the out-of-place time is gone
+            shifted += 1
+    return "\n".join(lines)
+
+
+def test_a_few_shifted_rows_are_skipped_and_named_many_refuse_the_run():
+    (run,) = parse_text(_shift_rows("a3mega_h100_2nodes_all_reduce.md", 1), source="a3mega.md")
+    assert len(run.records) == 60  # 31 sizes, the damaged one left out
+    assert any("skipped 1 unreadable row(s)" in warning and "lines 32" in warning for warning in run.info.warnings)
+    with pytest.raises(UsageError, match="4 of 31 rows do not fit the column header"):
+        parse_text(_shift_rows("a3mega_h100_2nodes_all_reduce.md", 4), source="a3mega.md")
