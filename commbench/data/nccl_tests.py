@@ -211,7 +211,9 @@ def _refuse_unreadable(facts: RunFacts) -> None:
             f"{_where(facts)}: {len(unreadable)} of {rows} rows do not fit the column header {' '.join(facts.columns)} "
             f"(lines {lines}); not importing values that may sit in the wrong column"
         )
-    facts.warnings.append(f"{_where(facts)}: skipped {len(unreadable)} unreadable row(s) that do not fit the column header (lines {lines})")
+    facts.warnings.append(
+        f"{_where(facts)}: skipped {len(unreadable)} unreadable row(s) that do not fit the column header (lines {lines})"
+    )
 
 
 def _collective(facts: RunFacts, op: str | None, file_hint: str | None, ranks: int) -> tuple[str, str]:

@@ -117,7 +117,10 @@ def _devices_from_json(entry: dict, ranks_per_process: int) -> list[Device]:
         pci=str(entry.get("device_hex", "")),
         name=str(entry.get("device_info", "")),
     )
-    rest = [Device(first.rank + offset, first.group, first.host, first.device + offset, "", first.name) for offset in range(1, ranks_per_process)]
+    rest = [
+        Device(first.rank + offset, first.group, first.host, first.device + offset, "", first.name)
+        for offset in range(1, ranks_per_process)
+    ]
     return [first] + rest
 
 

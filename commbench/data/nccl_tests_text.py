@@ -57,7 +57,7 @@ _BINARY = re.compile(r"(?:^|[\s/=])(?P<binary>[a-z_]+_perf(?:_mpi)?)(?=\s|$)")
 _STARTED = re.compile(r"^(?:Started|Start time|Date)\s*:\s*(?P<when>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2})?\S*)")
 _ISO_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 
-PREFIX_COLUMNS = ("size", "count", "type", "redop", "root")
+_PREFIX_COLUMNS = ("size", "count", "type", "redop", "root")
 # The layout assumed for rows printed before any column header (nccl-tests 2.x).
 _DEFAULT_COLUMNS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"]
 # A row whose out-of-place group was left blank (-O 0) has this many blanks where it would be.
@@ -80,11 +80,6 @@ def read_runs(text: str, source: str) -> list[RunFacts]:
     for position, facts in enumerate(runs, 1):
         facts.position, facts.runs_in_file = position, len(runs)
     return runs
-
-
-def strip_prefixes(line: str) -> str:
-    """One line without indentation, quoting, launcher tags or timestamps before its content."""
-    return _strip(line)[0]
 
 
 def _strip(line: str) -> tuple[str, str | None]:
@@ -228,7 +223,8 @@ class _RunReader:
             facts.created = next((line.stamp for line in lines if line.stamp), None)
         if facts.measurements and not facts.complete:
             said = f"; the log says: {facts.failure}" if facts.failure else ""
-            facts.warnings.append(f"{facts.source}: {INCOMPLETE_REASON}: kept the {len(facts.measurements)} records read before it stopped{said}")
+            kept = len(facts.measurements)
+            facts.warnings.append(f"{facts.source}: {INCOMPLETE_REASON}: kept the {kept} records read before it stopped{said}")
         return facts
 
 
@@ -242,8 +238,8 @@ def _column_names(text: str) -> list[str] | None:
 
 def _row_measurements(line: _Line, columns: list[str]) -> list[Measurement] | None:
     """One measurement per column group of the row, or None when the row does not fit its header."""
-    prefix = [name for name in columns if name in PREFIX_COLUMNS]
-    groups = _value_groups([name for name in columns if name not in PREFIX_COLUMNS and name != "timestamp"])
+    prefix = [name for name in columns if name in _PREFIX_COLUMNS]
+    groups = _value_groups([name for name in columns if name not in _PREFIX_COLUMNS and name != "timestamp"])
     if groups is None or columns[: len(prefix)] != prefix:
         return None
     spans = [(match.start(), match.group(0)) for match in re.finditer(r"\S+", line.text)]
@@ -278,16 +274,17 @@ def _value_groups(names: list[str]) -> list[list[str]] | None:
     return groups
 
 
-def _placements(spans, values, prefix, groups) -> list[tuple[bool, list[str]]] | None:
-    """Which groups the row's values fill: all of them, or only the in-place one after a blank gap (-O 0)."""
-    in_place_only = [(True, groups[-1])]
-    every = [(len(groups) == 2 and index == 1, group) for index, group in enumerate(groups)]
+def _placements(
+    spans: list[tuple[int, str]], values: list[str], prefix: list[str], groups: list[list[str]]
+) -> list[tuple[bool, list[str]]] | None:
+    """(in_place, column names) of the groups the row's values fill: all of them, or only the
+    in-place one after a blank gap (-O 0); None when the cell count fits neither."""
     if len(values) == len(prefix) + sum(len(group) for group in groups):
-        return every
+        return [(len(groups) == 2 and index == 1, group) for index, group in enumerate(groups)]
     if len(groups) == 2 and len(values) == len(prefix) + len(groups[1]) and len(spans) > len(prefix):
-        gap = spans[len(prefix)][0] - (spans[len(prefix) - 1][0] + len(spans[len(prefix) - 1][1]))
-        if gap > _BLANK_GROUP_WIDTH:
-            return in_place_only
+        last_start, last_text = spans[len(prefix) - 1]
+        if spans[len(prefix)][0] - (last_start + len(last_text)) > _BLANK_GROUP_WIDTH:
+            return [(True, groups[1])]
     return None
 
 
