@@ -8,6 +8,7 @@ second reader of test_import_real_logs.py finds on the same line of the unmutate
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from datetime import timedelta
@@ -32,6 +33,7 @@ _HEADER = re.compile(r"^(?P<lead>.*?#)(?P<names>\s+size\s+count\s+type\s.*)$")
 _LEAD = re.compile(r"^(\s|>|\[\d+,\d+\]<stdout>:)*")
 
 
+@functools.lru_cache(maxsize=None)
 def truth(name: str) -> dict:
     """(line, in_place) -> the values the unmutated log printed there."""
     return {(row["line"], row["in_place"]): expected_values(row) for table in simple_tables((REAL / name).read_text()) for row in table}
