@@ -223,7 +223,7 @@ def gather_to_rank0(session: Session, measured: Measured) -> torch.Tensor | None
 
 def to_record(session: Session, row: Row, variant: Variant, samples: torch.Tensor, measured: Measured) -> Record:
     """The row's record from every rank's gathered samples: the slowest rank's median and spread."""
-    cfg, iters = session.cfg, measured.iters
+    iters = measured.iters
     members = [rank for group in row.groups for rank in group]
     divisor = 2.0 if variant.round_trip else 1.0
     per_rank = {rank: Stats.of(samples[rank, :iters].numpy() / divisor) for rank in members}
