@@ -1,0 +1,58 @@
+"""Per-iteration samples kept beside a run's records, so later comparisons can do statistics.
+
+Format of `<run_dir>/samples.jsonl` (optional: runs written before it existed have none, and
+every reader treats a missing file as "no samples"): one JSON object per measured row,
+  {"key": [op, scope, group_size, size_bytes, dtype, in_place, direction],
+   "slowest_rank": R, "time_us": [...], "rank_median_us": [...]}
+`time_us` are the per-iteration times of the rank whose median was reported (the record's
+`time_us` is their median); `rank_median_us[r]` is rank r's median, for every rank in the row's
+groups (a documented subset of every rank's samples: it keeps the file small on large jobs).
+`key` is the same tuple as `row_key(record)`, which is how samples find their record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SAMPLES_JSONL = "samples.jsonl"
+
+KEY_FIELDS = ("op", "scope", "group_size", "size_bytes", "dtype", "in_place", "direction")
+
+
+def row_key(record: dict) -> tuple:
+    """What identifies a row across runs of the same command (and inside one run)."""
+    return tuple(record.get(name) for name in KEY_FIELDS)
+
+
+def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], rank_medians_us: list[float]) -> str:
+    """One line of samples.jsonl for `record` (the writer appends these as rows are measured)."""
+    return json.dumps({
+        "key": list(row_key(record)),
+        "slowest_rank": slowest_rank,
+        "time_us": [round(value, 4) for value in times_us],
+        "rank_median_us": [round(value, 4) for value in rank_medians_us],
+    }) + "\n"
+
+
+def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict[tuple, dict]:
+    """row key -> {"slowest_rank", "time_us", "rank_median_us"}; {} when the run kept no samples.
+    Lines that do not parse are skipped with a warning, never an error: samples are an addition."""
+    path = Path(run_dir) / SAMPLES_JSONL
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return {}
+    found: dict[tuple, dict] = {}
+    for number, line in enumerate(lines, 1):
+        try:
+            item = json.loads(line)
+            key = tuple(item["key"])
+            times = [float(value) for value in item["time_us"]]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            if warnings is not None and line.strip():
+                warnings.append(f"{path.name} line {number}: skipped (not a samples line)")
+            continue
+        medians = [float(value) for value in item.get("rank_median_us") or []]
+        found[key] = {"slowest_rank": item.get("slowest_rank"), "time_us": times, "rank_median_us": medians}
+    return found

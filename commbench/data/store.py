@@ -1,0 +1,400 @@
+"""The fleet's results database: every run directory loaded into one DuckDB file.
+
+Run directories stay the source of truth; the database is an index over them that can be
+rebuilt at any time. Ingestion is idempotent and incremental: a run is keyed by its run id and
+a SHA-256 digest of its files (run.json, records.jsonl, samples.jsonl). A cheap fingerprint
+(each file's size and modification time) is kept too, so re-ingesting unchanged directories
+reads no file contents.
+
+Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
+  runs     one row per run: cluster, kind, source, created (UTC), complete, backend, world size,
+           node names and a digest of the node set, versions, NCCL_*/launcher environment
+           (JSON), a digest of the topology, the run's arguments, where it lives on disk.
+  records  one row per record: the schema's fields, extra fields (overlap runs) as JSON.
+  samples  per-iteration times of the reported (slowest) rank and every rank's median, per record
+           (runs written before samples were kept have none).
+  pairs    pairwise runs' links: the two ranks and nodes, latency/bandwidth and flags.
+
+Writers take an exclusive lock file beside the database, so two ingests at once run one after the
+other and lose nothing; readers open the file read-only and wait while a writer holds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from commbench.data.cluster_name import resolve_cluster
+from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
+from commbench.data.samples import SAMPLES_JSONL, read_samples, row_key
+from commbench.data.schema import RECORD_FIELDS
+from commbench.errors import CommbenchError, UsageError
+
+STORE_SCHEMA_VERSION = 1
+DB_ENV = "COMMBENCH_DB"
+DEFAULT_DB = "results/commbench.duckdb"
+RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
+LOCK_WAIT_S = 600.0
+BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
+
+RUN_COLUMNS = {
+    "run_id": "VARCHAR PRIMARY KEY", "digest": "VARCHAR", "fingerprint": "VARCHAR", "path": "VARCHAR",
+    "kind": "VARCHAR", "source": "VARCHAR", "cluster": "VARCHAR", "created": "TIMESTAMP",
+    "finished": "TIMESTAMP", "complete": "BOOLEAN", "backend": "VARCHAR", "world_size": "INTEGER",
+    "n_nodes": "INTEGER", "nodes": "VARCHAR[]", "nodeset_digest": "VARCHAR", "topology_digest": "VARCHAR",
+    "versions": "JSON", "env": "JSON", "args": "JSON", "warnings": "JSON", "ingested": "TIMESTAMP",
+}
+_RECORD_TYPES = {
+    "group_size": "INTEGER", "n_groups": "INTEGER", "size_bytes": "BIGINT", "count": "BIGINT", "root": "INTEGER",
+    "in_place": "BOOLEAN", "iters": "INTEGER", "warmup": "INTEGER", "wrong": "BIGINT", "slowest_rank": "INTEGER",
+    "tcp_segments_sent": "BIGINT", "tcp_retransmits": "BIGINT", "pair": "INTEGER[]", "pair_nodes": "VARCHAR[]",
+    "outlier": "BOOLEAN", "outlier_reasons": "VARCHAR[]",
+}
+_TEXT_FIELDS = {"op", "scope", "dtype", "redop", "direction", "timer"}
+_PAIR_ONLY = {"pair", "pair_nodes", "outlier", "outlier_reasons", "tcp_segments_sent", "tcp_retransmits"}
+RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
+    name: _RECORD_TYPES.get(name, "VARCHAR" if name in _TEXT_FIELDS else "DOUBLE")
+    for name in RECORD_FIELDS if name not in _PAIR_ONLY
+} | {"extra": "JSON"}
+SAMPLE_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "slowest_rank": "INTEGER",
+                  "time_us": "DOUBLE[]", "rank_median_us": "DOUBLE[]"}
+PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "rank_b": "INTEGER",
+                "node_a": "VARCHAR", "node_b": "VARCHAR", "op": "VARCHAR", "direction": "VARCHAR",
+                "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
+                "outlier_reasons": "VARCHAR[]", "tcp_segments_sent": "BIGINT", "tcp_retransmits": "BIGINT"}
+TABLES = {"runs": RUN_COLUMNS, "records": RECORD_COLUMNS, "samples": SAMPLE_COLUMNS, "pairs": PAIR_COLUMNS}
+
+
+def db_path(explicit: str | None = None) -> Path:
+    """--db FILE, else $COMMBENCH_DB, else results/commbench.duckdb."""
+    return Path(explicit or os.environ.get(DB_ENV) or DEFAULT_DB)
+
+
+# ---------------------------------------------------------------- opening
+
+
+@contextmanager
+def _writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """One writer at a time per database file; the next one waits (DuckDB itself would refuse it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise CommbenchError(f"{path}: another ingest has held the database for {wait_s:.0f} s") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _connect(path: Path, read_only: bool, wait_s: float = 60.0) -> duckdb.DuckDBPyConnection:
+    """Open the file, waiting while another process holds it (DuckDB allows one writing process)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise CommbenchError(f"{path}: cannot open ({str(exc).splitlines()[0]})") from None
+            time.sleep(0.1)
+        except duckdb.Error as exc:
+            raise CommbenchError(f"{path}: not a commbench database ({str(exc).splitlines()[0]})") from None
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.CatalogException:
+        raise CommbenchError(f"{path}: not a commbench database (no meta table)") from None
+    version = int(row[0]) if row else 0
+    if version > STORE_SCHEMA_VERSION:
+        raise UsageError(f"{path}: written by a newer commbench (store schema {version}; this one reads up to "
+                         f"{STORE_SCHEMA_VERSION}); upgrade commbench or use another --db")
+
+
+def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", [str(STORE_SCHEMA_VERSION)])
+    for table, columns in TABLES.items():
+        spec = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({spec})")
+
+
+def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to an existing database; UsageError if there is none."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: no database (run `commbench db ingest RESULTS_DIR` first, or pass --db)")
+    con = _connect(path, read_only=True)
+    _check_version(con, path)
+    return con
+
+
+# ---------------------------------------------------------------- ingesting
+
+
+@dataclass
+class IngestReport:
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+    def summary(self) -> str:
+        return (f"{len(self.added)} added, {len(self.updated)} updated, {self.unchanged} unchanged, "
+                f"{len(self.skipped)} skipped")
+
+
+def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Each path that is a run directory, plus the run directories under each that is not."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if (path / RUN_FILE).is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(list_runs(path))
+        else:
+            raise UsageError(f"{path}: not a directory")
+    return found
+
+
+def ingest(db: str | Path, paths: Iterable[str | Path]) -> IngestReport:
+    """Load every run directory under `paths` into the database at `db` (created if missing)."""
+    db = Path(db)
+    dirs = run_dirs(paths)
+    report = IngestReport()
+    with _writer_lock(db):
+        con = _connect(db, read_only=False)
+        try:
+            _create_tables(con)
+            _check_version(con, db)
+            known = _known_runs(con)
+            pending: list[tuple[Run, str, str]] = []
+            for path in dirs:
+                staged = _stage(path, known, report)
+                if staged:
+                    pending.append(staged)
+                if len(pending) >= BATCH_RUNS:
+                    _write_batch(con, pending, known, report)
+                    pending = []
+            _write_batch(con, pending, known, report)
+        finally:
+            con.close()
+    return report
+
+
+def _known_runs(con) -> dict[str, tuple[str, str, str]]:
+    """path -> (run_id, fingerprint, digest) and run_id -> the same, for every run in the database."""
+    known: dict[str, tuple[str, str, str]] = {}
+    for run_id, path, fingerprint, digest in con.execute("SELECT run_id, path, fingerprint, digest FROM runs").fetchall():
+        known[path] = known[run_id] = (run_id, fingerprint, digest)
+    return known
+
+
+def _fingerprint(path: Path) -> str:
+    parts = []
+    for name in RUN_FILES:
+        try:
+            stat = (path / name).stat()
+            parts.append(f"{stat.st_size}:{stat.st_mtime_ns}")
+        except FileNotFoundError:
+            parts.append("-")
+    return "/".join(parts)
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    for name in RUN_FILES:
+        try:
+            digest.update((path / name).read_bytes())
+        except FileNotFoundError:
+            digest.update(b"\0missing")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _stage(path: Path, known: dict, report: IngestReport) -> tuple[Run, str, str] | None:
+    """The run to write (with its fingerprint and digest), or None when it is unchanged or unusable."""
+    key = str(path.resolve())
+    fingerprint = _fingerprint(path)
+    if key in known and known[key][1] == fingerprint:
+        report.unchanged += 1
+        return None
+    try:
+        run = load_run(path)
+    except CommbenchError as exc:
+        report.skipped.append((str(path), str(exc)))
+        return None
+    if not run.info.complete:
+        report.skipped.append((str(path), "partial run (not complete" + (f": {run.info.reason})" if run.info.reason else ")")))
+        return None
+    digest = _digest(path)
+    previous = known.get(run.run_id)
+    if previous and previous[2] == digest:
+        report.unchanged += 1  # touched or moved, not changed: rewritten only to refresh fingerprint and path
+    return run, fingerprint, digest
+
+
+def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: IngestReport) -> None:
+    if not pending:
+        return
+    rows: dict[str, list[dict]] = {table: [] for table in TABLES}
+    for run, fingerprint, digest in pending:
+        rows["runs"].append(_run_row(run, fingerprint, digest))
+        _record_rows(run, rows)
+    with tempfile.TemporaryDirectory(prefix="commbench-ingest-") as tmp:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            run_ids = [row["run_id"] for row in rows["runs"]]
+            for table in TABLES:
+                con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?))", [run_ids])
+            for table, columns in TABLES.items():
+                _insert_json_rows(con, table, columns, rows[table], Path(tmp))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    for run, fingerprint, digest in pending:
+        previous = known.get(run.run_id)
+        if previous is None:
+            report.added.append(run.run_id)
+        elif previous[2] != digest:
+            report.updated.append(run.run_id)
+        known[str(run.path.resolve())] = known[run.run_id] = (run.run_id, fingerprint, digest)
+
+
+def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict], tmp: Path) -> None:
+    """Bulk insert through a newline-delimited JSON file: far faster than row-by-row inserts."""
+    if not rows:
+        return
+    staging = tmp / f"{table}.jsonl"
+    with open(staging, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, default=str) + "\n")
+    types = {name: kind.replace(" PRIMARY KEY", "") for name, kind in columns.items()}
+    con.execute(f"INSERT INTO {table} SELECT {', '.join(f'{chr(34)}{name}{chr(34)}' for name in columns)} "
+                f"FROM read_json(?, format='newline_delimited', columns=?)", [str(staging), types])
+
+
+def _timestamp(text: str | None) -> str | None:
+    """ISO-8601 -> naive UTC 'YYYY-MM-DD HH:MM:SS' (DuckDB TIMESTAMP); None if unparseable."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment.isoformat(sep=" ")
+
+
+def _short_digest(value) -> str | None:
+    if value is None:
+        return None
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _run_row(run: Run, fingerprint: str, digest: str) -> dict:
+    info = run.info
+    hosts = [node.hostname for node in info.nodes]
+    cluster = getattr(info, "cluster", None) or resolve_cluster(None, info.env, hosts[0] if hosts else "local")
+    return {
+        "run_id": info.run_id, "digest": digest, "fingerprint": fingerprint, "path": str(run.path.resolve()),
+        "kind": info.kind, "source": info.source, "cluster": cluster, "created": _timestamp(info.created),
+        "finished": _timestamp(info.finished), "complete": info.complete, "backend": info.backend,
+        "world_size": info.world_size, "n_nodes": len(hosts), "nodes": hosts,
+        "nodeset_digest": _short_digest(sorted(hosts)) if hosts else None,
+        "topology_digest": _short_digest(info.topology), "versions": info.versions, "env": info.env,
+        "args": info.args, "warnings": run.warnings,
+        "ingested": datetime.now(timezone.utc).replace(tzinfo=None).isoformat(sep=" ", timespec="seconds"),
+    }
+
+
+def _record_rows(run: Run, rows: dict[str, list[dict]]) -> None:
+    samples = read_samples(run.path)
+    for index, record in enumerate(run.records):
+        row = {"run_id": run.run_id, "row": index}
+        row.update({name: record.get(name) for name in RECORD_COLUMNS if name not in row and name != "extra"})
+        extra = {key: value for key, value in record.items() if key not in RECORD_COLUMNS and key not in _PAIR_ONLY}
+        row["extra"] = extra or None
+        rows["records"].append(row)
+        kept = samples.get(row_key(record))
+        if kept:
+            rows["samples"].append({"run_id": run.run_id, "row": index, "slowest_rank": kept["slowest_rank"],
+                                    "time_us": kept["time_us"], "rank_median_us": kept["rank_median_us"]})
+        if record.get("scope") == "pair" and record.get("pair"):
+            rows["pairs"].append(_pair_row(run.run_id, index, record))
+
+
+def _pair_row(run_id: str, index: int, record: dict) -> dict:
+    ranks = list(record.get("pair") or [None, None]) + [None, None]
+    nodes = list(record.get("pair_nodes") or [None, None]) + [None, None]
+    return {"run_id": run_id, "row": index, "rank_a": ranks[0], "rank_b": ranks[1], "node_a": nodes[0],
+            "node_b": nodes[1], "op": record.get("op"), "direction": record.get("direction"),
+            "size_bytes": record.get("size_bytes"), "time_us": record.get("time_us"),
+            "busbw_gbps": record.get("busbw_gbps"), "outlier": record.get("outlier"),
+            "outlier_reasons": record.get("outlier_reasons"), "tcp_segments_sent": record.get("tcp_segments_sent"),
+            "tcp_retransmits": record.get("tcp_retransmits")}
+
+
+# ---------------------------------------------------------------- reading for other tools
+
+_READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+def query(db: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
+    """Run one read-only statement: (column names, rows). UsageError for anything that writes."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise UsageError(f"bad SQL: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise UsageError(f"give exactly one statement (got {len(statements)})")
+    if statements[0].type not in _READ_STATEMENTS:
+        raise UsageError(f"db sql is read-only: {statements[0].type.name} refused (SELECT or EXPLAIN only)")
+    con = open_read_only(db)
+    try:
+        cursor = con.execute(sql)
+        return [column[0] for column in cursor.description], cursor.fetchall()
+    except duckdb.Error as exc:
+        raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    finally:
+        con.close()
+
+
+def export_parquet(db: str | Path, out_dir: str | Path) -> list[Path]:
+    """Every table as <out_dir>/<table>.parquet (DuckDB writes Parquet itself: no extra package)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    con = open_read_only(db)
+    written = []
+    try:
+        for table in TABLES:
+            target = out / f"{table}.parquet"
+            con.execute(f"COPY {table} TO '{_sql_text(target)}' (FORMAT PARQUET)")
+            written.append(target)
+    finally:
+        con.close()
+    return written
+
+
+def _sql_text(path: Path) -> str:
+    return str(path).replace("'", "''")
