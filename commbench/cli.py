@@ -22,6 +22,11 @@ COMMANDS = {
     "submit": "submit",
     "jobs": "jobs",
     "dashboard": "dashboard",
+    "db": "db",
+    "compare": "compare",
+    "baseline": "baseline",
+    "check": "check",
+    "history": "history",
 }
 
 

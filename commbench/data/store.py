@@ -24,7 +24,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -42,8 +41,6 @@ from commbench.data.schema import RECORD_FIELDS
 from commbench.errors import CommbenchError, UsageError
 
 STORE_SCHEMA_VERSION = 1
-DB_ENV = "COMMBENCH_DB"
-DEFAULT_DB = "results/commbench.duckdb"
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
@@ -74,11 +71,6 @@ PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "ran
                 "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
                 "outlier_reasons": "VARCHAR[]", "tcp_segments_sent": "BIGINT", "tcp_retransmits": "BIGINT"}
 TABLES = {"runs": RUN_COLUMNS, "records": RECORD_COLUMNS, "samples": SAMPLE_COLUMNS, "pairs": PAIR_COLUMNS}
-
-
-def db_path(explicit: str | None = None) -> Path:
-    """--db FILE, else $COMMBENCH_DB, else results/commbench.duckdb."""
-    return Path(explicit or os.environ.get(DB_ENV) or DEFAULT_DB)
 
 
 # ---------------------------------------------------------------- opening
@@ -360,7 +352,7 @@ def _pair_row(run_id: str, index: int, record: dict) -> dict:
 _READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
-def query(db: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
+def query(db: str | Path, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
     """Run one read-only statement: (column names, rows). UsageError for anything that writes."""
     try:
         statements = duckdb.extract_statements(sql)
@@ -372,7 +364,7 @@ def query(db: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
         raise UsageError(f"db sql is read-only: {statements[0].type.name} refused (SELECT or EXPLAIN only)")
     con = open_read_only(db)
     try:
-        cursor = con.execute(sql)
+        cursor = con.execute(sql, params or [])
         return [column[0] for column in cursor.description], cursor.fetchall()
     except duckdb.Error as exc:
         raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None

@@ -1,0 +1,1 @@
+"""Statistics over runs (torch-free): compare two runs, baselines and grading, history with change points."""

@@ -1,0 +1,131 @@
+"""A row's history across a cluster's runs, and the points where it changed, with their likely cause.
+
+The series: per run of one cluster (ordered by start time), the out-of-place row of one op and
+size (and scope), its busbw. Change points come from ruptures' PELT (least-squares cost) on the
+log of busbw, scaled by a robust estimate of the run-to-run noise (the median absolute
+difference between neighbouring runs, which a level shift barely moves), with a BIC-like penalty
+of PENALTY_PER_LOG_N x log(n). A change point is kept only when it is also material: the medians
+of the segments on each side differ by more than the threshold (default 5%), the same threshold
+`compare` uses. Each kept change point names the first run after the change and what its run.json
+changed against the last run before it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import ruptures
+
+from commbench.analysis.runs import run_differences
+from commbench.data.rundir import load_run
+from commbench.errors import CommbenchError
+
+PENALTY_PER_LOG_N = 6.0
+MIN_SEGMENT = 3
+DEFAULT_THRESHOLD = 0.05
+
+
+@dataclass
+class Point:
+    run_id: str
+    created: str
+    path: str
+    busbw_gbps: float
+    time_us: float
+
+
+@dataclass
+class ChangePoint:
+    index: int                     # 1-based position in the series of the first run after the change
+    run_id: str
+    before_busbw_gbps: float       # median of the segment before
+    after_busbw_gbps: float        # median of the segment after
+    change: float                  # after / before - 1 (busbw)
+    differences: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Series:
+    cluster: str
+    op: str
+    size_bytes: int
+    scope: str
+    group_size: int
+    points: list[Point]
+    change_points: list[ChangePoint]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SERIES_SQL = """
+SELECT r.run_id, CAST(r.created AS VARCHAR), r.path, rec.scope, rec.group_size, rec.busbw_gbps, rec.time_us
+FROM runs r JOIN records rec USING (run_id)
+WHERE r.cluster = ? AND rec.op = ? AND rec.size_bytes = ? AND NOT rec.in_place
+  AND r.kind IN ('sweep', 'import') AND (? IS NULL OR rec.scope = ?)
+ORDER BY rec.scope, rec.group_size, r.created, r.run_id
+"""
+
+
+def load_series(con, cluster: str, op: str, size_bytes: int, scope: str | None) -> list[Series]:
+    """One series per (scope, group size) that the cluster's runs measured for this op and size."""
+    rows = con.execute(SERIES_SQL, [cluster, op, size_bytes, scope, scope]).fetchall()
+    grouped: dict[tuple[str, int], list[Point]] = {}
+    for run_id, created, path, row_scope, group_size, busbw, time_us in rows:
+        grouped.setdefault((row_scope, group_size), []).append(Point(run_id, created, path, busbw, time_us))
+    return [Series(cluster, op, size_bytes, row_scope, group_size, points, [])
+            for (row_scope, group_size), points in grouped.items()]
+
+
+def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD,
+                       penalty_per_log_n: float = PENALTY_PER_LOG_N) -> list[int]:
+    """0-based indices where a new segment starts (material changes only)."""
+    signal = np.log(np.clip(np.asarray(values, dtype=float), 1e-12, None))
+    if signal.size < 2 * MIN_SEGMENT:
+        return []
+    noise = _noise_sigma(signal)
+    scaled = (signal - np.median(signal)) / noise
+    algo = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(scaled.reshape(-1, 1))
+    ends = algo.predict(pen=penalty_per_log_n * math.log(signal.size))[:-1]
+    bounds = [0] + ends + [signal.size]
+    kept = []
+    for i, start in enumerate(ends, 1):
+        before = np.median(signal[bounds[i - 1]:start])
+        after = np.median(signal[start:bounds[i + 1]])
+        if abs(math.exp(after - before) - 1) > threshold:
+            kept.append(start)
+    return kept
+
+
+def _noise_sigma(signal: np.ndarray) -> float:
+    """Run-to-run noise: 1.4826 x median |x[i+1] - x[i]| / sqrt(2), floored so a flat series is not 0."""
+    differences = np.abs(np.diff(signal))
+    sigma = 1.4826 * float(np.median(differences)) / math.sqrt(2)
+    return max(sigma, 1e-3)
+
+
+def attach_change_points(series: Series, threshold: float = DEFAULT_THRESHOLD) -> Series:
+    values = [point.busbw_gbps for point in series.points]
+    starts = find_change_points(values, threshold)
+    bounds = [0] + starts + [len(values)]
+    series.change_points = []
+    for i, start in enumerate(starts, 1):
+        before = float(np.median(values[bounds[i - 1]:start]))
+        after = float(np.median(values[start:bounds[i + 1]]))
+        point = series.points[start]
+        series.change_points.append(ChangePoint(
+            index=start + 1, run_id=point.run_id, before_busbw_gbps=before, after_busbw_gbps=after,
+            change=after / before - 1, differences=_differences(series.points[start - 1], point)))
+    return series
+
+
+def _differences(before: Point, after: Point) -> list[str]:
+    """run.json differences between two runs; a note instead when a directory is gone."""
+    try:
+        return run_differences(load_run(Path(before.path)).info, load_run(Path(after.path)).info) or [
+            "no recorded difference in versions, environment, nodes, topology or options"]
+    except CommbenchError as exc:
+        return [f"run.json not readable ({exc})"]

@@ -1,0 +1,111 @@
+"""Generated (synthetic) run histories, with noise measured on real repeated sweeps.
+
+Every directory written here says so: run.json has source "synthetic" and args.synthetic holds
+the generator's settings, so a generated run can never pass for a measured one.
+
+A noise profile is JSON measured from repeated `commbench run`s of one command:
+  {"measured": {"host", "date", "command", "runs", "load"},
+   "op": "all_reduce", "group_size": 2,
+   "rows": [{"size_bytes", "in_place", "busbw_gbps": median over runs,
+             "run_sigma": robust sd of log(busbw) over runs, "iter_cv": median per-iteration CV}]}
+A generated run draws each row's level from busbw x exp(N(0, run_sigma)) (run-to-run noise),
+then per-iteration samples around it with the measured CV (lognormal); the record's time is the
+samples' median, as the harness reports it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from commbench.data.samples import SAMPLES_JSONL, samples_line
+from commbench.data.schema import SCHEMA_VERSION
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class Injection:
+    """From run `at` (1-based) on, busbw is multiplied by (1 - drop) and run.json changes as given."""
+
+    at: int
+    drop: float
+    versions: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)  # old hostname -> new hostname
+
+
+def read_profile(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def generate_history(out_dir: str | Path, profile: dict, n_runs: int, *, cluster: str = "synth",
+                     injection: Injection | None = None, seed: int = 0, iters: int = 20,
+                     prefix: str = "synth") -> list[Path]:
+    """Write n_runs run directories under out_dir, one hour apart; returns their paths in order."""
+    rng = np.random.default_rng(seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return [_write_run(out, profile, index, cluster, injection, rng, iters, prefix) for index in range(1, n_runs + 1)]
+
+
+def _write_run(out: Path, profile: dict, index: int, cluster: str, injection: Injection | None,
+               rng: np.random.Generator, iters: int, prefix: str) -> Path:
+    after = injection is not None and index >= injection.at
+    run_id = f"{prefix}-{cluster}-{index:05d}"
+    path = out / run_id
+    path.mkdir(exist_ok=True)
+    scale = (1 - injection.drop) if after else 1.0
+    records, samples = [], []
+    for row in profile["rows"]:
+        record, times = _row(profile, row, scale, rng, iters)
+        records.append(record)
+        samples.append(samples_line(record, 0, times, [float(np.median(times))] * profile["group_size"]))
+    (path / "records.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in records), encoding="utf-8")
+    (path / SAMPLES_JSONL).write_text("".join(samples), encoding="utf-8")
+    (path / "run.json").write_text(json.dumps(_run_info(run_id, index, cluster, profile, injection if after else None,
+                                                         iters)), encoding="utf-8")
+    return path
+
+
+def _row(profile: dict, row: dict, scale: float, rng: np.random.Generator, iters: int) -> tuple[dict, list[float]]:
+    factor = 2 * (profile["group_size"] - 1) / profile["group_size"] if profile["op"] == "all_reduce" else 1.0
+    busbw = row["busbw_gbps"] * scale * float(np.exp(rng.normal(0.0, row["run_sigma"])))
+    level_us = row["size_bytes"] * factor / (busbw * 1e3)
+    sigma = float(np.sqrt(np.log1p(row["iter_cv"] ** 2)))
+    times = (level_us * np.exp(rng.normal(0.0, sigma, iters))).tolist()
+    time_us = float(np.median(times))
+    algbw = row["size_bytes"] / (time_us * 1e3)
+    record = {
+        "op": profile["op"], "scope": "world", "group_size": profile["group_size"], "n_groups": 1,
+        "size_bytes": row["size_bytes"], "count": row["size_bytes"] // 4, "dtype": "float", "redop": "sum", "root": -1,
+        "in_place": row["in_place"], "direction": None, "iters": iters, "warmup": 2, "timer": "host",
+        "time_us": time_us, "time_us_p10": float(np.percentile(times, 10)), "time_us_p90": float(np.percentile(times, 90)),
+        "time_us_min": min(times), "time_us_max": max(times), "cv": float(np.std(times) / np.mean(times)),
+        "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "busbw_factor": factor,
+        "aggregate_busbw_gbps": algbw * factor, "wrong": 0, "slowest_rank": 0,
+    }
+    return record, times
+
+
+def _run_info(run_id: str, index: int, cluster: str, profile: dict, injection: Injection | None, iters: int) -> dict:
+    created = START + timedelta(hours=index)
+    hosts = [f"{cluster}-node{n}" for n in range(1, profile["group_size"] + 1)]
+    versions = {"commbench": "0.1.0", "torch": "2.4.0", "nccl": "2.21.5"}
+    env = {"NCCL_IB_QPS_PER_CONNECTION": "4"}
+    if injection is not None:
+        versions |= injection.versions
+        env = {key: value for key, value in (env | injection.env).items() if value is not None}
+        hosts = [injection.nodes.get(host, host) for host in hosts]
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "kind": "sweep", "source": "synthetic",
+        "created": created.isoformat(timespec="seconds"), "finished": (created + timedelta(minutes=5)).isoformat(timespec="seconds"),
+        "backend": "nccl", "world_size": profile["group_size"], "cluster": cluster,
+        "nodes": [{"hostname": host, "node_id": n, "ranks": [n], "local_ranks": [0]} for n, host in enumerate(hosts)],
+        "args": {"ops": [profile["op"]], "iters": iters, "synthetic": {"profile": profile["measured"]["command"]}},
+        "versions": versions, "env": env, "topology": None, "complete": True, "reason": None, "warnings": [],
+    }

@@ -1,0 +1,62 @@
+"""Grade a run against a baseline: pass or fail per row and overall (exit 0 all pass, 1 any fail).
+
+  commbench check RUN --baseline baseline.json [--tolerance 10%] [--json]
+  commbench check RUN --baseline OTHER_RUN ...     a single healthy run as the baseline
+
+A row fails when its time exceeds the baseline's by more than the tolerance plus three times the
+baseline's own spread over its runs (see commbench/analysis/baseline.py), or when the run lacks
+it. The report names the failed rows and by how much they missed. For CI and node acceptance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from commbench.analysis.baseline import build_baseline, grade, grades_to_dict, read_baseline
+from commbench.analysis.runs import read_run
+from commbench.commands.store_options import add_db_argument, fraction_arg
+from commbench.data.rundir import RUN_FILE
+from commbench.data.store_location import db_path
+
+HELP = "grade a run against a baseline: pass/fail per row; exit 1 if any row fails"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="the run to grade (directory or run id)")
+    parser.add_argument("--baseline", required=True, metavar="FILE|RUN",
+                        help="a file from `commbench baseline create`, or a run directory or id")
+    parser.add_argument("--tolerance", type=fraction_arg, default=0.10, help="allowed slowdown, e.g. 10%% (default 10%%)")
+    parser.add_argument("--json", action="store_true", help="the grades as JSON")
+    add_db_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    db = db_path(args.db)
+    run = read_run(args.run, db)
+    source = Path(args.baseline)
+    if source.is_file() and not (source / RUN_FILE).exists():
+        baseline = read_baseline(source)
+    else:
+        baseline = build_baseline([read_run(args.baseline, db)])
+    grades = grade(run, baseline, args.tolerance)
+    result = grades_to_dict(run.run_id, grades, args.tolerance)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        _print(result, baseline)
+    return 0 if result["passed"] else 1
+
+
+def _print(result: dict, baseline: dict) -> None:
+    print(f"# {result['run']} against a baseline of {len(baseline['runs'])} run(s), tolerance {result['tolerance']:.0%}")
+    for row in result["rows"]:
+        if row["why"] == "missing":
+            print(f"  FAIL {row['row']:<52} not measured (baseline {row['baseline_us']:.1f} us)")
+            continue
+        mark = "pass" if row["passed"] else "FAIL"
+        print(f"  {mark} {row['row']:<52} {row['time_us']:10.1f} us vs {row['baseline_us']:10.1f} us "
+              f"({row['change']:+.1%}; limit {row['limit_us'] / row['baseline_us'] - 1:+.1%})")
+    verdict = "PASS" if result["passed"] else f"FAIL: {result['failed']} of {len(result['rows'])} rows"
+    print(f"# {verdict}")
