@@ -9,13 +9,17 @@ A noise profile is JSON measured from repeated `commbench run`s of one command:
    "rows": [{"size_bytes", "in_place", "busbw_gbps": median over runs,
              "run_sigma": robust sd of log(busbw) over runs, "iter_cv": median per-iteration CV}]}
 A generated run draws each row's level from busbw x exp(N(0, run_sigma)) (run-to-run noise),
-then per-iteration samples around it with the measured CV (lognormal); the record's time is the
-samples' median, as the harness reports it.
+then per-iteration samples around it with the measured CV (lognormal), scaled so that their
+median is that level: the record's time is the samples' median, as the harness reports it, and
+run_sigma (measured on reported figures) stays the whole run-to-run noise.
+A profile may also carry "quiet": {"run_sigma", "source"}, the same machine's run-to-run noise
+when it was not shared, with where that figure comes from; `quiet_variant` uses it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -47,29 +51,41 @@ def generate_history(out_dir: str | Path, profile: dict, n_runs: int, *, cluster
                      injection: Injection | None = None, seed: int = 0, iters: int = 20,
                      prefix: str = "synth") -> list[Path]:
     """Write n_runs run directories under out_dir, one hour apart; returns their paths in order."""
-    rng = np.random.default_rng(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return [_write_run(out, profile, index, cluster, injection, rng, iters, prefix) for index in range(1, n_runs + 1)]
+    paths = []
+    for info, records, samples in generate_runs(profile, n_runs, cluster=cluster, injection=injection, seed=seed,
+                                                iters=iters, prefix=prefix):
+        path = out / info["run_id"]
+        path.mkdir(exist_ok=True)
+        (path / "records.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in records), encoding="utf-8")
+        (path / SAMPLES_JSONL).write_text("".join(samples), encoding="utf-8")
+        (path / "run.json").write_text(json.dumps(info), encoding="utf-8")  # last: a run is whole once run.json exists
+        paths.append(path)
+    return paths
 
 
-def _write_run(out: Path, profile: dict, index: int, cluster: str, injection: Injection | None,
-               rng: np.random.Generator, iters: int, prefix: str) -> Path:
-    after = injection is not None and index >= injection.at
-    run_id = f"{prefix}-{cluster}-{index:05d}"
-    path = out / run_id
-    path.mkdir(exist_ok=True)
-    scale = (1 - injection.drop) if after else 1.0
-    records, samples = [], []
-    for row in profile["rows"]:
-        record, times = _row(profile, row, scale, rng, iters)
-        records.append(record)
-        samples.append(samples_line(record, 0, times, [float(np.median(times))] * profile["group_size"]))
-    (path / "records.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in records), encoding="utf-8")
-    (path / SAMPLES_JSONL).write_text("".join(samples), encoding="utf-8")
-    (path / "run.json").write_text(json.dumps(_run_info(run_id, index, cluster, profile, injection if after else None,
-                                                         iters)), encoding="utf-8")
-    return path
+def generate_runs(profile: dict, n_runs: int, *, cluster: str = "synth", injection: Injection | None = None,
+                  seed: int = 0, iters: int = 20, prefix: str = "synth") -> Iterator[tuple[dict, list[dict], list[str]]]:
+    """(run.json, records, samples.jsonl lines) of each generated run, in order, without touching disk."""
+    rng = np.random.default_rng(seed)
+    for index in range(1, n_runs + 1):
+        after = injection is not None and index >= injection.at
+        scale = (1 - injection.drop) if after else 1.0
+        records, samples = [], []
+        for row in profile["rows"]:
+            record, times = _row(profile, row, scale, rng, iters)
+            records.append(record)
+            samples.append(samples_line(record, 0, times, [float(np.median(times))] * profile["group_size"]))
+        run_id = f"{prefix}-{cluster}-{index:05d}"
+        yield _run_info(run_id, index, cluster, profile, injection if after else None, iters), records, samples
+
+
+def quiet_variant(profile: dict) -> dict:
+    """The profile with every row's run-to-run noise set to the quiet-machine figure it records."""
+    quiet = profile["quiet"]
+    return profile | {"rows": [row | {"run_sigma": quiet["run_sigma"]} for row in profile["rows"]],
+                      "measured": profile["measured"] | {"run_sigma_from": quiet["source"]}}
 
 
 def _row(profile: dict, row: dict, scale: float, rng: np.random.Generator, iters: int) -> tuple[dict, list[float]]:
@@ -77,7 +93,8 @@ def _row(profile: dict, row: dict, scale: float, rng: np.random.Generator, iters
     busbw = row["busbw_gbps"] * scale * float(np.exp(rng.normal(0.0, row["run_sigma"])))
     level_us = row["size_bytes"] * factor / (busbw * 1e3)
     sigma = float(np.sqrt(np.log1p(row["iter_cv"] ** 2)))
-    times = (level_us * np.exp(rng.normal(0.0, sigma, iters))).tolist()
+    spread = np.exp(rng.normal(0.0, sigma, iters))
+    times = (level_us * spread / np.median(spread)).tolist()  # median = the level: run_sigma is the whole run-to-run noise
     time_us = float(np.median(times))
     algbw = row["size_bytes"] / (time_us * 1e3)
     record = {
