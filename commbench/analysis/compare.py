@@ -6,8 +6,9 @@ For each row both runs measured (same op, scope, group size, size, dtype, in/out
              and taking the medians (2,000 resamples, fixed seed so a report is reproducible);
   p          Mann-Whitney U, two-sided, on the two runs' per-iteration samples;
   q          Benjamini-Hochberg adjusted p over every tested row of the comparison.
-A row is flagged only when q < alpha (default 0.05) *and* the change is material: |change| above
-the threshold (default 5%). Per-iteration samples inside one run are closer to each other than to
+A row is flagged only when q < alpha (default 0.05), the change is material (|change| above the
+threshold, default 5%) *and* its interval excludes no change (the two tests can disagree on
+heavy-tailed samples; a flag must agree with the interval printed beside it). Per-iteration samples inside one run are closer to each other than to
 another run's, so rank tests alone call most run-to-run jitter significant; the material threshold
 is what keeps two runs of the same command from raising alarms. Rows without samples (older runs,
 imports) get the change only, and are never flagged: there is nothing to test.
@@ -104,6 +105,7 @@ def bootstrap_ratio_interval(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tup
 
 
 def _verdict(row: RowComparison, alpha: float, threshold: float) -> str:
-    if row.q is not None and row.q < alpha and abs(row.time_change) > threshold:
+    excludes_zero = row.ci_low > 0 or row.ci_high < 0  # so the interval shown never contradicts the verdict
+    if row.q is not None and row.q < alpha and abs(row.time_change) > threshold and excludes_zero:
         return "slower" if row.time_change > 0 else "faster"
     return "no significant change"

@@ -1,7 +1,8 @@
 """A row's history across a cluster's runs, and the points where it changed, with their likely cause.
 
 The series: per run of one cluster (ordered by start time), the out-of-place row of one op and
-size (and scope), its busbw. Change points come from ruptures' PELT (least-squares cost) on the
+size (and scope), its busbw. Change points come from ruptures' PELT (least-squares cost: KernelCPD
+with the linear kernel, ruptures' compiled PELT) on the
 log of busbw, scaled by a robust estimate of the run-to-run noise (the median absolute
 difference between neighbouring runs, which a level shift barely moves), with a BIC-like penalty
 of PENALTY_PER_LOG_N x log(n). A change point is kept only when it is also material: the medians
@@ -23,7 +24,7 @@ from commbench.analysis.runs import run_differences
 from commbench.data.rundir import load_run
 from commbench.errors import CommbenchError
 
-PENALTY_PER_LOG_N = 6.0
+PENALTY_PER_LOG_N = 3.0  # 0 false alarms in 1,000 generated flat histories; 2.0 gave 24 (bench/RESULTS-history.md)
 MIN_SEGMENT = 3
 DEFAULT_THRESHOLD = 0.05
 
@@ -88,8 +89,9 @@ def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD
         return []
     noise = _noise_sigma(signal)
     scaled = (signal - np.median(signal)) / noise
-    algo = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(scaled.reshape(-1, 1))
-    ends = algo.predict(pen=penalty_per_log_n * math.log(signal.size))[:-1]
+    # KernelCPD with the linear kernel is PELT on the least-squares cost, in ruptures' C code
+    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT, jump=1).fit(scaled.reshape(-1, 1))
+    ends = [int(end) for end in algo.predict(pen=penalty_per_log_n * math.log(signal.size))[:-1]]
     bounds = [0] + ends + [signal.size]
     kept = []
     for i, start in enumerate(ends, 1):

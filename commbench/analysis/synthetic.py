@@ -69,16 +69,33 @@ def generate_runs(profile: dict, n_runs: int, *, cluster: str = "synth", injecti
                   seed: int = 0, iters: int = 20, prefix: str = "synth") -> Iterator[tuple[dict, list[dict], list[str]]]:
     """(run.json, records, samples.jsonl lines) of each generated run, in order, without touching disk."""
     rng = np.random.default_rng(seed)
+    rows = profile["rows"]
+    base = np.array([row["busbw_gbps"] for row in rows])
+    run_sigma = np.array([row["run_sigma"] for row in rows])
+    iter_sigma = np.sqrt(np.log1p(np.array([row["iter_cv"] for row in rows]) ** 2))
     for index in range(1, n_runs + 1):
         after = injection is not None and index >= injection.at
-        scale = (1 - injection.drop) if after else 1.0
+        busbw = base * ((1 - injection.drop) if after else 1.0) * np.exp(rng.normal(0.0, run_sigma))
+        spread = np.exp(rng.normal(0.0, iter_sigma[:, None], (len(rows), iters)))
         records, samples = [], []
-        for row in profile["rows"]:
-            record, times = _row(profile, row, scale, rng, iters)
+        for row, level, row_spread in zip(rows, busbw, spread):
+            record, times = _row(profile, row, level, row_spread, iters)
             records.append(record)
-            samples.append(samples_line(record, 0, times, [float(np.median(times))] * profile["group_size"]))
+            samples.append(samples_line(record, 0, times, [record["time_us"]] * profile["group_size"]))
         run_id = f"{prefix}-{cluster}-{index:05d}"
         yield _run_info(run_id, index, cluster, profile, injection if after else None, iters), records, samples
+
+
+def generate_series(profile: dict, size_bytes: int, in_place: bool, n_runs: int, *,
+                    injection: Injection | None = None, seed: int = 0) -> list[float]:
+    """One row's busbw over n_runs with the same run-to-run noise as generate_runs, without the runs
+    around it: thousands of histories in a second, for counting false alarms."""
+    (row,) = [row for row in profile["rows"] if (row["size_bytes"], row["in_place"]) == (size_bytes, in_place)]
+    scale = np.ones(n_runs)
+    if injection is not None:
+        scale[injection.at - 1:] = 1 - injection.drop
+    noise = np.random.default_rng(seed).normal(0.0, row["run_sigma"], n_runs)
+    return (row["busbw_gbps"] * scale * np.exp(noise)).tolist()
 
 
 def quiet_variant(profile: dict) -> dict:
@@ -88,25 +105,24 @@ def quiet_variant(profile: dict) -> dict:
                       "measured": profile["measured"] | {"run_sigma_from": quiet["source"]}}
 
 
-def _row(profile: dict, row: dict, scale: float, rng: np.random.Generator, iters: int) -> tuple[dict, list[float]]:
+def _row(profile: dict, row: dict, busbw: float, spread: np.ndarray, iters: int) -> tuple[dict, list[float]]:
+    """The record and per-iteration samples of one row whose busbw this run is `busbw`."""
     factor = 2 * (profile["group_size"] - 1) / profile["group_size"] if profile["op"] == "all_reduce" else 1.0
-    busbw = row["busbw_gbps"] * scale * float(np.exp(rng.normal(0.0, row["run_sigma"])))
     level_us = row["size_bytes"] * factor / (busbw * 1e3)
-    sigma = float(np.sqrt(np.log1p(row["iter_cv"] ** 2)))
-    spread = np.exp(rng.normal(0.0, sigma, iters))
-    times = (level_us * spread / np.median(spread)).tolist()  # median = the level: run_sigma is the whole run-to-run noise
-    time_us = float(np.median(times))
+    times = level_us * spread / np.median(spread)  # median = the level: run_sigma is the whole run-to-run noise
+    time_us = float(level_us)
+    p10, p90 = np.percentile(times, [10, 90])
     algbw = row["size_bytes"] / (time_us * 1e3)
     record = {
         "op": profile["op"], "scope": "world", "group_size": profile["group_size"], "n_groups": 1,
         "size_bytes": row["size_bytes"], "count": row["size_bytes"] // 4, "dtype": "float", "redop": "sum", "root": -1,
         "in_place": row["in_place"], "direction": None, "iters": iters, "warmup": 2, "timer": "host",
-        "time_us": time_us, "time_us_p10": float(np.percentile(times, 10)), "time_us_p90": float(np.percentile(times, 90)),
-        "time_us_min": min(times), "time_us_max": max(times), "cv": float(np.std(times) / np.mean(times)),
+        "time_us": time_us, "time_us_p10": float(p10), "time_us_p90": float(p90),
+        "time_us_min": float(times.min()), "time_us_max": float(times.max()), "cv": float(times.std() / times.mean()),
         "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "busbw_factor": factor,
         "aggregate_busbw_gbps": algbw * factor, "wrong": 0, "slowest_rank": 0,
     }
-    return record, times
+    return record, times.tolist()
 
 
 def _run_info(run_id: str, index: int, cluster: str, profile: dict, injection: Injection | None, iters: int) -> dict:

@@ -1,0 +1,150 @@
+"""The results database: ingest is idempotent and incremental, faults are skipped or refused, SQL is read-only."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from commbench.analysis.synthetic import generate_history, read_profile
+from commbench.data import store
+from commbench.errors import CommbenchError, UsageError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+EXAMPLES = Path(__file__).parent.parent / "results" / "examples"
+PROFILE = read_profile(FIXTURES / "history-noise-profile.json")
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, env=env)
+
+
+def count(db: Path, sql: str) -> int:
+    return store.query(db, sql)[1][0][0]
+
+
+def test_every_kind_of_example_run_is_ingested_and_reingest_changes_nothing(tmp_path):
+    db = tmp_path / "r.duckdb"
+    report = store.ingest(db, [EXAMPLES])
+    assert not report.skipped, report.skipped
+    kinds = {row[0] for row in store.query(db, "SELECT DISTINCT kind FROM runs")[1]}
+    assert {"sweep", "import", "overlap", "pairwise"} <= kinds
+    assert count(db, "SELECT count(*) FROM pairs") > 0
+    assert count(db, "SELECT count(*) FROM records WHERE extra IS NOT NULL") > 0  # overlap's own fields
+    runs, records = count(db, "SELECT count(*) FROM runs"), count(db, "SELECT count(*) FROM records")
+
+    again = store.ingest(db, [EXAMPLES])
+    assert (again.added, again.updated, again.unchanged) == ([], [], runs)
+    assert count(db, "SELECT count(*) FROM records") == records
+
+
+def test_a_changed_run_is_replaced_and_samples_are_loaded(tmp_path):
+    runs = generate_history(tmp_path / "runs", PROFILE, 3, cluster="c1")
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [tmp_path / "runs"])
+    assert count(db, "SELECT count(*) FROM samples") == 3 * len(PROFILE["rows"])
+    assert count(db, "SELECT len(time_us) FROM samples LIMIT 1") == 20
+
+    lines = (runs[1] / "records.jsonl").read_text().splitlines()
+    (runs[1] / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    report = store.ingest(db, [tmp_path / "runs"])
+    assert report.updated == [runs[1].name] and report.unchanged == 2
+    assert count(db, f"SELECT count(*) FROM records WHERE run_id = '{runs[1].name}'") == len(lines) - 1
+
+
+def test_older_runs_without_samples_still_load(tmp_path):
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [EXAMPLES / "example-cpu-2rank"])
+    assert count(db, "SELECT count(*) FROM records") > 0
+    assert count(db, "SELECT count(*) FROM samples") == 0
+
+
+def test_corrupt_and_partial_directories_are_reported_and_skipped(tmp_path):
+    runs = generate_history(tmp_path / "runs", PROFILE, 4, cluster="c1")
+    (runs[0] / "run.json").write_text("{ not json")
+    partial = json.loads((runs[1] / "run.json").read_text()) | {"complete": False, "reason": "rank 3 lost"}
+    (runs[1] / "run.json").write_text(json.dumps(partial))
+    (runs[2] / "records.jsonl").write_text("garbage\n" + (runs[2] / "records.jsonl").read_text())
+    report = store.ingest(tmp_path / "r.duckdb", [tmp_path / "runs"])
+    skipped = dict(report.skipped)
+    assert "unreadable" in skipped[str(runs[0])]
+    assert "partial run" in skipped[str(runs[1])] and "rank 3 lost" in skipped[str(runs[1])]
+    assert sorted(report.added) == [runs[2].name, runs[3].name]  # a bad line costs that line only
+
+
+def test_a_database_from_a_newer_schema_is_refused_in_one_line(tmp_path):
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [EXAMPLES / "example-cpu-2rank"])
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(store.STORE_SCHEMA_VERSION + 1)])
+    con.close()
+    with pytest.raises(UsageError, match="newer commbench"):
+        store.ingest(db, [EXAMPLES / "example-cpu-2rank"])
+    result = cli("db", "sql", "SELECT 1", "--db", str(db))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "newer commbench" in result.stderr
+
+
+def _ingest_in_process(db: str, folder: str) -> None:
+    store.ingest(db, [folder])
+
+
+def test_two_ingests_at_once_lose_nothing(tmp_path):
+    for name in ("a", "b"):
+        generate_history(tmp_path / name, PROFILE, 40, cluster=name)
+    db = str(tmp_path / "r.duckdb")
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_ingest_in_process, args=(db, str(tmp_path / name))) for name in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert count(db, "SELECT count(*) FROM runs") == 80
+    assert count(db, "SELECT count(DISTINCT run_id) FROM records") == 80
+    assert count(db, "SELECT count(*) FROM records") == 80 * len(PROFILE["rows"])
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM runs", "DROP TABLE runs", "INSERT INTO meta VALUES ('x', 'y')", "CREATE TABLE t (a INT)",
+    "COPY runs TO 'out.csv'", "ATTACH 'other.duckdb'", "SELECT 1; DELETE FROM runs",
+])
+def test_db_sql_refuses_statements_that_write(tmp_path, statement):
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [EXAMPLES / "example-cpu-2rank"])
+    result = cli("db", "sql", statement, "--db", str(db))
+    assert result.returncode == 2, result
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert count(db, "SELECT count(*) FROM runs") == 1
+
+
+def test_db_commands_end_to_end(tmp_path):
+    db = tmp_path / "r.duckdb"
+    env = {**os.environ, "COMMBENCH_DB": str(db)}
+    ingest = cli("db", "ingest", str(EXAMPLES / "example-cpu-2rank"), env=env)
+    assert ingest.returncode == 0 and "1 added" in ingest.stdout
+    sql = cli("db", "sql", "SELECT run_id, cluster FROM runs", "--format", "json", env=env)
+    assert json.loads(sql.stdout)[0]["run_id"]
+    export = cli("db", "export", "--parquet", str(tmp_path / "pq"), env=env)
+    assert export.returncode == 0
+    parquet = duckdb.connect().execute(f"SELECT count(*) FROM '{tmp_path / 'pq' / 'records.parquet'}'").fetchall()
+    assert parquet[0][0] > 0
+
+
+def test_missing_database_is_one_line(tmp_path):
+    result = cli("db", "sql", "SELECT 1", "--db", str(tmp_path / "none.duckdb"))
+    assert result.returncode == 2 and "no database" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_that_is_not_a_database_is_one_line(tmp_path):
+    bogus = tmp_path / "bogus.duckdb"
+    bogus.write_text("hello")
+    with pytest.raises(CommbenchError):
+        store.open_read_only(bogus)
