@@ -8,7 +8,9 @@ difference between neighbouring runs, which a level shift barely moves), with a 
 of PENALTY_PER_LOG_N x log(n). A change point is kept only when it is also material: the medians
 of the segments on each side differ by more than the threshold (default 5%), the same threshold
 `compare` uses. Each kept change point names the first run after the change and what its run.json
-changed against the last run before it.
+changed against the run before it; when exactly one run within ATTRIBUTION_WINDOW runs of the
+detected place changed its run.json, that run is taken as the first run after the change
+(`detected_index` keeps the detector's own estimate).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from commbench.errors import CommbenchError
 
 PENALTY_PER_LOG_N = 3.0  # 0 false alarms in 1,000 generated flat histories; 2.0 gave 24 (bench/RESULTS-history.md)
 MIN_SEGMENT = 3
+ATTRIBUTION_WINDOW = 5  # runs either side of a detected change searched for its cause
 DEFAULT_THRESHOLD = 0.05
 
 
@@ -41,6 +44,7 @@ class Point:
 @dataclass
 class ChangePoint:
     index: int                     # 1-based position in the series of the first run after the change
+    detected_index: int            # where the detector alone put it (index may move to a run.json change nearby)
     run_id: str
     before_busbw_gbps: float       # median of the segment before
     after_busbw_gbps: float        # median of the segment after
@@ -114,20 +118,43 @@ def attach_change_points(series: Series, threshold: float = DEFAULT_THRESHOLD) -
     starts = find_change_points(values, threshold)
     bounds = [0] + starts + [len(values)]
     series.change_points = []
+    read = _InfoCache()
     for i, start in enumerate(starts, 1):
         before = float(np.median(values[bounds[i - 1]:start]))
         after = float(np.median(values[start:bounds[i + 1]]))
-        point = series.points[start]
+        index, differences = _attribute(series.points, start, read)
         series.change_points.append(ChangePoint(
-            index=start + 1, run_id=point.run_id, before_busbw_gbps=before, after_busbw_gbps=after,
-            change=after / before - 1, differences=_differences(series.points[start - 1], point)))
+            index=index + 1, detected_index=start + 1, run_id=series.points[index].run_id, before_busbw_gbps=before,
+            after_busbw_gbps=after, change=after / before - 1, differences=differences))
     return series
 
 
-def _differences(before: Point, after: Point) -> list[str]:
-    """run.json differences between two runs; a note instead when a directory is gone."""
-    try:
-        return run_differences(load_run(Path(before.path)).info, load_run(Path(after.path)).info) or [
-            "no recorded difference in versions, environment, nodes, topology or options"]
-    except CommbenchError as exc:
-        return [f"run.json not readable ({exc})"]
+def _attribute(points: list[Point], start: int, read: "_InfoCache") -> tuple[int, list[str]]:
+    """The change's first run and its run.json differences. The detector's estimate is only as
+    sharp as the noise allows, so a run.json change within ATTRIBUTION_WINDOW runs of it, when
+    there is exactly one, is taken as the change's run (the cause pins the place)."""
+    low, high = max(1, start - ATTRIBUTION_WINDOW), min(len(points) - 1, start + ATTRIBUTION_WINDOW)
+    changed = {i: read.differences(points[i - 1], points[i]) for i in range(low, high + 1)}
+    changed = {i: found for i, found in changed.items() if found}
+    index = next(iter(changed)) if len(changed) == 1 else start
+    differences = changed.get(index) or ["no recorded difference in versions, environment, nodes, topology or options"]
+    nearby = [f"also run {i + 1}: {'; '.join(found)}" for i, found in changed.items() if i != index]
+    return index, differences + nearby
+
+
+class _InfoCache:
+    """run.json of each run, read once per history."""
+
+    def __init__(self):
+        self._infos: dict[str, object] = {}
+
+    def differences(self, before: Point, after: Point) -> list[str]:
+        try:
+            return run_differences(self._info(before.path), self._info(after.path))
+        except CommbenchError as exc:
+            return [f"run.json not readable ({exc})"]
+
+    def _info(self, path: str):
+        if path not in self._infos:
+            self._infos[path] = load_run(Path(path)).info
+        return self._infos[path]

@@ -65,7 +65,8 @@ def _print(series) -> None:
         mark = "  <- change" if number in starts else ""
         print(f"  {number:5d}  {point.created:<19}  {point.run_id:<40} {point.busbw_gbps:10.4f} GB/s{mark}")
     for change in series.change_points:
-        print(f"# change at run {change.index} ({change.run_id}): busbw {change.before_busbw_gbps:.4g} -> "
+        detected = f" (detected at run {change.detected_index})" if change.detected_index != change.index else ""
+        print(f"# change at run {change.index} ({change.run_id}){detected}: busbw {change.before_busbw_gbps:.4g} -> "
               f"{change.after_busbw_gbps:.4g} GB/s ({change.change:+.1%})")
         for difference in change.differences:
             print(f"#   {difference}")
