@@ -4,7 +4,7 @@
 - no import cycle in commbench/ or dashboard/ (imports inside functions count: they run too);
 - the dashboard never imports commbench.commands; commbench imports dashboard only from the
   dashboard command;
-- commbench.modeling, commbench.data and commbench.traces never import torch (the trace demo,
+- commbench.modeling, commbench.data, commbench.traces and commbench.analysis never import torch (the trace demo,
   which trains a model to produce a trace, is the one exception);
 - a measuring driver never imports another driver;
 - README's "Layout of the code" names every module and package under commbench/ and
@@ -27,7 +27,7 @@ from commbench import ops
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("commbench", "dashboard")
-TORCH_FREE = ("commbench.modeling", "commbench.data", "commbench.traces")
+TORCH_FREE = ("commbench.modeling", "commbench.data", "commbench.traces", "commbench.analysis")
 TORCH_ALLOWED_IN = ("commbench.traces.demo",)  # trains a small DDP model to produce a trace
 DASHBOARD_COMMAND = "commbench.commands.dashboard"
 DRIVERS = ("commbench.measure.sweep", "commbench.measure.pairwise", "commbench.measure.overlap")
