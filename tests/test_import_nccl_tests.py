@@ -235,6 +235,21 @@ def test_a_row_on_a_last_line_cut_without_its_newline_is_not_trusted():
     assert any("unreadable" in warning and "lines 6" in warning for warning in run.info.warnings)
 
 
+@pytest.mark.parametrize(
+    ("before", "prefix", "created"),
+    [
+        ("Started: 2024-05-01 10:00:00", "", "2024-05-01T10:00:00"),  # a batch script's line
+        ("", "2024-05-01T10:00:07Z ", "2024-05-01T10:00:07"),  # a logger's timestamp on every line
+        ("", "", "unknown"),  # nothing in the log says when: not the file's or the importer's time
+    ],
+)
+def test_created_comes_from_the_log_or_is_unknown(before, prefix, created):
+    lines = [before] + [prefix + line for line in ALL_REDUCE_LOG.read_text().splitlines()]
+    (run,) = parse_text("\n".join(lines) + "\n", source="dated.log")
+    assert run.info.created == created
+    assert len(run.records) == 50
+
+
 def test_cputime_and_timestamp_columns_are_read_by_name():
     # -C 1 prints cputime instead of time; -S 1 ends each row with its local time, which dates the run
     names = "  cputime   algbw   busbw  #wrong"

@@ -81,16 +81,12 @@ def factor_fits(op: str, rows: list[Measurement], ranks: int) -> bool:
 
 
 def _layout_fits(shape: OpShape, facts: RunFacts) -> bool:
-    columns = set(facts.columns) if facts.columns else {"redop", "root"}
+    """Reductions print an op, the others `none`; rooted ones a root >= 0, the others -1. A column
+    the layout lacks reads as `none` / -1 (the reader's defaults), which is what it meant."""
     redops = {row.redop for row in facts.measurements}
     roots = {row.root for row in facts.measurements}
-    if shape.reduces:
-        layout_ok = "redop" in columns and "none" not in redops
-    else:
-        layout_ok = "redop" not in columns or redops <= {"none"}
-    if shape.rooted:
-        return layout_ok and "root" in columns and min(roots) >= 0
-    return layout_ok and ("root" not in columns or roots == {-1})
+    layout_ok = "none" not in redops if shape.reduces else redops <= {"none"}
+    return layout_ok and (min(roots) >= 0 if shape.rooted else roots == {-1})
 
 
 def _numbers_fit(op: str, shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
