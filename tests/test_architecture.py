@@ -10,7 +10,8 @@
 - README's "Layout of the code" names every module and package under commbench/ and
   commbench/measure/, and nothing that is not there;
 - one home per op fact: every op commbench measures has a declaration in collectives/ and vice
-  versa; the network model and the nccl-tests reader hold no busbw factor table of their own.
+  versa; the declarations, the network model and the nccl-tests reader take the busbw factor from
+  ops.py, and no module but ops.py spells a ring formula (n - 1) / n.
 Imports under `if TYPE_CHECKING:` are left out: they never run.
 """
 
@@ -203,6 +204,15 @@ def test_collective_declarations_take_factors_from_ops(factor_42):
     from commbench.collectives.base import OUT_OF_PLACE
 
     assert get_collective("all_reduce").busbw_factor(8, OUT_OF_PLACE) == 42.0
+
+
+def test_no_busbw_formula_outside_ops():
+    """A second factor table would spell (n - 1) / n again: only ops.py may."""
+    ring = re.compile(r"\((\w+) - 1\) / \1\b")
+    offenders = sorted(name for name, path in all_modules().items() if name != "commbench.ops"
+                       and any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and ring.search(ast.unparse(node))
+                               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    assert not offenders, f"busbw formulas outside commbench/ops.py: {offenders}"
 
 
 def test_the_nccl_tests_reader_takes_factors_from_ops(factor_42):
