@@ -103,5 +103,5 @@ def _plan(spec: PlanSpec) -> PlanView:
         network=planner.cluster.cost.describe(), execution=planner.job.execution.name,
         slowdown_intra=planner.cluster.slowdown_intra, slowdown_inter=planner.cluster.slowdown_inter,
         capacity_bytes=planner.cluster.system.processor.memory_bytes,
-        warnings=list(getattr(planner.cluster.cost, "warnings", [])), planner=planner,
+        warnings=planner.warnings(), planner=planner,
     )

@@ -99,22 +99,17 @@ def _named(planner, name: str | None):
     return Planner(job, planner.cluster, planner.space)
 
 
-def _warnings(planner) -> list:
-    """What the model leaves out, then what the measured network lookups said while pricing."""
-    return list(planner.job.model.notes) + list(getattr(planner.cluster.cost, "warnings", []))
-
-
 def main(args) -> int:
     from commbench.modeling.spec import build_planner
 
     spec = spec_from_args(args)
-    planner = _named(build_planner(spec), getattr(args, "name", None))
+    planner = _named(build_planner(spec), args.name)
     if args.layout:
         return _one_layout(planner, args)
     from commbench.modeling.planner import explain
 
     ranking = planner.rank(spec.top)
-    warnings = _warnings(planner)  # after ranking: measured lookups warn while pricing
+    warnings = planner.warnings()  # after ranking: measured lookups warn while pricing
     if args.json:
         print(json.dumps({
             "model": planner.job.model.describe(), "model_figures": model_figures(planner.job),
@@ -134,7 +129,7 @@ def _one_layout(planner, args) -> int:
 
     layout = parse_layout(args.layout, planner.cluster.gpus)
     result, reason = planner.evaluate_layout(layout)
-    warnings = _warnings(planner) + result.notes  # after pricing: measured lookups warn while pricing
+    warnings = planner.warnings() + result.notes  # after pricing: measured lookups warn while pricing
     if args.timeline:
         with open(args.timeline, "w", encoding="utf-8") as handle:
             json.dump(result.timeline, handle)

@@ -38,8 +38,14 @@ class Placement:
 
 
 class CollectiveCost(Protocol):
+    warnings: list[str]  # what the reader should know about the prices given so far (a measured table's gaps)
+
     def time_s(self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement) -> float | np.ndarray:
         """Seconds one collective of `op` on `group_size` ranks placed as `placement` takes."""
+        ...
+
+    def describe(self) -> str:
+        """Where the prices come from, in one line."""
         ...
 
 
@@ -72,6 +78,7 @@ class PresetNetwork:
 
     def __init__(self, system: System):
         self.system = system
+        self.warnings: list[str] = []  # a preset's documented figures price every collective
         self._busbw = {
             "intra": system.intra.busbw_per_rank(system.gpus_per_node),
             "inter": system.inter.busbw_per_rank(system.gpus_per_node),

@@ -98,6 +98,11 @@ class Planner:
         self.space = space or SearchSpace()
         self.step_model = StepModel(job, cluster)
 
+    def warnings(self) -> list[str]:
+        """What the model leaves out, then what the collective prices said so far (a measured
+        table's gaps show while pricing: ask after ranking or evaluating)."""
+        return list(self.job.model.notes) + list(self.cluster.cost.warnings)
+
     # enumeration ---------------------------------------------------------------------------
     def _shapes(self) -> list[tuple[int, int, int, int, int, int]]:
         """(tp, pp, cp, dp, ep, vpp) combinations that divide the model and the cluster."""
