@@ -268,6 +268,24 @@ def test_cputime_and_timestamp_columns_are_read_by_name():
     assert run.info.created == "2025-01-02T03:04:05"
 
 
+def test_alltoallv_perf_output_is_its_own_collective():
+    """No real alltoallv_perf log was found (see real/SOURCES.md): this one is the real GB300
+    alltoall log with the binary renamed, which is how alltoallv_perf prints (src/alltoallv.cu
+    times through the same TimeTest, busbw = algbw x (n-1)/n) plus its '#   rank=' summary."""
+    real = Path(__file__).parent / "fixtures" / "nccl_tests" / "real" / "gb300_alltoall_4runs_elided_ranks.md"
+    text = real.read_text().replace("alltoall_perf", "alltoallv_perf").replace(
+        "# Truncated", "#   rank=0 send_bytes=8589934592 recv_bytes=8589934592 alg_bw=833.31 bus_bw=624.98\n# Truncated", 1
+    )
+    runs = parse_text(text, source="alltoallv.md")
+    assert [run.records[0].op for run in runs] == ["all_to_allv"] * 4
+    first = runs[0]
+    assert (first.info.world_size, first.records[0].busbw_factor, first.info.warnings) == (4, 0.75, [])
+    # the table alone cannot tell alltoallv from alltoall, so an unnamed one needs --op to be called so
+    unnamed = "".join(line + "\n" for line in text.splitlines() if "alltoallv_perf" not in line)
+    assert {run.records[0].op for run in parse_text(unnamed, source="a.md")} == {"all_to_all"}
+    assert {run.records[0].op for run in parse_text(unnamed, source="a.md", op="alltoallv")} == {"all_to_allv"}
+
+
 def test_a_log_that_does_not_name_its_op_needs_op(tmp_path):
     anonymous = tmp_path / "h100_run3.log"
     anonymous.write_text(ALL_GATHER_LOG.read_text())
