@@ -19,6 +19,7 @@ COMMANDS = {
     "trace": "trace",
     "estimate": "estimate",
     "plan": "plan",
+    "calibrate": "calibrate",
     "submit": "submit",
     "jobs": "jobs",
     "dashboard": "dashboard",

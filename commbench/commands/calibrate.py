@@ -1,0 +1,225 @@
+"""Measure this device's compute and write it as a processor description that `plan --processor` reads.
+
+Times, on one CUDA GPU or on this CPU (commbench/measure/calibrate.py says exactly how):
+  GEMMs over a grid of (M, N, K) in each dtype asked (bf16 and fp16 on CUDA, fp32 on CPU);
+  causal attention forward and backward for each SDPA backend that runs here (flash,
+  memory-efficient, cuDNN, math) over (sequence, heads, head dim); elementwise kernels (copy, add,
+  GELU, LayerNorm, softmax) as bytes per second; the cost of one tiny kernel; an AdamW step.
+CUDA events time GPU work; the host clock times CPU work.
+
+The output is a processor JSON in the format of commbench/modeling/presets/processor-*.json:
+every figure {"value": ..., "source": "measured on HOST at TIME by commbench VERSION: how"},
+with the raw timings under "measurements". Fractions are of the fastest GEMM measured unless
+--peak-flops gives a datasheet peak.
+
+  commbench calibrate --quick                       about a minute on a small CPU
+  commbench calibrate --out h100-node.json          full grid on this node's GPU
+  commbench plan --model llama2-7b --gpus 8 --processor h100-node.json ...
+  commbench submit --command calibrate --nodes 4 --ntasks-per-node 1 --gpus-per-node 1 -- --quick
+        one task per node: each node type calibrated where it runs (JOB_DIR/processor-HOST.json)
+
+--out may be a folder: the file is then FOLDER/processor-HOST.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from pathlib import Path
+
+from commbench.errors import UsageError
+
+HELP = "measure this device's GEMM, attention, elementwise, launch and optimizer rates into a processor JSON"
+
+DEVICES = ("auto", "cpu", "cuda")
+ALL_DTYPES = ("fp32", "bf16", "fp16")
+SUPPORTED = {"cpu": ("fp32",), "cuda": ("bf16", "fp16", "fp32")}
+LIMITS = {"gemm": (1, 65536), "seq": (16, 131072), "heads": (1, 256), "head_dim": (8, 256)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to measure")
+    what.add_argument("--device", choices=DEVICES, default="auto", help="cuda, cpu, or auto: the GPU if there is one")
+    what.add_argument("--dtype", default=None, metavar="LIST",
+                      help="comma-separated GEMM dtypes: fp32, bf16, fp16 (default: bf16,fp16 on CUDA, fp32 on CPU)")
+    what.add_argument("--quick", action="store_true", help="a small grid (about a minute on a 2-core CPU)")
+    what.add_argument("--gemm-dims", default=None, metavar="LIST",
+                      help="values M, N and K each take (the grid is every combination), e.g. 256,1024,4096")
+    what.add_argument("--gemm-shapes", default=None, metavar="MxNxK,...", help="extra GEMM shapes to time")
+    what.add_argument("--attention", default=None, metavar="SxHxD,...",
+                      help="attention shapes: sequence x heads x head dim, e.g. 2048x16x128")
+    what.add_argument("--repeats", type=int, default=None, help="timed runs per figure (its median is kept)")
+    what.add_argument("--threads", type=int, default=None, help="CPU threads torch uses (default: torch's)")
+    what.add_argument("--peak-flops", type=float, default=None,
+                      help="datasheet peak FLOP/s to take fractions of (default: the fastest GEMM measured)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, metavar="FILE|DIR", help="where to write (default processor-HOST.json)")
+    out.add_argument("--json", action="store_true", help="print the processor JSON on stdout")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    request = checked_request(args)
+    out = writable_output(args.out, request["host"])
+    from commbench.measure import calibrate as measuring
+
+    if args.threads:
+        measuring.torch.set_num_threads(args.threads)
+    device = measuring.torch.device(request["device"])
+    grid = request["grid"]
+    with _Progress(not args.no_progress, measuring.steps(grid, request["dtypes"])) as progress:
+        measurements = measuring.measure(device, request["dtypes"], grid, progress.advance)
+    description = describe(measurements, measuring.device_facts(device), request["host"], args.peak_flops)
+    out.write_text(json.dumps(description, indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        json.dump(description, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print_summary(description, out)
+    return 0
+
+
+def describe(measurements: dict, facts: dict, host: str, peak_flops: float | None) -> dict:
+    from commbench import __version__
+    from commbench.data.rundir import utc_now
+    from commbench.measure.processor_json import processor_json
+
+    try:
+        return processor_json(measurements, facts, host, utc_now(), __version__, peak_flops)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def checked_request(args: argparse.Namespace) -> dict:
+    """Everything asked, checked before any measuring starts (bad input: one line, exit 2)."""
+    device = resolve_device(args.device)
+    dtypes = parse_dtypes(args.dtype, device)
+    from commbench.measure.calibrate import GRIDS  # torch is needed from here on anyway
+
+    grid = GRIDS[(device, "quick" if args.quick else "full")]
+    changes = {}
+    if args.gemm_dims:
+        changes["gemm_dims"] = tuple(bounded(int_item(item, "--gemm-dims"), "gemm", "--gemm-dims")
+                                     for item in split(args.gemm_dims, "--gemm-dims"))
+    if args.gemm_shapes:
+        changes["gemm_shapes"] = tuple(shape(item, "--gemm-shapes", ("gemm", "gemm", "gemm"))
+                                       for item in split(args.gemm_shapes, "--gemm-shapes"))
+    if args.attention:
+        changes["attention"] = tuple(shape(item, "--attention", ("seq", "heads", "head_dim"))
+                                     for item in split(args.attention, "--attention"))
+    if args.repeats is not None:
+        if not 1 <= args.repeats <= 1000:
+            raise UsageError(f"--repeats must be 1 to 1000, not {args.repeats}")
+        changes["repeats"] = args.repeats
+    if args.threads is not None and not 1 <= args.threads <= 1024:
+        raise UsageError(f"--threads must be 1 to 1024, not {args.threads}")
+    if args.peak_flops is not None and not 0 < args.peak_flops < 1e19:
+        raise UsageError(f"--peak-flops must be a positive FLOP/s figure, not {args.peak_flops}")
+    from dataclasses import replace
+
+    return {"device": device, "dtypes": dtypes, "grid": replace(grid, **changes), "host": socket.gethostname()}
+
+
+def resolve_device(asked: str) -> str:
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if asked == "cuda" and not has_gpu:
+        raise UsageError("--device cuda: no CUDA device here (torch.cuda.is_available() is false)")
+    if asked == "auto":
+        return "cuda" if has_gpu else "cpu"
+    return asked
+
+
+def parse_dtypes(text: str | None, device: str) -> tuple[str, ...]:
+    if text is None:
+        return ("bf16", "fp16") if device == "cuda" else ("fp32",)
+    dtypes = tuple(dict.fromkeys(split(text, "--dtype")))
+    for dtype in dtypes:
+        if dtype not in ALL_DTYPES:
+            raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(ALL_DTYPES)}")
+        if dtype not in SUPPORTED[device]:
+            raise UsageError(f"--dtype {dtype}: not calibrated on {device} (there: {', '.join(SUPPORTED[device])})")
+    return dtypes
+
+
+def split(text: str, flag: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{flag}: empty list")
+    return items
+
+
+def int_item(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a whole number") from None
+
+
+def bounded(value: int, kind: str, flag: str) -> int:
+    low, high = LIMITS[kind]
+    if not low <= value <= high:
+        raise UsageError(f"{flag}: {value} is out of range ({kind} {low} to {high})")
+    return value
+
+
+def shape(text: str, flag: str, kinds: tuple[str, ...]) -> tuple[int, ...]:
+    parts = text.lower().split("x")
+    if len(parts) != len(kinds):
+        raise UsageError(f"{flag}: {text!r} is not {'x'.join(k.upper() for k in kinds)}")
+    return tuple(bounded(int_item(part, flag), kind, flag) for part, kind in zip(parts, kinds))
+
+
+def writable_output(out: str | None, host: str) -> Path:
+    """The file to write, proven writable now rather than after minutes of measuring."""
+    path = Path(out or f"processor-{host}.json")
+    if path.is_dir():
+        path = path / f"processor-{host}.json"
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--out {path}: cannot write there ({getattr(error, 'strerror', None) or error})") from None
+    if not existed:
+        path.unlink()
+    return path
+
+
+def print_summary(description: dict, out: Path) -> None:
+    from commbench.measure.processor_json import summary_lines
+
+    for line in summary_lines(description):
+        print(line)
+    print(f"written to {out} (commbench plan --processor {out})")
+
+
+class _Progress:
+    """A rich progress bar on stderr, only on a terminal."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task("calibrating", total=total)
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def advance(self, description: str) -> None:
+        if self.bar:
+            self.bar.update(self.task, advance=1, description=description)
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.stop()
+        return False
