@@ -11,4 +11,6 @@ Drivers, peers that never import each other (the command chooses one):
   overlap.py    a GEMM beside a collective
 Starting ranks: launch.py (torchrun, srun, local), worker.py (the one rank entry point and the
 driver registry), slurm.py (`commbench submit` / `jobs`).
+Not on ranks: calibrate.py times one device's compute for `commbench calibrate`, and
+processor_json.py (no torch) turns those timings into a processor description.
 """
