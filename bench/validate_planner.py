@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import statistics
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,8 +48,8 @@ sys.path.insert(0, str(REPO / "tests"))  # the emulated cluster: tests/cluster/e
 sys.path.insert(0, str(BENCH / "validation"))
 
 from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
-from layouts import PARALLEL_LAYOUTS  # noqa: E402
-from predict import predict, processor_preset_json  # noqa: E402
+from layouts import PARALLEL_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
+from predict import ABLATIONS, predict  # noqa: E402
 
 from commbench.data.slowdown import measured_slowdown  # noqa: E402
 
@@ -78,11 +79,43 @@ def torchrun_per_node(cluster: EmulatedCluster, program: list[str], log: Path, t
     return results[0][1]
 
 
+def on_every_node(cluster: EmulatedCluster, command_for, log: Path, timeout: float) -> None:
+    """command_for(node index) on every node at once (sharing the cores as the training ranks do)."""
+    commands = [command_for(i) for i in range(len(cluster.nodes))]
+    command = commands[0]
+    procs = [cluster.node(i).popen(commands[i], env={"OMP_NUM_THREADS": "1"}, cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True) for i in range(len(cluster.nodes))]
+    results = wait_procs(procs, timeout)
+    with open(log, "a", encoding="utf-8") as handle:
+        for node, (code, out, _) in enumerate(results):
+            handle.write(f"--- node {node}: {' '.join(command[1:4])} ... exit {code}\n{out}\n")
+    failed = [node for node, (code, _, _) in enumerate(results) if code != 0]
+    if failed:
+        raise SystemExit(f"{command[1:4]} failed on node(s) {failed}; see {log}")
+
+
+def machine_state(work: Path, moment: str) -> None:
+    """Load and commit with the figures: the machine is shared, and the model may move."""
+    state_file = work / "machine.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    state[moment] = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
+                     "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+                     "host": socket.gethostname(), "cores": os.cpu_count()}
+    state_file.write_text(json.dumps(state, indent=1))
+
+
 def measure(args, work: Path) -> None:
-    """The bandwidth table, then `--rounds` rounds of training, on one emulated cluster."""
+    """`commbench calibrate --quick` and the bandwidth table, then `--rounds` rounds of training, on one emulated cluster."""
     log = work / "measure.log"
+    machine_state(work, "start")
     # node names in /etc/hosts while it runs: gloo and c10d look them up
     with EmulatedCluster(nodes=2, rate=args.rate, etc_hosts=True) as cluster:
+        start = time.monotonic()
+        on_every_node(cluster, lambda node: [sys.executable, "-m", "commbench", "calibrate", "--quick", "--threads", "1",
+                                             "--no-progress", "--out", str(work / f"quick-node{node}.json")],
+                      log, timeout=300)
+        print(f"commbench calibrate --quick on every node in {time.monotonic() - start:.0f} s", flush=True)
         start = time.monotonic()
         # one rank per node: the inter-node scope is the only one; sizes x4 apart keep it to about a minute
         torchrun_per_node(cluster, ["-m", "commbench", "run", "--ops", BANDWIDTH_OPS, "--scopes", "inter", "-b", "2K",
@@ -101,54 +134,78 @@ def measure(args, work: Path) -> None:
                                                  "--out", str(work / f"training-{round_index}.json")], log, timeout=900)
             print("".join(f"  {line}\n" for line in output.splitlines() if line.startswith(TRAINING_LINE)), end="")
             print(f"training round {round_index + 1}/{args.rounds} in {time.monotonic() - start:.0f} s", flush=True)
+    machine_state(work, "end")
 
 
-def compare(work: Path) -> dict:
-    """Per layout: measured step time and predictions, medians over rounds.
+# column -> how predict() is called for it (the first is the primary figure)
+VARIANTS = {
+    "predicted": {},  # torch-eager, each layout's own calibrations
+    "predicted_pooled": {"processors": "pooled"},  # one processor from every calibration of the round
+    "predicted_quick": {"processors": "quick"},  # the `commbench calibrate --quick` file of node 0
+    "predicted_megatron": {"execution": "megatron"},
+}
+VARIANT_LABELS = {
+    "predicted": "torch-eager execution, processor calibrated around each layout's steps",
+    "predicted_pooled": "torch-eager execution, one processor from every calibration of the round",
+    "predicted_quick": "torch-eager execution, the processor `commbench calibrate --quick` wrote before training",
+    "predicted_megatron": "megatron execution, processor calibrated around each layout's steps",
+}
 
-    `predicted` uses the processor calibrated around the layout's own steps; `predicted_pooled` one
-    processor from every calibration of the round (all layouts), as a user with one measurement would;
-    `predicted_megatron` the first with the Megatron execution instead of torch-eager.
-    """
+
+def variants(work: Path, ablations: tuple[str, ...]) -> dict[str, dict]:
+    chosen = {name: kwargs for name, kwargs in VARIANTS.items()
+              if name != "predicted_quick" or (work / "quick-node0.json").exists()}
+    chosen.update({f"without_{name}": {"ablate": (name,)} for name in ablations})
+    return chosen
+
+
+def compare(work: Path, ablations: tuple[str, ...] = ()) -> dict:
+    """Per layout: measured step time and predictions (medians over rounds, and each round's error);
+    MAPE over the parallel layouts for every variant, and per round for the primary one."""
     rounds = [json.loads(path.read_text()) for path in sorted(work.glob("training-*.json"))]
     if not rounds:
         raise SystemExit(f"{work}: no training-*.json; run without --predict-only first")
     # work directories measured before the overlap step have none: the step model's default then
     slowdown = measured_slowdown(work / "overlap") if (work / "overlap").is_dir() else None
-    rows, processors, warnings = {}, [], {}
+    quick_file = work / "quick-node0.json"
+    quick = json.loads(quick_file.read_text()) if quick_file.exists() else None
+    chosen = variants(work, ablations)
+    rows, warnings = {}, {}
     for index, training in enumerate(rounds):
-        processor_dir = work / f"processors-{index}"
-        own_processors, own, own_warnings = predict(training, work / "bandwidth", processor_dir, slowdown=slowdown)
-        _, pooled, _ = predict(training, work / "bandwidth", processor_dir, pooled=True, slowdown=slowdown)
-        _, megatron, _ = predict(training, work / "bandwidth", processor_dir, execution="megatron", slowdown=slowdown)
-        processors.append({name: processor_preset_json(proc) for name, proc in own_processors.items()})
-        for name, messages in own_warnings.items():
-            warnings.setdefault(name, set()).update(messages)
-        for name, result in own.items():
-            row = rows.setdefault(name, {"planner_layout": training["layouts"][name]["planner_layout"], "measured_s": [],
-                                         "predicted_s": [], "predicted_pooled_s": [], "predicted_megatron_s": [],
-                                         "load_average": [], "categories": []})
-            row["measured_s"].append(training["layouts"][name]["median_step_s"])
-            row["predicted_s"].append(result.step_s)
-            row["predicted_pooled_s"].append(pooled[name].step_s)
-            row["predicted_megatron_s"].append(megatron[name].step_s)
-            row["load_average"] += training["layouts"][name]["load_average"]
-            row["categories"].append(result.categories)
+        for variant, kwargs in chosen.items():
+            _, results, messages = predict(training, work / "bandwidth", work / "processors" / str(index),
+                                           slowdown=slowdown, quick=quick, **kwargs)
+            for name, result in results.items():
+                row = rows.setdefault(name, {"planner_layout": training["layouts"][name]["planner_layout"],
+                                             "measured_s": [], "load_average": [], "categories": []})
+                row.setdefault(f"{variant}_s", []).append(result.step_s)
+                if variant == "predicted":
+                    row["measured_s"].append(training["layouts"][name]["median_step_s"])
+                    row["load_average"] += training["layouts"][name]["load_average"]
+                    row["categories"].append(result.categories)
+                    warnings.setdefault(name, set()).update(messages[name])
     for row in rows.values():
         row["measured"] = statistics.median(row["measured_s"])
-        for key in ("predicted", "predicted_pooled", "predicted_megatron"):
-            row[key] = statistics.median(row[f"{key}_s"])
-            row[f"{key}_error_pct"] = 100 * (row[key] - row["measured"]) / row["measured"]
+        for variant in chosen:
+            row[variant] = statistics.median(row[f"{variant}_s"])
+            row[f"{variant}_error_pct"] = 100 * (row[variant] - row["measured"]) / row["measured"]
+        row["round_errors_pct"] = [100 * (p - m) / m for p, m in zip(row["predicted_s"], row["measured_s"])]
         row["breakdown"] = {key: statistics.median(c[key] for c in row["categories"]) for key in row["categories"][0]}
         del row["categories"]
     in_mape = [name for name in PARALLEL_LAYOUTS if name in rows]
 
-    def mape(key: str) -> float | None:
-        return statistics.fmean(abs(rows[name][f"{key}_error_pct"]) for name in in_mape) if in_mape else None
+    def mape(variant: str, names=in_mape) -> float | None:
+        return statistics.fmean(abs(rows[name][f"{variant}_error_pct"]) for name in names) if names else None
 
-    return {"rows": rows, "mape_pct": mape("predicted"), "mape_pooled_pct": mape("predicted_pooled"),
-            "mape_megatron_pct": mape("predicted_megatron"),
-            "layouts_in_mape": in_mape, "rounds": len(rounds), "processors": processors,
+    per_round = [statistics.fmean(abs(rows[name]["round_errors_pct"][r]) for name in in_mape)
+                 for r in range(len(rounds))] if in_mape else []
+    unseen = [name for name in in_mape if name in UNSEEN_LAYOUTS]
+    return {"rows": rows, "mape_pct": {variant: mape(variant) for variant in chosen},
+            "mape_unseen_layouts_pct": mape("predicted", unseen), "unseen_layouts": unseen,
+            "mape_per_round_pct": per_round,
+            "mape_round_spread_pct": [min(per_round), max(per_round)] if per_round else None,
+            "mape_round_stdev_pct": statistics.stdev(per_round) if len(per_round) > 1 else None,
+            "layouts_in_mape": in_mape, "rounds": len(rounds), "ablations": list(ablations),
             "overlap_slowdown": slowdown,
             "warnings": {name: sorted(messages) for name, messages in warnings.items() if messages},
             "config": {key: rounds[0][key] for key in ("model", "global_batch", "pp_micro_batches", "warmup", "steps",
@@ -156,31 +213,41 @@ def compare(work: Path) -> dict:
 
 
 def markdown_table(summary: dict) -> str:
-    lines = ["| layout | planner layout | measured step (s) | predicted (s) | error | predicted, one processor (s) | error "
-             "| predicted, megatron execution (s) | error | predicted breakdown (s) | load avg |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    shown = [variant for variant in VARIANTS if variant in summary["mape_pct"] and variant != "predicted"]
+    lines = ["| layout | planner layout | measured step (s) | predicted (s) | error | error per round | "
+             + " | ".join(f"{variant.removeprefix('predicted_')} (s) | error" for variant in shown)
+             + " | predicted breakdown (s) | load avg |",
+             "|---|---|---:|---:|---:|---|" + "---:|---:|" * len(shown) + "---|---:|"]
     for name, row in summary["rows"].items():
         parts = ", ".join(f"{key} {value:.3f}" for key, value in
                           sorted(row["breakdown"].items(), key=lambda item: -item[1]) if value >= 0.0005)
         load = f"{min(row['load_average']):.1f}-{max(row['load_average']):.1f}"
         label = name if name in PARALLEL_LAYOUTS else f"{name} (diagnostic)"
+        label += " (unseen)" if name in UNSEEN_LAYOUTS else ""
+        rounds = " / ".join(f"{error:+.1f}%" for error in row["round_errors_pct"])
+        others = "".join(f" {row[v]:.3f} | {row[f'{v}_error_pct']:+.1f}% |" for v in shown)
         lines.append(f"| {label} | `{row['planner_layout']}` | {row['measured']:.3f} | {row['predicted']:.3f} | "
-                     f"{row['predicted_error_pct']:+.1f}% | {row['predicted_pooled']:.3f} | "
-                     f"{row['predicted_pooled_error_pct']:+.1f}% | {row['predicted_megatron']:.3f} | "
-                     f"{row['predicted_megatron_error_pct']:+.1f}% | {parts} | {load} |")
+                     f"{row['predicted_error_pct']:+.1f}% | {rounds} |{others} {parts} | {load} |")
     layouts = ", ".join(summary["layouts_in_mape"])
     slowdown = summary.get("overlap_slowdown")
     lines.append("\nCompute slowdown under overlapping communication: " + (
         f"{slowdown:.1%} (measured by `commbench overlap` on this cluster)" if slowdown is not None
         else "the step model's default (this work directory has no overlap run)"))
-    for label, key in (("torch-eager execution, processor calibrated around each layout's steps", "mape_pct"),
-                       ("torch-eager execution, one processor for all layouts", "mape_pooled_pct"),
-                       ("megatron execution, processor calibrated around each layout's steps", "mape_megatron_pct")):
-        value = summary[key]
+    for variant, value in summary["mape_pct"].items():
         if value is None:  # only the diagnostic layout was trained
             continue
+        label = VARIANT_LABELS.get(variant) or f"as the first, without {ABLATIONS[variant.removeprefix('without_')]}"
         verdict = "meets" if value <= GOAL_MAPE else "misses"
         lines.append(f"\nMAPE over {layouts} ({label}): **{value:.1f}%** ({verdict} the goal of <= {GOAL_MAPE:.0f}%)")
+    if summary["mape_per_round_pct"]:
+        per_round = ", ".join(f"{value:.1f}%" for value in summary["mape_per_round_pct"])
+        low, high = summary["mape_round_spread_pct"]
+        stdev = summary["mape_round_stdev_pct"]
+        lines.append(f"\nMAPE per round (primary figure, each round's own measured and predicted steps): {per_round}; "
+                     f"spread {low:.1f}-{high:.1f}%" + (f", standard deviation {stdev:.1f} points" if stdev else ""))
+    if summary["unseen_layouts"]:
+        lines.append(f"\nMAPE over the unseen layouts ({', '.join(summary['unseen_layouts'])}): "
+                     f"{summary['mape_unseen_layouts_pct']:.1f}%")
     return "\n".join(lines)
 
 
@@ -195,6 +262,9 @@ def main() -> int:
     parser.add_argument("--max-bytes", default="32M", help="largest collective size measured (default 32M)")
     parser.add_argument("--work", help="folder for measurements and results (default: a new temporary one)")
     parser.add_argument("--predict-only", action="store_true", help="reuse the measurements already in --work")
+    parser.add_argument("--ablate", default="", metavar="LIST",
+                        help="also predict without each of these measured inputs (comma-separated, or 'all'): "
+                             + "; ".join(f"{name}: {what}" for name, what in ABLATIONS.items()))
     args = parser.parse_args()
     args.train_args = [item for flag in ("layouts", "steps", "warmup", "repeats", "hidden", "layers", "heads", "vocab",
                                          "seq_len", "global_batch", "pp_micro_batches")
@@ -202,13 +272,16 @@ def main() -> int:
                         for item in (f"--{flag.replace('_', '-')}", getattr(args, flag))]
     if args.predict_only and not args.work:
         parser.error("--predict-only needs --work")
+    ablations = tuple(ABLATIONS) if args.ablate == "all" else tuple(a for a in args.ablate.split(",") if a)
+    if unknown := [name for name in ablations if name not in ABLATIONS]:
+        parser.error(f"--ablate {unknown[0]!r}: choose from {', '.join(ABLATIONS)} or all")
     work = Path(args.work or tempfile.mkdtemp(prefix="commbench-validation-"))
     work.mkdir(parents=True, exist_ok=True)
     if not args.predict_only:
         if os.geteuid() != 0:
             raise SystemExit("the emulated cluster needs root (network namespaces and tc)")
         measure(args, work)
-    summary = compare(work)
+    summary = compare(work, ablations)
     (work / "validation.json").write_text(json.dumps(summary, indent=1))
     table = markdown_table(summary)
     (work / "validation.md").write_text(table + "\n")

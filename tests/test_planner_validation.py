@@ -36,7 +36,13 @@ def test_validation_trains_every_layout_and_predicts_it(tmp_path):
         assert row["measured"] > 0 and row["predicted"] > 0, name
         # a gross mistake (a unit, a missing factor of the layout) is off by far more than noise is
         assert 0.2 < row["predicted"] / row["measured"] < 5, (name, row["measured"], row["predicted"])
-    assert math.isfinite(summary["mape_pct"])
+    assert math.isfinite(summary["mape_pct"]["predicted"])
+    # the processor `commbench calibrate --quick` wrote on the cluster predicts too, and every
+    # processor used is calibrate's JSON (its measured sources)
+    assert math.isfinite(summary["mape_pct"]["predicted_quick"])
+    assert len(summary["mape_per_round_pct"]) == 1
+    for processor in (tmp_path / "processors" / "0").glob("*.json"):
+        assert json.loads(processor.read_text())["gemm_surface"]["source"].startswith("measured on "), processor
     # every collective of the four layouts was priced from the measured table
     assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
     assert "MAPE over ddp, fsdp, tp, pp" in (tmp_path / "validation.md").read_text()

@@ -5,6 +5,10 @@ All of them run on 2 ranks, one per emulated node, and train the same global bat
   fsdp  the same split, ZeRO-3 (FSDP2 full sharding)
   tp    tp=2 without sequence parallelism, both ranks on the whole batch (one micro-batch)
   pp    pp=2, the batch cut into `pp_micro_batches` micro-batches, 1F1B
+Added for the out-of-sample validation (not trained while the step model was developed):
+  ddp-accum  dp=2 with gradient accumulation: 2 micro-batches of global_batch/4 per rank, DDP's
+             no_sync() on the first, the gradient all-reduce overlapping the second's backward
+  pp-mb1     pp=2 with one sequence per micro-batch (global_batch micro-batches), 1F1B
   local diagnostic, not a parallel layout: each rank trains its own copy on global_batch/2
         sequences with no communication at all; the planner prices it as one rank (dp=1), which
         checks the compute side of the model alone, under the same sharing of the cores
@@ -15,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 WORLD_SIZE = 2
-PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp")
+PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1")
+UNSEEN_LAYOUTS = ("ddp-accum", "pp-mb1")  # layouts no measurement of which the step model was developed on
 
 
 @dataclass(frozen=True)
@@ -29,15 +34,17 @@ class LayoutRun:
 
 
 def layout_runs(global_batch: int, pp_micro_batches: int) -> dict[str, LayoutRun]:
-    if global_batch % WORLD_SIZE or global_batch % pp_micro_batches:
-        raise ValueError(f"global batch {global_batch} must split over {WORLD_SIZE} ranks and "
-                         f"into {pp_micro_batches} micro-batches")
+    if global_batch % (2 * WORLD_SIZE) or global_batch % pp_micro_batches:
+        raise ValueError(f"global batch {global_batch} must split over {WORLD_SIZE} ranks into 2 micro-batches "
+                         f"each and into {pp_micro_batches} micro-batches")
     half, pp_mbs = global_batch // WORLD_SIZE, global_batch // pp_micro_batches
     runs = (
         LayoutRun("ddp", f"dp=2,mbs={half},zero=0", 2, global_batch, half, 1),
         LayoutRun("fsdp", f"dp=2,mbs={half},zero=3", 2, global_batch, half, 1),
         LayoutRun("tp", f"tp=2,dp=1,mbs={global_batch},sp=0", 2, global_batch, global_batch, 2),
         LayoutRun("pp", f"pp=2,dp=1,mbs={pp_mbs}", 2, global_batch, pp_mbs, 1),
+        LayoutRun("ddp-accum", f"dp=2,mbs={half // 2},zero=0", 2, global_batch, half // 2, 1),
+        LayoutRun("pp-mb1", "pp=2,dp=1,mbs=1", 2, global_batch, 1, 1),
         LayoutRun("local", f"dp=1,mbs={half}", 1, half, half, 1),
     )
     return {run.name: run for run in runs}

@@ -3,13 +3,14 @@
 Launched by torchrun, one rank per emulated node (gloo, CPU, one intra-op thread per rank: the
 2 ranks share the machine's 2 cores, as they do while training). For every layout, in order:
   1. `--warmup` steps (forward, backward, AdamW step), untimed;
-  2. calibration, on both ranks at once (so the cores are shared as in training): forward +
-     backward of every GEMM shape the layout runs (F.linear and its two gradients), of its
-     attention core (scaled_dot_product_attention, causal), of one block's elementwise work (its
-     layer norms, residual adds, GELU and attention head split/merge) and a 16 MiB copy (memory
-     bandwidth).
-     Each figure is the median of `--repeats` runs; the slower rank's median is kept, since
-     synchronous training goes at the pace of its slower rank;
+  2. calibration, on both ranks at once (so the cores are shared as in training), by `commbench
+     calibrate`'s measuring code (commbench/measure/calibrate.py) on this layout's shapes: every
+     GEMM the layout runs (forward, input and weight gradient of each Linear), its attention core
+     (scaled_dot_product_attention, causal, each CPU backend), the elementwise kernels over its MLP
+     activation, the tiny-kernel overhead and an AdamW step. Each figure is the median of
+     `--repeats` runs; the slower rank's is kept, since synchronous training goes at the pace of
+     its slower rank. bench/validation/predict.py turns them into the processor JSON
+     `commbench calibrate` writes (commbench/measure/processor_json.py);
   3. `--steps` timed steps; a step's time is the slowest rank's, the layout's figure the median;
   4. the calibration again.
 Calibrating right before and after each layout's steps means that load from other work on the
@@ -23,105 +24,57 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's commbench
+from commbench import __version__  # noqa: E402
+from commbench.data.rundir import utc_now  # noqa: E402
+from commbench.measure.calibrate import Grid, measure  # noqa: E402
+from commbench.measure.processor_json import combine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt import GPT, GPTConfig, lm_loss  # noqa: E402
 from layouts import LayoutRun, layout_runs  # noqa: E402
 
 LEARNING_RATE = 1e-4
-COPY_ELEMENTS = 4 << 20  # 16 MiB of float32: far beyond any cache here
+CALIBRATION_PARAMS = 4 << 20  # the optimizer step timed for its rate: 16 MiB of fp32 weights
 
 
-# calibration -------------------------------------------------------------------------------
-def median_seconds(operation, repeats: int) -> float:
-    operation()  # warm-up: allocator, kernel selection
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        operation()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
+# calibration: `commbench calibrate`'s own timing code, at this layout's shapes -------------------
 def gemm_shapes(cfg: GPTConfig, run: LayoutRun) -> list[tuple[int, int, int]]:
-    """(tokens, in, out) of every Linear one rank runs per micro-batch (each block's four, the head)."""
+    """(M, N, K) of every GEMM one rank runs per micro-batch: for each Linear (tokens n, in k, out o;
+    each block's four and the head) the forward (n, o, k), the input gradient (n, k, o) and the
+    weight gradient (o, k, n)."""
     n, h, t = run.mbs * cfg.seq_len, cfg.hidden, run.tp
-    return [(n, h, 3 * h // t), (n, h // t, h), (n, h, cfg.ffn // t), (n, cfg.ffn // t, h), (n, h, cfg.vocab // t)]
+    linears = [(h, 3 * h // t), (h // t, h), (h, cfg.ffn // t), (cfg.ffn // t, h), (h, cfg.vocab // t)]
+    return list(dict.fromkeys(shape for k, o in linears for shape in ((n, o, k), (n, k, o), (o, k, n))))
 
 
-def time_gemm(tokens: int, k: int, out: int, repeats: int) -> float:
-    """Forward + both gradients of one linear layer: the 3 GEMMs the model counts for it."""
-    x = torch.randn(tokens, k, requires_grad=True)
-    w = torch.randn(out, k, requires_grad=True)
-    grad = torch.randn(tokens, out)
-    return median_seconds(lambda: torch.autograd.grad(F.linear(x, w), (x, w), grad), repeats)
-
-
-def time_attention(cfg: GPTConfig, run: LayoutRun, repeats: int) -> float:
-    shape = (run.mbs, cfg.heads // run.tp, cfg.seq_len, cfg.head_dim)
-    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
-    grad = torch.randn(shape)
-
-    def fwd_bwd():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        torch.autograd.grad(out, (q, k, v), grad)
-
-    return median_seconds(fwd_bwd, repeats)
-
-
-def time_elementwise(cfg: GPTConfig, run: LayoutRun, repeats: int) -> float:
-    """Forward + backward of what one block runs besides its GEMMs and attention core, on this
-    layout's shapes: two layer norms and two residual adds over the hidden state (replicated under
-    tensor parallelism), GELU over this rank's MLP width, the split of the fused QKV into heads and
-    the merge of the heads (the step model prices all of it as elementwise memory traffic)."""
-    b, s, h, heads, hd = run.mbs, cfg.seq_len, cfg.hidden, cfg.heads // run.tp, cfg.head_dim
-    ln1, ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
-    x, attention_branch, mlp_branch = (torch.randn(b, s, h, requires_grad=True) for _ in range(3))
-    qkv = torch.randn(b, s, 3 * heads * hd, requires_grad=True)
-    heads_out = torch.randn(b, heads, s, hd, requires_grad=True)  # what the attention core returns
-    fc1_out = torch.randn(b, s, cfg.ffn // run.tp, requires_grad=True)
-    inputs = (x, attention_branch, mlp_branch, qkv, heads_out, fc1_out, *ln1.parameters(), *ln2.parameters())
-
-    def forward():
-        q, k, v = qkv.view(b, s, heads, 3, hd).permute(3, 0, 2, 1, 4)
-        merged = heads_out.transpose(1, 2).reshape(b, s, heads * hd)
-        mid = x + attention_branch
-        return ln1(x), q, k, v, merged, ln2(mid), F.gelu(fc1_out), mid + mlp_branch
-
-    grads = [torch.randn_like(out) for out in forward()]
-    return median_seconds(lambda: torch.autograd.grad(forward(), inputs, grads), repeats)
-
-
-def time_copy(repeats: int) -> float:
-    source, target = torch.ones(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
-    return median_seconds(lambda: target.copy_(source), repeats)
+def calibration_grid(cfg: GPTConfig, run: LayoutRun, repeats: int) -> Grid:
+    """This layout's GEMMs and attention core (batch folded into heads: SDPA treats both alike), the
+    elementwise kernels over its MLP activation, and the optimizer step over CALIBRATION_PARAMS."""
+    activation = run.mbs * cfg.seq_len * cfg.ffn // run.tp
+    return Grid(gemm_dims=(), attention=((cfg.seq_len, run.mbs * cfg.heads // run.tp, cfg.head_dim),),
+                elementwise_elements=max(activation, 1 << 20), optimizer_params=CALIBRATION_PARAMS,
+                repeats=repeats, gemm_shapes=tuple(gemm_shapes(cfg, run)))
 
 
 def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
+    """Every rank measures at once (the cores shared as in training); the slowest rank's timings."""
     dist.barrier()
-    local = {
-        "gemm": [[n, k, out, time_gemm(n, k, out, repeats)] for n, k, out in gemm_shapes(cfg, run)],
-        "attention": {"batch": run.mbs, "heads": cfg.heads // run.tp, "seconds": time_attention(cfg, run, repeats)},
-        "elementwise": {"tokens": run.mbs * cfg.seq_len, "tp": run.tp, "seconds": time_elementwise(cfg, run, repeats)},
-        "copy": {"bytes": 2 * COPY_ELEMENTS * 4, "seconds": time_copy(repeats)},  # read + write
-    }
+    local = measure(torch.device("cpu"), ("fp32",), calibration_grid(cfg, run, repeats))
     ranks = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, local)
-    slowest = ranks[0]
-    for other in ranks[1:]:
-        for mine, theirs in zip(slowest["gemm"], other["gemm"]):
-            mine[3] = max(mine[3], theirs[3])
-        for key in ("attention", "elementwise", "copy"):
-            slowest[key]["seconds"] = max(slowest[key]["seconds"], other[key]["seconds"])
-    return slowest
+    return {**combine(ranks, statistic=max), "measured_at": utc_now(), "host": socket.gethostname(),
+            "commbench": __version__}
 
 
 # layouts -----------------------------------------------------------------------------------
@@ -149,10 +102,11 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # same initial weights on every rank (tensor parallel splits them)
 
-    if name in ("ddp", "local", "fsdp"):
+    if name in ("ddp", "local", "fsdp", "ddp-accum"):
         model = GPT(cfg)
-        x, y = batch(cfg, run.mbs, seed=1 + rank)
-        if name == "ddp":
+        micro_batches = run.global_batch // (run.mbs * run.gpus)
+        x, y = batch(cfg, run.mbs * micro_batches, seed=1 + rank)
+        if name in ("ddp", "ddp-accum"):
             from torch.nn.parallel import DistributedDataParallel
 
             model = DistributedDataParallel(model, bucket_cap_mb=25)  # PyTorch's default, as the job prices
@@ -177,7 +131,12 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
 
         def step():
             optimizer.zero_grad(set_to_none=True)
-            lm_loss(model(x), y).backward()
+            for index in range(micro_batches):
+                part = slice(index * run.mbs, (index + 1) * run.mbs)
+                # DDP all-reduces the gradients in the last micro-batch's backward only
+                last = index == micro_batches - 1 or name != "ddp-accum"
+                with nullcontext() if last else model.no_sync():
+                    lm_loss(model(x[part]), y[part]).backward()
             optimizer.step()
 
         return step
@@ -204,7 +163,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
 
         return step
 
-    if name == "pp":
+    if name in ("pp", "pp-mb1"):
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
         stage_model = GPT(cfg, first=rank == 0, last=rank == world - 1, blocks=cfg.layers // world)
@@ -240,7 +199,8 @@ def time_steps(step, steps: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layouts", default="ddp,fsdp,tp,pp,local", help="comma-separated: ddp, fsdp, tp, pp, local")
+    parser.add_argument("--layouts", default="ddp,fsdp,tp,pp,local",
+                        help="comma-separated: ddp, fsdp, tp, pp, ddp-accum, pp-mb1, local")
     parser.add_argument("--hidden", type=int, default=GPTConfig.hidden)
     parser.add_argument("--layers", type=int, default=GPTConfig.layers)
     parser.add_argument("--heads", type=int, default=GPTConfig.heads)

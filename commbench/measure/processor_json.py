@@ -174,3 +174,31 @@ def summary_lines(description: dict) -> list[str]:
     for name, rates in value["attention_rates"].items():
         lines.append(f"  attention {name}: forward {rates['forward']:.2f}, backward {rates['backward']:.2f} of peak")
     return lines
+
+
+def _keyed(points: list, key_fields: tuple[str, ...]) -> dict:
+    return {tuple(point[name] for name in key_fields): point for point in points}
+
+
+KEYS = {"gemm": ("dtype", "m", "n", "k"), "attention": ("dtype", "backend", "batch", "heads", "seq", "head_dim"),
+        "elementwise": ("dtype", "kind", "bytes")}
+SECONDS = {"gemm": ("seconds",), "attention": ("forward_s", "forward_backward_s"), "elementwise": ("seconds",)}
+
+
+def combine(calibrations: list[dict], statistic=statistics.median) -> dict:
+    """One set of measurements from several of the same device (ranks timing at once: max, the pace
+    of the slowest; calibrations taken at different times: median): every timing that more than one
+    calibration has is replaced by `statistic` of its values; the others are kept as they are."""
+    first = calibrations[0]
+    combined = {"dtypes": first["dtypes"], "repeats": first["repeats"]}
+    for kind, key_fields in KEYS.items():
+        groups: dict = {}
+        for calibration in calibrations:
+            for key, point in _keyed(calibration[kind], key_fields).items():
+                groups.setdefault(key, []).append(point)
+        combined[kind] = [{**points[0], **{name: statistic([p[name] for p in points]) for name in SECONDS[kind]}}
+                          for points in groups.values()]
+    combined["launch_s"] = statistic([c["launch_s"] for c in calibrations])
+    combined["optimizer"] = {"params": first["optimizer"]["params"],
+                             "seconds": statistic([c["optimizer"]["seconds"] for c in calibrations])}
+    return combined
