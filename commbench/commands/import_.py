@@ -60,7 +60,7 @@ def _summary(run: ImportedRun) -> str:
     sizes = len({record.size_bytes for record in run.records})
     hosts = len(run.info.nodes) or 1
     text = (
-        f"{len(run.records)} records ({sizes} sizes), {first.op} on {run.info.world_size} ranks"
+        f"{len(run.records)} records ({sizes} sizes), {first.op} on {run.info.world_size} rank{'s' if run.info.world_size != 1 else ''}"
         f" / {hosts} node{'s' if hosts > 1 else ''}"
     )
     if run.info.args.get("run") and not run.info.args["run"].endswith(" of 1"):
