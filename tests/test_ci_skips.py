@@ -2,7 +2,8 @@
 
 Each case runs pytest on one of the suite's own modules in a child process with the piece taken
 away: Chromium (a PATH that holds only the interpreter), or the right to create network
-namespaces (a user namespace, where even "root" cannot add a netns).
+namespaces (a user namespace, where even "root" cannot add a netns). And .ci/setup-system.sh,
+which cannot install anything without root, fails in CI instead of passing quietly.
 """
 
 import os
@@ -44,3 +45,16 @@ def test_no_namespaces_fails_the_cluster_tests_in_ci():
                           prefix=(unshare, "--user", "--map-root-user"))
     assert result.returncode != 0
     assert "skipped in CI" in result.stdout and "kernel cannot build the emulated cluster" in result.stdout
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_setup_system_without_root_fails_only_in_ci(ci):
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run the script as another user")
+    script = (REPO / ".ci" / "setup-system.sh").read_text()  # on stdin: the user "nobody" may not read the checkout
+    env = {**without_ci(), **({"CI": "true"} if ci else {})}
+    result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s"], input=script,
+                            capture_output=True, text=True, timeout=60, env=env, cwd="/")
+    assert "needs root" in result.stderr
+    assert result.returncode == (1 if ci else 0)
