@@ -13,6 +13,8 @@ Modules, in the order data flows through them:
   step       the closed-form step model: per-op costs with overlap, a whole step for many layouts
   schedule   the event schedule of one layout's step (1F1B / interleaved), and its timeline
   planner    enumerate, filter by memory, rank and explain layouts
+  spec       PlanSpec (every plan input, validated) and build_planner: the door `plan` and the
+             dashboard both use
 
 Everything here works on numpy arrays of layouts so the planner can price thousands at once.
 """
