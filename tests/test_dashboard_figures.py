@@ -360,8 +360,9 @@ def test_planner_ranks_layouts_and_its_figures_draw_them():
     view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 16, 64, 4096, top=3)))
     results = [r.to_dict() for r in view.ranked]
     assert len(results) == 3 and view.fitting <= view.screened
-    rows = planner.ranked_rows(results)
+    rows = planner.ranked_rows(view.ranked)
     assert rows[0]["rank"] == 1 and "tp=" in rows[0]["layout"]
+    assert rows[0]["largest_costs"] == view.ranked[0].largest_costs() and "%" in rows[0]["largest_costs"]
     breakdown = planner.breakdown_figure(results)
     assert "compute" in {t.name for t in breakdown.data} and breakdown.layout.barmode == "stack"
     memory = planner.memory_figure(results, view.capacity_bytes)

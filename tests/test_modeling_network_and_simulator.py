@@ -132,3 +132,13 @@ def test_recompute_and_zero_shrink_memory():
     total = memory_per_gpu(job, batch)["total"]
     assert total[0] > total[1] > total[2] > total[3]
     assert memory_per_gpu(job, batch)["optimizer"][1] == pytest.approx(PRESETS["llama2-7b"].total_params * 12 / 8)
+
+
+def test_largest_costs_name_the_biggest_shares_beyond_compute():
+    from commbench.modeling.layout import Layout
+    from commbench.modeling.schedule import StepResult
+
+    result = StepResult(layout=Layout(), step_s=2.0, tokens_per_s=1.0, mfu=0.5, memory={}, comm_bytes={},
+                        micro_batches=1, categories={"compute": 1.5, "dp": 0.3, "pp": 0.1, "tp": 0.05, "ep": 0.0})
+    assert result.largest_costs() == "dp 15.0%, pp 5.0%, tp 2.5%"
+    assert result.largest_costs(1) == "dp 15.0%"

@@ -173,9 +173,8 @@ def _print_results(results, title: str) -> None:
         table.add_column(column, justify="left" if column in ("layout", "largest costs beyond compute") else "right",
                          overflow="fold")
     for i, res in enumerate(results, 1):
-        extra = sorted(((v, k) for k, v in res.categories.items() if k != "compute" and v > 0), reverse=True)[:3]
         table.add_row(str(i), str(res.layout), f"{res.tokens_per_s:,.0f}", f"{res.mfu:.1%}", f"{res.step_s:.3f}",
-                      f"{res.memory['total'] / 1e9:.1f}", ", ".join(f"{k} {v / res.step_s:.1%}" for v, k in extra))
+                      f"{res.memory['total'] / 1e9:.1f}", res.largest_costs())
     Console().print(table)
 
 

@@ -1,13 +1,14 @@
 """Ranked layouts: where each step's time goes, memory per GPU against capacity, the simulated step.
 
-Input is the planner's StepResult.to_dict() for each ranked layout, and the simulator's timeline
-({stream, start_us, dur_us, name, category}) for the chosen one.
+Input is the planner's StepResult for each ranked layout (the table) or its to_dict() (the figures),
+and the event schedule's timeline ({stream, start_us, dur_us, name, category}) for the chosen one.
 """
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from commbench.modeling.schedule import StepResult
 from dashboard.figures.common import CATEGORY_COLOURS, message_figure
 from dashboard.figures.overlap import MAX_BARS
 
@@ -22,18 +23,14 @@ def _label(position: int, result: dict) -> str:
     return f"#{position + 1} {result['layout']}"
 
 
-def ranked_rows(results: list[dict]) -> list[dict]:
+def ranked_rows(results: list[StepResult]) -> list[dict]:
     """One table row per ranked layout."""
-    rows = []
-    for position, result in enumerate(results):
-        beyond = sorted(((v, k) for k, v in result["categories_s"].items() if k != "compute" and v > 0), reverse=True)
-        rows.append({
-            "rank": position + 1, "layout": result["layout"], "tokens_per_s": round(result["tokens_per_s"]),
-            "mfu_pct": round(100 * result["mfu"], 1), "step_s": round(result["step_s"], 4),
-            "memory_gb": round(result["memory_bytes"]["total"] / GB, 1), "micro_batches": result["micro_batches"],
-            "largest_costs": ", ".join(f"{k} {100 * v / result['step_s']:.1f}%" for v, k in beyond[:3]),
-        })
-    return rows
+    return [{
+        "rank": position + 1, "layout": str(result.layout), "tokens_per_s": round(result.tokens_per_s),
+        "mfu_pct": round(100 * result.mfu, 1), "step_s": round(result.step_s, 4),
+        "memory_gb": round(result.memory["total"] / GB, 1), "micro_batches": result.micro_batches,
+        "largest_costs": result.largest_costs(),
+    } for position, result in enumerate(results)]
 
 
 def breakdown_figure(results: list[dict]) -> go.Figure:

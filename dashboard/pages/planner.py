@@ -135,7 +135,7 @@ def rank_layouts(*controls):
         empty = message_figure(str(exc))
         return [], [], [], empty, empty, "", notices([str(exc)], "error")
     ranked = [result.to_dict() for result in view.ranked]
-    rows = ranked_rows(ranked)
+    rows = ranked_rows(view.ranked)
     summary = (f"{view.fitting} of {view.screened} layouts fit in {view.capacity_bytes / 1e9:.0f} GB; "
                f"network: {view.network}; execution: {view.execution}; compute slowdown under overlapping "
                f"communication: {view.slowdown_intra:.1%} intra-node, {view.slowdown_inter:.1%} inter-node")
