@@ -387,10 +387,11 @@ def test_planner_says_why_a_model_does_not_fit():
         PlanCache().view(PlanRequest(PlanSpec("llama3.1-405b", 8, 8, 4096)))
 
 
-def test_planner_prices_from_a_measured_run():
-    view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 8, 64, 4096, top=1,
-                                                 bandwidth=str(EXAMPLES / "example-nccl-tests-h100-synthetic"))))
-    assert view.network.startswith("measured")
+@pytest.mark.parametrize("run, origin", [("example-cpu-2rank", "measured"),
+                                         ("example-nccl-tests-h100-synthetic", "SYNTHETIC (not measured)")])
+def test_planner_prices_from_a_run_and_says_whether_it_was_measured(run, origin):
+    view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 8, 64, 4096, top=1, bandwidth=str(EXAMPLES / run))))
+    assert view.network.startswith(f"{origin} ")
 
 
 # --- the app and the command --------------------------------------------------------------------

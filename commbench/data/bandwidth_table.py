@@ -213,6 +213,7 @@ class BandwidthTable:
     world_size: int = 0
     nodes: int = 1
     warnings: list[str] = field(default_factory=list)
+    synthetic: bool = False  # the run's run.json says no machine measured it
 
     @classmethod
     def from_run(cls, run_or_path, in_place: bool = False) -> "BandwidthTable":
@@ -227,6 +228,7 @@ class BandwidthTable:
                                  nodes=max(1, len(run.info.nodes)), in_place=in_place)
         table.warnings[:0] = list(run.warnings)
         if run.info.synthetic:  # whoever prices or prints from it must see that no machine measured it
+            table.synthetic = True
             table.warnings.insert(0, f"{run.path}: SYNTHETIC, not a measurement: {run.info.note or 'no note given'}")
         return table
 

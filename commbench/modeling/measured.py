@@ -51,7 +51,8 @@ class MeasuredNetwork:
 
     def describe(self) -> str:
         scopes = sorted({f"{op}@{r}x{k}" for op, r, k in self.curves})
-        return f"measured {self.source}: {len(self.curves)} curves ({', '.join(scopes[:8])}{' ...' if len(scopes) > 8 else ''})"
+        origin = "SYNTHETIC (not measured)" if self.table.synthetic else "measured"
+        return f"{origin} {self.source}: {len(self.curves)} curves ({', '.join(scopes[:8])}{' ...' if len(scopes) > 8 else ''})"
 
     def time_s(self, op, size_bytes, group_size, placement):
         if group_size <= 1:
