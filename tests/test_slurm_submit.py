@@ -341,3 +341,43 @@ def _logs(site, job: int, results: Path | None = None) -> str:
     job_log = (results or site.results) / f"slurm-{job}" / "job.log"
     text = job_log.read_text()[-3000:] if job_log.exists() else f"(no {job_log})"
     return text + "\n" + site.sc.run(["scontrol", "show", "job", str(job)]).stdout
+
+
+# ---- calibrate under Slurm: one task per node ------------------------------------------------------------
+
+
+def test_render_calibrate_runs_it_on_every_node():
+    opts = slurm.JobOptions(nodes=3, ranks_per_node=1, command="calibrate", run_args=("--quick",)).validate()
+    lines = slurm.render(opts).splitlines()
+    assert "COMMBENCH_COMMAND=${COMMBENCH_COMMAND:-calibrate}" in lines
+    assert "DEFAULT_RUN_ARGS=(--quick)" in lines and "#SBATCH --ntasks-per-node=1" in lines
+    assert any('-m commbench "$COMMBENCH_COMMAND" --out "$job_dir"' in line for line in lines)
+    assert "COMMBENCH_COMMAND=${COMMBENCH_COMMAND:-run}" in slurm.render(slurm.JobOptions(nodes=1, ranks_per_node=2))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ntasks-per-node", "2", "--", "--quick"], "one task per node"),
+    (["--ntasks-per-node", "1", "--", "--dtype", "fp8"], "--dtype 'fp8': unknown"),
+    (["--ntasks-per-node", "1", "--", "--gemm-dims", "0"], "out of range"),
+    (["--ntasks-per-node", "1", "--", "--out", "x.json"], "give the results folder to submit"),
+    (["--ntasks-per-node", "1", "--", "--max-bytes", "4M"], "unrecognized arguments"),
+])
+def test_calibrate_options_are_checked_before_queueing(commands, capsys, argv, message):
+    assert _exit_code(["submit", "--command", "calibrate", "--nodes", "2", "--dry-run", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.cluster
+@pytest.mark.slurm
+def test_submit_calibrate_writes_one_processor_per_node(site):
+    p = commbench(site, "submit", "--command", "calibrate", "--nodes", "2", "--ntasks-per-node", "1", "--out",
+                  str(site.results), "--wait", "--", "--quick", "--gemm-dims", "32,64", "--attention", "64x2x16",
+                  "--repeats", "1", "--threads", "1", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = job_id_of(p.stdout)
+    files = sorted((site.results / f"slurm-{job}").glob("processor-*.json"))
+    assert [f.name for f in files] == [f"processor-{name}.json" for name in sorted(site.sc.ec.names)]
+    for path in files:
+        assert json.loads(path.read_text())["gemm_surface"]["source"].startswith(f"measured on {path.stem[10:]} ")
+        assert f"processor: {path}" in p.stdout

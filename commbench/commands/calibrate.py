@@ -94,11 +94,24 @@ def describe(measurements: dict, facts: dict, host: str, peak_flops: float | Non
 
 def checked_request(args: argparse.Namespace) -> dict:
     """Everything asked, checked before any measuring starts (bad input: one line, exit 2)."""
+    changes = grid_changes(args)
     device = resolve_device(args.device)
     dtypes = parse_dtypes(args.dtype, device)
+    from dataclasses import replace
+
     from commbench.measure.calibrate import GRIDS  # torch is needed from here on anyway
 
     grid = GRIDS[(device, "quick" if args.quick else "full")]
+    return {"device": device, "dtypes": dtypes, "grid": replace(grid, **changes), "host": socket.gethostname()}
+
+
+def grid_changes(args: argparse.Namespace) -> dict:
+    """The options checked without torch or a device (what `commbench submit` checks before queueing):
+    the changes they make to the grid."""
+    if args.dtype is not None:
+        for dtype in split(args.dtype, "--dtype"):
+            if dtype not in ALL_DTYPES:
+                raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(ALL_DTYPES)}")
     changes = {}
     if args.gemm_dims:
         changes["gemm_dims"] = tuple(bounded(int_item(item, "--gemm-dims"), "gemm", "--gemm-dims")
@@ -117,9 +130,7 @@ def checked_request(args: argparse.Namespace) -> dict:
         raise UsageError(f"--threads must be 1 to 1024, not {args.threads}")
     if args.peak_flops is not None and not 0 < args.peak_flops < 1e19:
         raise UsageError(f"--peak-flops must be a positive FLOP/s figure, not {args.peak_flops}")
-    from dataclasses import replace
-
-    return {"device": device, "dtypes": dtypes, "grid": replace(grid, **changes), "host": socket.gethostname()}
+    return changes
 
 
 def resolve_device(asked: str) -> str:
@@ -138,8 +149,6 @@ def parse_dtypes(text: str | None, device: str) -> tuple[str, ...]:
         return ("bf16", "fp16") if device == "cuda" else ("fp32",)
     dtypes = tuple(dict.fromkeys(split(text, "--dtype")))
     for dtype in dtypes:
-        if dtype not in ALL_DTYPES:
-            raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(ALL_DTYPES)}")
         if dtype not in SUPPORTED[device]:
             raise UsageError(f"--dtype {dtype}: not calibrated on {device} (there: {', '.join(SUPPORTED[device])})")
     return dtypes

@@ -9,6 +9,10 @@ and what it prints can be given to sbatch as it is. Everything after `--` goes t
   commbench submit --nodes 4 --ntasks-per-node 8 --launcher torchrun --dry-run > job.sbatch
   commbench submit --nodes 2 --ntasks-per-node 2 --env GLOO_SOCKET_IFNAME=eth0 --wait -- -e 4M
 
+With --command calibrate every node runs `commbench calibrate` instead (use --ntasks-per-node 1):
+each writes <out>/slurm-<job id>/processor-<its host>.json, so each node type is calibrated where it runs.
+  commbench submit --command calibrate --nodes 4 --ntasks-per-node 1 --gpus-per-node 1 --wait -- --quick
+
 Results and the job log land in <out>/slurm-<job id>/ (job.log, job.sbatch, the run directory).
 --wait follows the job (squeue, then scontrol show job, then sacct where accounting is on) with
 a progress line on stderr. COMPLETED: the run directory and a summary (nodes x ranks, scopes,
@@ -50,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="time limit, e.g. 30, 1:00:00, 1-0 (default: the partition's)")
     job.add_argument("--exclusive", action="store_true", help="whole nodes, no other job beside this one")
     how = parser.add_argument_group("the job")
+    how.add_argument("--command", choices=slurm.JOB_COMMANDS, default="run", dest="job_command",
+                     help="what every task runs: run (default) or calibrate (with --ntasks-per-node 1: each node's "
+                          "compute into JOB_DIR/processor-HOST.json)")
     how.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
                      help="srun: one task per rank (default); torchrun: one torchrun per node, c10d rendezvous")
     how.add_argument("--out", default="results", metavar="DIR",
@@ -60,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="interpreter with commbench installed, the same path on every node (default: this one)")
     parser.add_argument("--dry-run", action="store_true", help="print the job script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow the job to its end and report the outcome")
-    parser.add_argument("run_args", nargs="*", metavar="-- RUN OPTIONS", help="options for `commbench run` in the job")
+    parser.add_argument("run_args", nargs="*", metavar="-- RUN OPTIONS",
+                        help="options for `commbench run` (or calibrate) in the job")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -84,7 +92,8 @@ def options_from_args(args: argparse.Namespace) -> slurm.JobOptions:
         gpus_per_node=args.gpus_per_node, cpus_per_rank=args.cpus_per_rank, partition=args.partition,
         account=args.account, time_limit=args.time_limit, exclusive=args.exclusive,
         results_dir=str(Path(args.out).resolve()), python=args.python,
-        run_args=checked_run_args(args.run_args), env=tuple(_env_pairs(args.env)),
+        run_args=checked_command_args(args.job_command, args.run_args), env=tuple(_env_pairs(args.env)),
+        command=args.job_command,
     ).validate()
 
 
@@ -97,9 +106,27 @@ def submit(options: slurm.JobOptions, script: str) -> slurm.Submission:
     submission = slurm.Submission(
         job_id=job_id, cluster=slurm.cluster_name(), submitted=utc_now(), launcher=options.launcher,
         nodes=options.nodes, ranks_per_node=options.ranks_per_node, job_dir=str(job_dir),
-        run_args=list(options.run_args))
+        run_args=list(options.run_args), command=options.command)
     slurm.remember_submission(submission)
     return submission
+
+
+def checked_command_args(command: str, args: list[str]) -> tuple[str, ...]:
+    return checked_calibrate_args(args) if command == "calibrate" else checked_run_args(args)
+
+
+def checked_calibrate_args(calibrate_args: list[str]) -> tuple[str, ...]:
+    """The options for `commbench calibrate`, checked as far as they can be off the nodes (no torch)."""
+    from commbench.commands import calibrate as calibrate_command
+
+    parser = _RaisingParser(prog="commbench calibrate", add_help=False)
+    calibrate_command.add_arguments(parser)
+    parser.set_defaults(out=_UNSET)
+    parsed = parser.parse_args(calibrate_args)
+    if parsed.out is not _UNSET:
+        raise UsageError("give the results folder to submit (--out before --), not to calibrate")
+    calibrate_command.grid_changes(parsed)
+    return tuple(calibrate_args)
 
 
 def checked_run_args(run_args: list[str]) -> tuple[str, ...]:
@@ -211,6 +238,8 @@ def report(submission: slurm.Submission, status: slurm.JobStatus) -> int:
     if not status.succeeded:
         _print_log_tail(submission, status)
         raise CommbenchError(f"{ended}; log: {job_dir / 'job.log'}")
+    if submission.command == "calibrate":
+        return _report_processors(job_dir, ended, submission, status)
     run = _latest_run(job_dir)
     if run is None or not run.info.complete:
         _print_log_tail(submission, status)
@@ -219,6 +248,17 @@ def report(submission: slurm.Submission, status: slurm.JobStatus) -> int:
     print(f"run directory: {run.path}")
     for line in summary_lines(run):
         print(line)
+    return 0
+
+
+def _report_processors(job_dir: Path, ended: str, submission: slurm.Submission, status: slurm.JobStatus) -> int:
+    files = sorted(job_dir.glob("processor-*.json"))
+    if len(files) < submission.nodes:
+        _print_log_tail(submission, status)
+        raise CommbenchError(f"{ended} but wrote {len(files)} processor file(s) for {submission.nodes} nodes in {job_dir}")
+    print(ended)
+    for path in files:
+        print(f"processor: {path} (commbench plan --processor {path})")
     return 0
 
 

@@ -52,7 +52,8 @@ TERMINAL_STATES = frozenset({
 })
 UNKNOWN = "UNKNOWN"
 # environment the templates read; removed from sbatch's environment so the rendered values hold
-RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_PER_NODE")
+RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_PER_NODE", "COMMBENCH_COMMAND")
+JOB_COMMANDS = ("run", "calibrate")  # what a job may run
 
 _TIME_LIMIT = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited)$", re.IGNORECASE)
 _DIRECTIVE = re.compile(r"^#{1,2}SBATCH --([a-z-]+)(?:=(\S+))?\s*$")
@@ -84,6 +85,7 @@ class JobOptions:
     python: str = "python3"
     run_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    command: str = "run"  # the commbench command every task runs (JOB_COMMANDS)
 
     def validate(self) -> "JobOptions":
         for name, flag in (("nodes", "--nodes"), ("ranks_per_node", "--ntasks-per-node"),
@@ -92,6 +94,10 @@ class JobOptions:
                 raise UsageError(f"{flag} must be at least 1 (got {getattr(self, name)})")
         if self.gpus_per_node is not None and self.gpus_per_node < 0:
             raise UsageError(f"--gpus-per-node must be 0 or more (got {self.gpus_per_node})")
+        if self.command not in JOB_COMMANDS:
+            raise UsageError(f"unknown job command {self.command!r}; choose from {', '.join(JOB_COMMANDS)}")
+        if self.command == "calibrate" and self.ranks_per_node != 1:
+            raise UsageError("calibrate runs one task per node (--ntasks-per-node 1): each measures its node's device")
         if self.launcher not in LAUNCHERS:
             raise UsageError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
         if self.time_limit is not None and not _TIME_LIMIT.match(self.time_limit):
@@ -125,7 +131,8 @@ class JobOptions:
         }
 
     def settings(self) -> dict[str, str]:
-        values = {"COMMBENCH_PYTHON": self.python, "COMMBENCH_RESULTS": self.results_dir}
+        values = {"COMMBENCH_PYTHON": self.python, "COMMBENCH_RESULTS": self.results_dir,
+                  "COMMBENCH_COMMAND": self.command}
         if self.launcher == "torchrun":
             values["COMMBENCH_RANKS_PER_NODE"] = str(self.ranks_per_node)
         return values
@@ -353,6 +360,7 @@ class Submission:
     state: str = ""  # last end state seen, when one was
     state_seen: str = ""
     elapsed: str = ""  # run time at that end state
+    command: str = "run"  # what the tasks ran (JOB_COMMANDS); registries written before it: run
 
     @property
     def key(self) -> tuple[str, int]:
