@@ -24,6 +24,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# at the top, so that tests/test_examples.py (which imports this script) notices when they move
+from commbench.traces.analysis import analyse_traces
+from commbench.traces.store import save_trace_analysis
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = REPO / "results" / "examples"
 TORCHRUN_PORT = 29631
@@ -93,9 +97,6 @@ def make_local(example: Example, scratch: Path) -> Path:
 
 def make_trace(example: Example, scratch: Path) -> Path:
     """`commbench trace --demo DIR` writes and analyses two ranks' traces; the analysis is kept as a run."""
-    from commbench.overlap.store import save_trace_analysis
-    from commbench.overlap.trace import analyse_traces
-
     demo = scratch / "demo"
     subprocess.run([sys.executable, "-m", "commbench", "trace", "--demo", str(demo)], cwd=REPO, check=True)
     traces = [demo / "rank0.json", demo / "rank1.json"]
