@@ -116,17 +116,8 @@ def test_every_module_opens_with_a_docstring():
     assert not missing, f"modules without a docstring saying what they own: {missing}"
 
 
-# Cycles known when this test was written, each closed by one lazy import, with the edge to cut.
-# The test fails once such an edge is gone, so the exception cannot outlive the cycle.
-KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
-
-
 def test_no_import_cycle(graph):
-    cut = {name: set(targets) for name, targets in graph.items()}
-    for (source, target), remedy in KNOWN_CYCLE_EDGES.items():
-        assert target in cut.get(source, ()), f"{source} no longer imports {target}: drop it from KNOWN_CYCLE_EDGES"
-        cut[source].discard(target)
-    cycle = find_cycle(cut)
+    cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
