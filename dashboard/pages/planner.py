@@ -4,9 +4,11 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from commbench.errors import CommbenchError
+from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.spec import PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.figures.common import message_figure
+from dashboard.figures.processor import gemm_surface_figure
 from dashboard.figures.planner import breakdown_figure, memory_figure, ranked_rows, step_timeline_figure
 from dashboard.planning import (PlanRequest, default_gpus_per_node, execution_names, hardware_names, model_names,
                                 network_names, precision_names, processor_names)
@@ -37,6 +39,7 @@ def layout(**_query):
         data_table("plan-table", row_selectable="single", selected_rows=[0], sort_action="none", filter_action="none"),
         html.Div([dcc.Graph(id="plan-breakdown"), dcc.Graph(id="plan-memory")], className="grid2"),
         dcc.Graph(id="plan-timeline"),
+        dcc.Graph(id="plan-gemm"),
     ])
 
 
@@ -158,3 +161,15 @@ def simulate_chosen(selected, *controls):
     if index >= len(view.ranked):
         return message_figure("Pick a layout in the table.")
     return step_timeline_figure(view.timeline(index), f"simulated step of #{index + 1} {view.ranked[index].layout}")
+
+
+@callback(Output("plan-gemm", "figure"), Input("plan-processor", "value"), Input("plan-hardware", "value"))
+def compare_gemm_rates(processor, hardware):
+    """A processor given (e.g. the JSON `commbench calibrate` wrote) against the hardware preset's."""
+    if not processor:
+        return message_figure("Give a processor (the file `commbench calibrate` writes) to compare its GEMM rates "
+                              "with the preset's.")
+    try:
+        return gemm_surface_figure(load_processor(processor), load_system(hardware).processor)
+    except CommbenchError as exc:
+        return message_figure(str(exc))
