@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from commbench.modeling.hardware import load_system, preset_names
 from commbench.modeling.job import EXECUTIONS, PRECISIONS
+from commbench.modeling.layout import parse_layout
 from commbench.modeling.models import PRESETS
 from commbench.modeling.planner import Planner
 from commbench.modeling.schedule import StepResult
@@ -25,6 +26,7 @@ _CACHE_SIZE = 32
 class PlanRequest:
     spec: PlanSpec
     run_stamps: tuple = ()  # signatures of the measured runs the spec reads; they change when the files do
+    layout: str | None = None  # evaluate this one layout instead of ranking (`commbench plan --layout`)
 
 
 @dataclass
@@ -87,7 +89,7 @@ class PlanCache:
         with self._lock:
             if request in self._views:
                 return self._views[request]
-        view = _plan(request.spec)
+        view = _plan(request.spec) if request.layout is None else _evaluate(request.spec, request.layout)
         with self._lock:
             if len(self._views) >= _CACHE_SIZE:
                 self._views.pop(next(iter(self._views)))
@@ -98,10 +100,23 @@ class PlanCache:
 def _plan(spec: PlanSpec) -> PlanView:
     planner = build_planner(spec)
     ranking = planner.rank(spec.top)
+    return _view(planner, ranking.ranked, ranking.screened, ranking.fitting, planner.warnings())
+
+
+def _evaluate(spec: PlanSpec, layout_text: str) -> PlanView:
+    """One layout as `commbench plan --layout` evaluates it: simulated, with why it does not fit."""
+    planner = build_planner(spec)
+    result, reason = planner.evaluate_layout(parse_layout(layout_text, spec.gpus))
+    warnings = planner.warnings() + result.notes + [f"does not fit: {reason}"] * (reason is not None)
+    view = _view(planner, [result], 1, int(reason is None), warnings)
+    view._timelines[0] = result.timeline
+    return view
+
+
+def _view(planner: Planner, ranked: list[StepResult], screened: int, fitting: int, warnings: list[str]) -> PlanView:
     return PlanView(
-        ranked=ranking.ranked, screened=ranking.screened, fitting=ranking.fitting,
+        ranked=ranked, screened=screened, fitting=fitting,
         network=planner.cluster.cost.describe(), execution=planner.job.execution.name,
         slowdown_intra=planner.cluster.slowdown_intra, slowdown_inter=planner.cluster.slowdown_inter,
-        capacity_bytes=planner.cluster.system.processor.memory_bytes,
-        warnings=planner.warnings(), planner=planner,
+        capacity_bytes=planner.cluster.system.processor.memory_bytes, warnings=warnings, planner=planner,
     )

@@ -94,8 +94,8 @@ def test_the_dashboard_planner_offers_every_plan_input(tmp_path):
         request = page._request(*[{"plan-model": "llama2-7b", "plan-gpus": 8, "plan-batch": 64, "plan-seq": 4096,
                                    "plan-bandwidth": page.PRESET_SOURCE, "plan-overlap-run": page.DEFAULTS,
                                    "plan-hardware": "dgx-h100", "plan-precision": "16", "plan-execution": "megatron",
-                                   "plan-top": 5}.get(control) for control in page.SPEC_CONTROLS])
-    assert request.spec == PlanSpec(**BASIC)
+                                   "plan-top": 5}.get(control) for control in page.SPEC_CONTROLS], " ")
+    assert request.spec == PlanSpec(**BASIC) and request.layout is None
 
 
 def component_ids(component) -> list[str]:
@@ -104,3 +104,16 @@ def component_ids(component) -> list[str]:
     children = children if isinstance(children, list) else [children] if children is not None else []
     own = [component.id] if getattr(component, "id", None) else []
     return own + [i for child in children for i in component_ids(child)]
+
+
+def test_the_dashboard_evaluates_one_layout_as_plan_layout_does():
+    from dashboard.planning import PlanCache, PlanRequest
+
+    spec = PlanSpec(**BASIC)
+    fits = PlanCache().view(PlanRequest(spec, layout="tp=2,dp=4,zero=1"))
+    assert [str(r.layout) for r in fits.ranked] == ["tp=2,pp=1,dp=4,mbs=1,zero=1,recompute=none"] and fits.fitting == 1
+    assert fits.timeline(0) and fits.ranked[0].step_s == build_planner(spec).evaluate_layout(fits.ranked[0].layout)[0].step_s
+    too_big = PlanCache().view(PlanRequest(spec, layout="dp=8,mbs=8"))
+    assert too_big.fitting == 0 and any(w.startswith("does not fit: needs") for w in too_big.warnings)
+    with pytest.raises(UsageError, match="uses 4 GPUs"):
+        PlanCache().view(PlanRequest(spec, layout="tp=2,dp=2"))

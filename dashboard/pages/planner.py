@@ -26,13 +26,15 @@ SPEC_CONTROLS = {
     "plan-execution": "execution", "plan-processor": "processor", "plan-inter-network": "inter_network",
     "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top",
 }
+LAYOUT_CONTROL = "plan-layout"  # evaluate one layout instead of ranking, as `commbench plan --layout` does
 
 
 def layout(**_query):
     return html.Div([
         *page_heading("Planner", "Every layout (TP, PP, DP, ZeRO, micro-batch, recompute ...) that divides the "
                       "cluster, the model and the batch is priced; the fastest that fit in memory are simulated and "
-                      "ranked. Pick a row to see its simulated step. The controls are `commbench plan`'s options."),
+                      "ranked (or only the one layout given). Pick a row to see its simulated step. The controls "
+                      "are `commbench plan`'s options."),
         html.Div(_job_controls() + _cluster_controls(), className="controls"),
         html.Div(id="plan-notices"),
         html.Div(id="plan-summary", className="lead"),
@@ -70,6 +72,8 @@ def _job_controls() -> list:
         _control("execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"),
                                      clearable=False)),
         _control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
+        control("or evaluate one layout", dcc.Input(id=LAYOUT_CONTROL, type="text", debounce=True,
+                                                    placeholder="e.g. tp=2,dp=8")),
     ]
 
 
@@ -99,15 +103,17 @@ def _cluster_controls() -> list:
 
 
 def _request(*values) -> PlanRequest:
-    """The page's controls as a plan request; raises CommbenchError for a choice that cannot be planned."""
-    chosen = dict(zip(SPEC_CONTROLS.values(), values))
+    """The page's controls (SPEC_CONTROLS, then LAYOUT_CONTROL) as a plan request; raises
+    CommbenchError for a choice that cannot be planned."""
+    *spec_values, layout_text = values
+    chosen = dict(zip(SPEC_CONTROLS.values(), spec_values))
     stamps = []
     for name, unset in (("bandwidth", PRESET_SOURCE), ("overlap_run", DEFAULTS)):
         chosen[name], stamp = _measured_run(chosen[name], unset)
         stamps.append(stamp)
     for name in ("gpus_per_node", "processor", "inter_network"):  # empty means the preset's
         chosen[name] = chosen[name] or None
-    return PlanRequest(PlanSpec(**chosen), tuple(stamps))
+    return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
 
 
 def _measured_run(key: str | None, unset: str) -> tuple[str | None, object]:
@@ -129,7 +135,7 @@ def show_preset_gpus_per_node(hardware):
     Output("plan-table", "columns"), Output("plan-table", "data"), Output("plan-table", "selected_rows"),
     Output("plan-breakdown", "figure"), Output("plan-memory", "figure"), Output("plan-summary", "children"),
     Output("plan-notices", "children"),
-    *[Input(control_id, "value") for control_id in SPEC_CONTROLS],
+    *[Input(control_id, "value") for control_id in (*SPEC_CONTROLS, LAYOUT_CONTROL)],
 )
 def rank_layouts(*controls):
     try:
@@ -149,7 +155,7 @@ def rank_layouts(*controls):
 @callback(
     Output("plan-timeline", "figure"),
     Input("plan-table", "selected_rows"),
-    *[State(control_id, "value") for control_id in SPEC_CONTROLS],
+    *[State(control_id, "value") for control_id in (*SPEC_CONTROLS, LAYOUT_CONTROL)],
     prevent_initial_call=True,  # rank_layouts sets the selection once the plan exists
 )
 def simulate_chosen(selected, *controls):
