@@ -71,7 +71,7 @@ def test_build_planner_applies_every_input():
 
 def test_build_planner_reads_the_measured_runs():
     overlap = EXAMPLES / "example-overlap-cpu"
-    measured = EXAMPLES / "example-nccl-tests-h100-synthetic"
+    measured = EXAMPLES / "example-nccl-tests-a100-2nodes-aws"  # a real log (the H100 example is synthetic)
     planner = build_planner(PlanSpec(**BASIC, bandwidth=str(measured), overlap_run=str(overlap)))
     assert planner.cluster.cost.describe().startswith("measured")
     assert planner.cluster.slowdown_intra == planner.cluster.slowdown_inter != 0.15
