@@ -18,7 +18,7 @@ from tests.conftest import REPO
 
 def child_pytest(module: str, env: dict, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return subprocess.run([*prefix, sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", module],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
 
 
 def without_ci() -> dict:
