@@ -40,3 +40,11 @@ def test_example_is_re_created_by_the_script_or_marked_synthetic(run_dir):
 
 def test_every_declared_example_is_committed():
     assert {path.name for path in RUN_DIRS} >= set(DECLARED)
+
+
+def test_topology_files_say_where_they_come_from():
+    files = sorted(EXAMPLES_DIR.glob("*.topology.json"))
+    assert files
+    for path in files:
+        topology = json.loads(path.read_text())
+        assert topology.get("synthetic") is True and topology.get("note"), f"{path.name}: no provenance"
