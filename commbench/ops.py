@@ -63,13 +63,14 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("broadcast", "broadcast_perf", "Broadcast", _one_copy, ONE_BUFFER),
     Op("pingpong", None, None, _per_direction,
        "size: the message each rank sends; count: its elements (uni: half the round trip is timed)"),
+    # alltoallv: nccl-tests' own test (src/alltoallv.cu: algbw = one rank's send bytes / time, busbw =
+    # algbw x (n-1)/n); uneven splits from commbench.modeling.routing, sized by the busiest rank
+    Op("all_to_allv", "alltoallv_perf", "AlltoAllv", _all_but_own_share,
+       "size: the busiest rank's larger of send and receive bytes; count: those elements"),
     # nccl-tests collectives commbench imports but does not measure
     Op("reduce", "reduce_perf", "Reduce", _one_copy, ONE_BUFFER, measured=False),
     Op("gather", "gather_perf", "Gather", _all_but_own_share, GATHERED, measured=False),
     Op("scatter", "scatter_perf", "Scatter", _all_but_own_share, SCATTERED, measured=False),
-    # alltoallv: nccl-tests' own test (src/alltoallv.cu), busbw as alltoall's on the busiest rank's bytes
-    Op("all_to_allv", "alltoallv_perf", "AlltoAllv", _all_but_own_share,
-       "size: the busiest rank's larger of send and receive bytes under nccl-tests' traffic matrix", measured=False),
     # hypercube already counts its (n-1) pieces in algbw, so its factor is 1
     Op("hypercube", "hypercube_perf", "HyperCube", _one_copy, GATHERED, measured=False),
 )}

@@ -79,7 +79,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("-c", "--check-iters", type=int, default=1, help="correctness checks per row (0: none, default 1)")
     how.add_argument("-G", "--cuda-graph", action="store_true", help="NCCL: capture each op in a CUDA graph")
     how.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck collective aborts the run (default 300)")
+    add_moe_arguments(parser)
     add_where_arguments(parser)
+
+
+def tokens_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
+
+
+def add_moe_arguments(parser: argparse.ArgumentParser) -> None:
+    """all_to_allv's routing model (commbench.modeling.routing; README 'MoE all-to-all')."""
+    moe = parser.add_argument_group("all_to_allv routing (--ops all_to_allv)")
+    moe.add_argument("--routing", default="uniform", metavar="SKEW",
+                     help="uniform | zipf:S | dirichlet:ALPHA | file:PATH (JSON/CSV counts, source x destination "
+                          "rank or x expert, or per expert) (default uniform)")
+    moe.add_argument("--tokens", type=tokens_list, default=None, metavar="LIST",
+                     help="tokens per rank, e.g. 64,256,1024 (default: one per size, size / (top-k x hidden x dtype bytes))")
+    moe.add_argument("--hidden", type=int, default=4096, help="hidden size: elements per token (default 4096)")
+    moe.add_argument("--top-k", type=int, default=2, help="experts per token (default 2)")
+    moe.add_argument("--experts", type=int, default=8, help="experts (default 8)")
+    moe.add_argument("--placement", default="block", help="experts over ranks: block | round_robin (default block)")
+    moe.add_argument("--capacity-factor", type=float, default=0.0,
+                     help="drop copies beyond C x tokens x top-k / experts per expert and source rank (default 0: dropless)")
+    moe.add_argument("--routing-seed", type=int, default=0, help="seed of the routing draws (default 0)")
 
 
 def add_where_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +125,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         check_iters=args.check_iters, cuda_graph=args.cuda_graph, pairwise=args.pairwise,
         outlier_ratio=args.outlier_ratio, max_retransmit_pct=args.max_retransmit_pct, timeout_s=args.timeout,
         out_dir=args.out, run_id=args.run_id, node_name=args.node_name, progress=not args.no_progress,
+        routing=args.routing, tokens=args.tokens, hidden=args.hidden, top_k=args.top_k, experts=args.experts,
+        placement=args.placement, capacity_factor=args.capacity_factor, routing_seed=args.routing_seed,
     ).validate()
 
 

@@ -63,6 +63,14 @@ class Record(BaseModel):
                           "lossy = TCP re-sent over --max-retransmit-pct of its segments")
     tcp_segments_sent: int | None = Field(None, ge=0, description="scope pair: TCP segments the pair's nodes sent while it was measured (kernel counters, whole node)")
     tcp_retransmits: int | None = Field(None, ge=0, description="scope pair: of those, segments re-sent")
+    routing: str | None = Field(None, description="all_to_allv: the --routing skew (uniform, zipf:S, dirichlet:ALPHA, file:NAME)")
+    tokens_per_rank: int | None = Field(None, description="all_to_allv: tokens each rank routes (its size axis)")
+    recv_bytes_max: int | None = Field(None, description="all_to_allv: bytes the hottest rank receives")
+    recv_bytes_mean: float | None = Field(None, description="all_to_allv: mean bytes received per rank")
+    hottest_rank: int | None = Field(None, description="all_to_allv: group rank receiving the most")
+    uniform_time_us: float | None = Field(None, description="all_to_allv: the uniform all_to_all of the same total bytes, measured in the same run")
+    skew_penalty: float | None = Field(None, description="all_to_allv: time_us / uniform_time_us")
+    split_bytes: list[list[int]] | None = Field(None, description="all_to_allv: bytes sent, source rank (row) x destination rank (column)")
 
 
 class NodeInfo(BaseModel):

@@ -23,6 +23,7 @@ from commbench.collectives import get_collective
 from commbench.collectives.base import PERIOD, Buffers, Collective, Counts, GroupContext, Variant, pattern
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.schema import Record
+from commbench.measure.moe import routed_rows
 from commbench.measure.faults import corrupt_if_asked, delayed_if_asked, die_if_asked, hang_if_asked
 from commbench.measure.options import DTYPES
 from commbench.measure.placement import applicable_scopes, scope_groups
@@ -39,6 +40,7 @@ class Row:
     groups: tuple[tuple[int, ...], ...]
     size: int
     counts: Counts
+    exchange: object = None  # all_to_allv: the routing model's commbench.measure.moe.RoutedExchange
 
 
 def scope_rows(session: Session) -> list[Row]:
@@ -55,6 +57,10 @@ def scope_rows(session: Session) -> list[Row]:
             if not groups:
                 continue
             n = len(groups[0])
+            if op == "all_to_allv":
+                rows += [Row(scope, routed, groups, size, counts, exchange)
+                         for routed, size, counts, exchange in routed_rows(cfg, n, elt)]
+                continue
             for size in cfg.sizes():
                 counts = collective.counts(size // elt, n, elt)
                 if counts.param > 0:
@@ -235,6 +241,7 @@ def to_record(session: Session, row: Row, variant: Variant, samples: torch.Tenso
         row_facts(session, row, variant, iters, measured.warmups), per_rank[slowest],
         row.collective.busbw_factor(n, variant), wrong=wrong, slowest_rank=slowest,
         time_us_mean_nccl=sum(per_rank[r].mean for r in members) / len(members),
+        **(row.exchange.record_fields() if row.exchange else {}),
     )
 
 

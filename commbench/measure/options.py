@@ -65,6 +65,15 @@ class RunConfig:
     node_name: str | None = None
     progress: bool = True
     argv: list[str] = field(default_factory=list)
+    # all_to_allv's routing model (commbench.modeling.routing); tokens per rank is its size axis
+    routing: str = "uniform"
+    tokens: tuple[int, ...] | None = None  # None: from the byte sizes, tokens = size / (top_k x hidden x dtype)
+    hidden: int = 4096
+    top_k: int = 2
+    experts: int = 8
+    placement: str = "block"
+    capacity_factor: float = 0.0  # 0: dropless
+    routing_seed: int = 0
 
     def validate(self) -> "RunConfig":
         if not self.ops:
@@ -99,7 +108,35 @@ class RunConfig:
             for scope in self.scopes:
                 if scope not in SCOPES:
                     raise UsageError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+        if "all_to_allv" in self.ops:
+            self.moe_shape(tokens=1, ranks=1)  # checks the routing options before any rank starts
         return self
+
+    def moe_shape(self, tokens: int, ranks: int):
+        """The routing model's inputs for one all_to_allv row (UsageError if they cannot be)."""
+        from commbench.modeling.routing import MoeShape, parse_routing
+
+        parse_routing(self.routing)
+        if self.tokens is not None and (not self.tokens or min(self.tokens) < 1):
+            raise UsageError("--tokens must list whole numbers of at least 1")
+        return MoeShape(tokens=tokens, hidden=self.hidden, elt_bytes=DTYPES[self.dtype][1], top_k=self.top_k,
+                        experts=self.experts, ranks=ranks, placement=self.placement,
+                        capacity_factor=self.capacity_factor or None, seed=self.routing_seed)
+
+    def check_moe_ranks(self, world_size: int) -> None:
+        """all_to_allv on the world group: experts to place, and a routing file's matrix of that size."""
+        if "all_to_allv" not in self.ops:
+            return
+        from commbench.modeling.routing import parse_routing, token_matrix
+
+        token_matrix(parse_routing(self.routing), self.moe_shape(tokens=1, ranks=world_size))
+
+    def tokens_axis(self) -> list[int]:
+        """all_to_allv's tokens per rank: --tokens, else one per byte size (a rank's uniform send bytes)."""
+        if self.tokens:
+            return sorted(set(self.tokens))
+        per_token = self.top_k * self.hidden * DTYPES[self.dtype][1]
+        return sorted({size // per_token for size in self.sizes() if size >= per_token})
 
     def sizes(self) -> list[int]:
         """min, min*f, min*f^2 ... up to max (nccl-tests -b/-e/-f); a zero minimum starts at 1 byte."""
@@ -115,7 +152,7 @@ class RunConfig:
     @classmethod
     def from_json(cls, text: str) -> "RunConfig":
         data = json.loads(text)
-        for key in ("ops", "scopes"):
+        for key in ("ops", "scopes", "tokens"):
             if data.get(key) is not None:
                 data[key] = tuple(data[key])
         return cls(**data)

@@ -50,6 +50,13 @@ class NcclTestsPrinter:
         self.print(f"{first.size_bytes:12d}  {first.count:12d}  {first.dtype:>8s}  {first.redop:>6s}  {first.root:6d}  {cells}")
         self.rows.append(records)
 
+    def routing_row(self, rec: Record) -> None:
+        """all_to_allv: the routing model's figures under the row, as a comment nccl-tests parsers skip."""
+        self.print(f"#   {rec.routing}, {rec.tokens_per_rank} tokens/rank: received max {rec.recv_bytes_max} B "
+                   f"(rank {rec.hottest_rank}), mean {rec.recv_bytes_mean:.0f} B, ratio "
+                   f"{rec.recv_bytes_max / max(rec.recv_bytes_mean, 1):.3f}; uniform all_to_all of the same bytes "
+                   f"{rec.uniform_time_us:.1f} us, penalty {rec.skew_penalty:.3f}")
+
     def summary(self, run_dir: str | None) -> None:
         records = [r for row in self.rows for r in row]
         wrong = sum(r.wrong for r in records if r.wrong > 0)

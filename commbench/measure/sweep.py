@@ -7,6 +7,7 @@ ping-pong direction), and rank 0 prints it as nccl-tests does and adds its recor
 from __future__ import annotations
 
 from commbench.measure.harness import Row, gather_to_rank0, measure, scope_rows, timer_for, to_record
+from commbench.measure.moe import uniform_row
 from commbench.measure.report import NcclTestsPrinter
 from commbench.measure.runner import MeasuredRun, Progress
 from commbench.measure.session import Session
@@ -34,10 +35,26 @@ class SweepDriver:
                 samples = gather_to_rank0(self.session, measured)
                 if samples is not None:
                     records.append(to_record(self.session, row, variant, samples, measured))
+            if row.exchange:
+                records = self._with_uniform_comparison(row, records)
             if records:
                 run.add(records)
                 self.printer.row(records)
+                if row.exchange:
+                    self.printer.routing_row(records[0])
             progress.advance(f"{row.scope} {row.collective.name} {row.size} B")
+
+    def _with_uniform_comparison(self, row: Row, records: list) -> list:
+        """Measure the uniform all_to_all of the routed row's total bytes; its time goes into the records."""
+        uniform = uniform_row(row)
+        variant = uniform.collective.variants[0]
+        measured = measure(self.session, uniform, variant)
+        samples = gather_to_rank0(self.session, measured)
+        if samples is None:
+            return records
+        time_us = to_record(self.session, uniform, variant, samples, measured).time_us
+        return [rec.model_copy(update={"uniform_time_us": time_us, "skew_penalty": rec.time_us / time_us})
+                for rec in records]
 
     def report(self, run: MeasuredRun) -> None:
         self.printer.summary(str(run.writer.path))

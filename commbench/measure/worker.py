@@ -46,8 +46,11 @@ def launch_driver(name: str, cfg: RunConfig, nproc: int | None) -> int:
     """Run `name` on this rank under a launcher, else on `nproc` local ranks started here."""
     env = detect_rank_env()
     if env is not None:
+        cfg.check_moe_ranks(env.world_size)
         return run_driver(name, cfg, env)
-    return spawn_local(check_local_launch(cfg, nproc), cfg.to_json(), name)
+    nproc = check_local_launch(cfg, nproc)
+    cfg.check_moe_ranks(nproc)
+    return spawn_local(nproc, cfg.to_json(), name)
 
 
 def main() -> int:
