@@ -12,9 +12,9 @@ ranked by tokens/s, each with where its step time goes and what makes the next o
 Collectives are priced from a measured bandwidth table (--bandwidth RUN_DIR, a commbench run
 or an imported nccl-tests run) or from a hardware preset's documented figures (--hardware).
 The preset also supplies the processor (--processor replaces it, e.g. with a measured one from a
-JSON file); --inter-network swaps the fabric between nodes. --execution says which collectives the
-training framework overlaps with compute: megatron (the default) or torch-eager (DTensor tensor
-parallel and FSDP2 on CPU/gloo, where the TP backward all-reduces and ZeRO-3 reduce-scatters block).
+JSON file); --inter-network swaps the fabric between nodes. --execution says how the training
+framework runs the step: which kernels it fuses, which attention it uses, which collectives it
+overlaps with compute (the presets are listed below with what each assumes).
 
 Examples:
   commbench plan --model llama3-70b --gpus 64 --hardware dgx-h100 --global-batch 256 --seq-len 4096
@@ -31,6 +31,9 @@ from dataclasses import fields
 
 from commbench.modeling.job import EXECUTIONS, PRECISIONS
 from commbench.modeling.spec import PlanSpec
+
+__doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
+    f"  {name}: {execution.assumes}" for name, execution in EXECUTIONS.items() if name == execution.name)
 
 HELP = "rank parallel training layouts by predicted throughput, or evaluate one with --layout"
 
@@ -115,6 +118,7 @@ def main(args) -> int:
             "model": planner.job.model.describe(), "model_figures": model_figures(planner.job),
             "network": planner.cluster.cost.describe(),
             "slowdown": _slowdown_figures(planner), "execution": planner.job.execution.name,
+            "execution_assumes": planner.job.execution.assumes,
             "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
             "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
             "dropped_examples": [{"layout": l, "reason": r} for l, r in ranking.dropped_examples], "warnings": warnings,

@@ -26,11 +26,13 @@ import numpy as np
 
 from commbench.modeling.hardware import Processor
 from commbench.modeling.job import TrainingJob
+from commbench.modeling.kernels import (FLASH_BACKWARD_FLOPS, UNFUSED_SCORE_BYTES_BACKWARD, UNFUSED_SCORE_BYTES_FORWARD,
+                                        gemm_forward_backward, gemm_seconds)
 from commbench.modeling.layout import LayoutBatch
 
 SECONDS_PER_YEAR = 365.25 * 86400
-BACKWARD_GEMM_FACTOR = 2.0
-BACKWARD_ATTENTION_FACTOR = 2.5
+BACKWARD_GEMM_FACTOR = 2.0  # input and weight gradients, each the forward's FLOPs
+BACKWARD_ATTENTION_FACTOR = FLASH_BACKWARD_FLOPS
 BACKWARD_ELEMENTWISE_FACTOR = 2.0  # norm, activation and residual gradients read and write about twice the forward's bytes
 
 
@@ -43,92 +45,155 @@ def training_seconds(flops: float, gpus: int, peak_flops: float, mfu: float) -> 
     return flops / (gpus * peak_flops * mfu)
 
 
+ATTENTION_IMPLEMENTATIONS = ("unfused", "flash2", "flash3", "cudnn", "sdpa")
+
+
 @dataclass
 class LayerCompute:
     """Seconds per layer per micro-batch on one rank (averaged over dense and MoE layers)."""
 
     fwd_gemm: np.ndarray
+    bwd_gemm: np.ndarray
     fwd_attention: np.ndarray
+    bwd_attention: np.ndarray
     fwd_elementwise: np.ndarray
+    fwd_kernels: np.ndarray  # per-kernel launch and framework cost of the forward's kernels
     head_fwd: np.ndarray  # output projection + loss, last stage only, per micro-batch
+    head_bwd: np.ndarray
 
     @property
     def forward(self) -> np.ndarray:
-        return self.fwd_gemm + self.fwd_attention + self.fwd_elementwise
-
-    @property
-    def bwd_gemm(self) -> np.ndarray:
-        return BACKWARD_GEMM_FACTOR * self.fwd_gemm
-
-    @property
-    def bwd_attention(self) -> np.ndarray:
-        return BACKWARD_ATTENTION_FACTOR * self.fwd_attention
+        return self.fwd_gemm + self.fwd_attention + self.fwd_elementwise + self.fwd_kernels
 
     @property
     def backward(self) -> np.ndarray:
-        return self.bwd_gemm + self.bwd_attention + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise
-
-    @property
-    def head_bwd(self) -> np.ndarray:
-        return BACKWARD_GEMM_FACTOR * self.head_fwd
+        return (self.bwd_gemm + self.bwd_attention
+                + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels))
 
     def recompute(self, mode: np.ndarray) -> np.ndarray:
         """Extra forward work done in backward: attention core (selective) or the whole layer (full)."""
         return np.select([mode == 1, mode == 2], [self.fwd_attention, self.forward], 0.0)
 
 
-def _gemms(proc: Processor, count: float, flops) -> np.ndarray:
-    return count * proc.gemm_time(np.asarray(flops, dtype=float))
+def elementwise_bytes(activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0,
+                      hidden_passes: float = 14.0):
+    """Forward memory traffic of one layer's elementwise work: norms, dropout and residual adds
+    (`hidden_passes` reads and writes of the hidden state: 14 when each is its own kernel, 10 with
+    dropout and residual add fused beside the norm), rotary on q and k, the activation function over
+    the MLP width (mlp_width already divided by tp). The backward moves twice this."""
+    return activation_bytes * tokens * (hidden_passes * hidden * replicated + 2 * qkv_width / tp + mlp_width)
 
 
-def elementwise_bytes(activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0):
-    """Forward memory traffic of one layer's elementwise work: norms and residual adds (read 2,
-    write 1) on the hidden state, rotary on q and k, the activation function over the MLP width
-    (mlp_width already divided by tp). The backward moves twice this."""
-    return activation_bytes * tokens * (14 * hidden * replicated + 2 * qkv_width / tp + mlp_width)
+def _linear(proc: Processor, tokens, n, k, count: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of `count` linear layers of tokens x k -> tokens x n."""
+    forward, backward = gemm_forward_backward(proc, tokens, n, k)
+    return count * forward, count * backward
 
 
-def _attention_gemms(model, proc: Processor, n, t) -> np.ndarray:
+def _attention_projections(model, proc: Processor, n, t) -> tuple[np.ndarray, np.ndarray]:
     """Input projections (split over TP, plus MLA's whole down-projections) and the output projection."""
-    output = model.attention_out_dim * model.hidden
+    h = model.hidden
+    output = model.attention_out_dim * h
     replicated = model.tp_replicated_params_per_layer
     split_inputs = model.attention_projection_params - output - replicated
-    gemms = _gemms(proc, 1, 2 * n * split_inputs / t) + _gemms(proc, 1, 2 * n * output / t)
-    return gemms + _gemms(proc, 1, 2 * n * replicated) if replicated else gemms
+    parts = [_linear(proc, n, split_inputs / h / t, h), _linear(proc, n, h, output / h / t)]
+    if replicated:
+        parts.append(_linear(proc, n, replicated / h, h))
+    return sum(f for f, _ in parts), sum(b for _, b in parts)
+
+
+def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward) GEMM seconds and the activation width (per token, /tp) of one layer's MLP,
+    averaged over dense and MoE layers."""
+    model, t = job.model, batch.tp
+    h, matrices = model.hidden, model.mlp_matrices
+    up = matrices - 1  # GeLU: one up-projection; SwiGLU: gate and up
+    dense = _mlp_block(proc, n, h, model.ffn_hidden / t, up)
+    width = matrices * model.ffn_hidden / t
+    if not model.moe:
+        return (*dense, width)
+    moe = model.moe
+    routed_tokens = n * moe.top_k * job.expert_load
+    local_experts = moe.num_experts / batch.ep
+    # each local expert sees routed_tokens * ep / experts tokens gathered from the ep group
+    expert_tokens = routed_tokens * batch.ep / moe.num_experts
+    experts = _mlp_block(proc, expert_tokens, h, moe.expert_ffn_hidden / t, up)
+    shared = _mlp_block(proc, n, h, moe.shared_ffn_hidden / t, up) if moe.shared_ffn_hidden else (0.0, 0.0)
+    router = _linear(proc, n, moe.num_experts, h)
+    moe_fwd, moe_bwd = (local_experts * e + s + r for e, s, r in zip(experts, shared, router))
+    moe_width = (matrices * (moe.top_k * moe.expert_ffn_hidden + moe.shared_ffn_hidden) + 4 * moe.top_k * h) / t
+    dense_share, moe_share = model.dense_layers / model.layers, model.moe_layers / model.layers
+    return (dense_share * dense[0] + moe_share * moe_fwd, dense_share * dense[1] + moe_share * moe_bwd,
+            dense_share * width + moe_share * moe_width)
+
+
+def _mlp_block(proc: Processor, tokens, h, ffn_local, up: int) -> tuple[np.ndarray, np.ndarray]:
+    ups, down = _linear(proc, tokens, ffn_local, h, up), _linear(proc, tokens, h, ffn_local)
+    return ups[0] + down[0], ups[1] + down[1]
+
+
+def _attention_core(job: TrainingJob, batch: LayoutBatch, proc: Processor, n) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of the attention core on one rank, by the execution's implementation."""
+    model, t = job.model, batch.tp
+    implementation = job.execution.attention
+    if implementation == "unfused":
+        return _unfused_attention(job, batch, proc)
+    flops = batch.mbs * model.score_flops_per_pair * model.attention_pairs(job.seq_len) / (batch.cp * t)
+    forward_rate, backward_rate = proc.attention_rate(implementation)
+    forward = np.broadcast_to(flops / (proc.peak_flops * forward_rate), np.shape(n)).astype(float)
+    return forward, FLASH_BACKWARD_FLOPS * forward * forward_rate / backward_rate
+
+
+def _unfused_attention(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron's 2021-2022 path: per head, QK^T (s x S x d_qk) and AV (s x d_v x S) as batched GEMMs
+    over every pair, and the score elements' softmax + dropout traffic."""
+    model = job.model
+    queries, keys = job.seq_len / batch.cp, job.seq_len
+    heads = batch.mbs * model.heads / batch.tp  # batched GEMMs: one matrix per (sequence, head)
+    score_bytes = job.activation_bytes / 2  # the per-element figures are for 2-byte scores
+    fwd = (gemm_seconds(proc, queries, keys, model.qk_head_dim, heads)
+           + gemm_seconds(proc, queries, model.v_head_dim, keys, heads))
+    # backward: dQ = dS K, dK = dS^T Q (s x S x d_qk each); dV = P^T dO, dP = dO V^T (over d_v)
+    bwd = (gemm_seconds(proc, queries, model.qk_head_dim, keys, heads)
+           + gemm_seconds(proc, keys, model.qk_head_dim, queries, heads)
+           + gemm_seconds(proc, keys, model.v_head_dim, queries, heads)
+           + gemm_seconds(proc, queries, keys, model.v_head_dim, heads))
+    elements = heads * queries * keys
+    fwd = fwd + elements * UNFUSED_SCORE_BYTES_FORWARD * score_bytes / proc.elementwise_bandwidth
+    bwd = bwd + elements * UNFUSED_SCORE_BYTES_BACKWARD * score_bytes / proc.elementwise_bandwidth
+    return np.broadcast_to(fwd, np.shape(batch.tp)).astype(float), np.broadcast_to(bwd, np.shape(batch.tp)).astype(float)
+
+
+def kernels_per_layer(model, execution) -> float:
+    """Kernels one layer's forward launches per micro-batch (the backward launches about twice as
+    many): its GEMMs, the attention core's, norms, dropout and residual adds, activation, rotary."""
+    gemms = 2 + (1 if model.tp_replicated_params_per_layer else 0) + model.mlp_matrices
+    attention = 1 if execution.attention != "unfused" else 6  # 2 batched GEMMs, softmax, dropout, 2 head permutes
+    hidden = 4 if execution.fused_norm_residual else 8  # 2 norms + 2 bias-dropout-adds, or norm/dropout/add/bias apart
+    activation = 1 + (0 if execution.fused_bias_activation else model.mlp_matrices - 1)
+    return gemms + attention + hidden + activation + 1
 
 
 def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> LayerCompute:
-    model = job.model
+    model, execution = job.model, job.execution
     h, t = model.hidden, batch.tp
-    seq_local = job.seq_len / batch.cp
-    n = batch.mbs * seq_local  # tokens per rank per micro-batch
+    n = batch.mbs * job.seq_len / batch.cp  # tokens per rank per micro-batch
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
 
-    attention_gemms = _attention_gemms(model, proc, n, t)
-    dense_mlp = _gemms(proc, model.mlp_matrices, 2 * n * h * model.ffn_hidden / t)
-    mlp_elementwise = (model.mlp_matrices * model.ffn_hidden) / t
-    if model.moe:
-        moe = model.moe
-        routed_tokens = n * moe.top_k * job.expert_load
-        local_experts = moe.num_experts / batch.ep
-        # each local expert sees routed_tokens * ep / experts tokens gathered from the ep group
-        per_expert_flops = 2 * routed_tokens * batch.ep / moe.num_experts * h * moe.expert_ffn_hidden / t
-        moe_mlp = (local_experts * _gemms(proc, model.mlp_matrices, per_expert_flops)
-                   + _gemms(proc, model.mlp_matrices, 2 * n * h * moe.shared_ffn_hidden / t)
-                   + _gemms(proc, 1, 2 * n * h * moe.num_experts))
-        mlp = (model.dense_layers * dense_mlp + model.moe_layers * moe_mlp) / model.layers
-        moe_elementwise = (model.mlp_matrices * (moe.top_k * moe.expert_ffn_hidden + moe.shared_ffn_hidden) + 4 * moe.top_k * h) / t
-        mlp_elementwise = (model.dense_layers * mlp_elementwise + model.moe_layers * moe_elementwise) / model.layers
-    else:
-        mlp = dense_mlp
-    attention_flops = batch.mbs * model.score_flops_per_pair * model.attention_pairs(job.seq_len) / (batch.cp * t)
-    attention = attention_flops / (proc.peak_flops * proc.attention_efficiency)
-    head = (_gemms(proc, 1, 2 * n * h * model.vocab / t)
-            + n * model.vocab / t * 12 / proc.elementwise_bandwidth)  # softmax + loss over fp32 logits
+    attention_fwd, attention_bwd = _attention_projections(model, proc, n, t)
+    mlp_fwd, mlp_bwd, mlp_width = _mlp(job, batch, proc, n)
+    if not execution.fused_bias_activation:  # a bias pass over each up-projection's output
+        mlp_width = mlp_width + 2 * (model.mlp_matrices - 1) * model.ffn_hidden / t
+    core_fwd, core_bwd = _attention_core(job, batch, proc, n)
+    hidden_passes = 10.0 if execution.fused_norm_residual else 14.0
+    elementwise = elementwise_bytes(job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_width, n, t,
+                                    replicated, hidden_passes) / proc.elementwise_bandwidth
+    head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h)
+    loss = n * model.vocab / t * 12 / proc.elementwise_bandwidth  # softmax + loss over fp32 logits
+    kernels = kernels_per_layer(model, execution) * proc.kernel_overhead_s
     return LayerCompute(
-        fwd_gemm=attention_gemms + mlp,
-        fwd_attention=np.broadcast_to(attention, n.shape).astype(float),
-        fwd_elementwise=elementwise_bytes(job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_elementwise,
-                                          n, t, replicated) / proc.elementwise_bandwidth,
-        head_fwd=head,
+        fwd_gemm=attention_fwd + mlp_fwd, bwd_gemm=attention_bwd + mlp_bwd,
+        fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
+        fwd_kernels=np.broadcast_to(kernels, np.shape(n)).astype(float),
+        head_fwd=head_fwd + loss, head_bwd=head_bwd + loss,
     )

@@ -48,8 +48,9 @@ PRECISIONS = {
 
 @dataclass(frozen=True)
 class Execution:
-    """Which collectives the training framework overlaps with compute: a property of the framework
-    and device, not of the layout, so one setting applies to every layout alike.
+    """How the training framework runs the step: which collectives it overlaps with compute, which
+    kernels it fuses, which attention it uses. A property of the framework, not of the layout, so
+    one setting applies to every layout alike. `plan --help` lists the presets with `assumes`.
 
     tp_backward_overlap
         True: the backward TP collectives that Megatron overlaps (without SP the input-gradient
@@ -61,25 +62,77 @@ class Execution:
         True: ZeRO-3's per-layer gradient reduce-scatter runs on its own stream during the
         backward of the previous layer (Megatron, DeepSpeed, FSDP on GPU). False: it blocks the
         backward where it is issued, as FSDP2 does on CPU/gloo (no stream to put it on).
+    tp_forward_overlap
+        True: the forward TP collectives run beside the GEMMs they feed or drain (Transformer
+        Engine's TP communication overlap, chunked all-gather/reduce-scatter GEMMs; torchtitan's
+        async TP): only the part the forward GEMMs do not cover is exposed. False: they block.
     fused_grad_accumulation
         True: each micro-batch's weight-gradient GEMM accumulates into the gradient buffer
         (Megatron's gradient-accumulation fusion), so micro-batches after the first cost nothing
         extra. False: autograd adds every micro-batch's new gradient into .grad with a separate
         kernel (torch eager): m - 1 passes over the gradients the rank keeps.
+    attention
+        the attention implementation (kernels.py): "unfused" (2021-2022 Megatron: batched QK^T and
+        AV GEMMs, softmax and dropout over the scores), or a fused one priced at the processor's
+        rate for it: "flash2", "flash3", "cudnn", "sdpa" (torch's scaled_dot_product_attention)
+    fused_norm_residual
+        True: dropout + residual add is one kernel beside the norm (Megatron's bias-dropout-add,
+        Transformer Engine's fused LayerNorm). False: dropout, residual add and norm each read and
+        write the hidden state.
+    fused_bias_activation
+        True: the MLP's bias add is fused into the activation (bias-GeLU) or into the GEMM's
+        epilogue (torch's addmm); False: a separate bias pass over the up-projection's output.
+    grad_clipping
+        the step computes the gradient norm (one read of the gradients the rank owns) before the
+        optimizer.
     """
 
     name: str
+    assumes: str
     tp_backward_overlap: bool = True
     zero3_reduce_scatter_overlap: bool = True
+    tp_forward_overlap: bool = False
     fused_grad_accumulation: bool = True
+    attention: str = "flash2"
+    fused_norm_residual: bool = True
+    fused_bias_activation: bool = True
+    grad_clipping: bool = True
+
+
+def _megatron_2021() -> Execution:
+    return Execution("megatron-2021", "Megatron-LM of 2021-2022 (SC21, BLOOM's Megatron-DeepSpeed): unfused "
+                     "attention (batched QK^T/AV GEMMs, fused scale-mask-softmax, dropout), fused bias-GeLU and "
+                     "bias-dropout-add, 1F1B/interleaved pipeline, fused gradient accumulation, TP backward "
+                     "all-reduce overlapped, gradient clipping", attention="unfused")
 
 
 EXECUTIONS = {
-    "megatron": Execution("Megatron-style: TP backward collectives and ZeRO-3 reduce-scatters overlap compute"),
-    "torch-eager": Execution("torch eager (DTensor TP, FSDP2 on CPU/gloo): TP backward all-reduces and ZeRO-3 "
-                             "reduce-scatters block, gradients accumulate unfused", tp_backward_overlap=False,
-                             zero3_reduce_scatter_overlap=False, fused_grad_accumulation=False),
+    "megatron-core": Execution("megatron-core", "Megatron-Core with Transformer Engine (2023-): FlashAttention-2 "
+                               "(flash3 is not assumed), TE fused LayerNorm/RMSNorm + bias-dropout-add, fused "
+                               "SwiGLU/bias-GeLU, TP backward collectives overlapped with the weight-gradient "
+                               "GEMMs and forward TP collectives overlapped with the GEMMs they feed (TE TP communication overlap), fused "
+                               "gradient accumulation, distributed optimizer, gradient clipping", tp_forward_overlap=True),
+    "megatron-2021": _megatron_2021(),
+    "deepspeed": Execution("deepspeed", "DeepSpeed ZeRO (Megatron-DeepSpeed models): FlashAttention-2, unfused "
+                           "dropout/residual/norm, fused bias-GeLU, ZeRO-3 reduce-scatters on their own stream, "
+                           "gradients accumulated by autograd (unfused), gradient clipping",
+                           fused_norm_residual=False, fused_grad_accumulation=False),
+    "torch-fsdp": Execution("torch-fsdp", "PyTorch FSDP/FSDP2 on GPU (MosaicML LLM Foundry, torchtitan): SDPA "
+                            "flash attention (FlashAttention-2 kernels), eager elementwise kernels (dropout, "
+                            "residual, norm each a kernel; bias in the GEMM epilogue), TP backward collectives "
+                            "after the GEMM, ZeRO-3 reduce-scatters on their own stream, gradients accumulated "
+                            "by autograd, gradient clipping", tp_backward_overlap=False, fused_norm_residual=False,
+                            fused_grad_accumulation=False),
+    "torch-eager": Execution("torch-eager", "torch eager on CPU/gloo (DTensor TP, FSDP2; commbench's validation "
+                             "GPT): TP backward all-reduces and ZeRO-3 reduce-scatters block, gradients "
+                             "accumulate unfused, SDPA attention, eager elementwise kernels, no clipping",
+                             tp_backward_overlap=False, zero3_reduce_scatter_overlap=False,
+                             fused_grad_accumulation=False, attention="sdpa", fused_norm_residual=False,
+                             grad_clipping=False),
 }
+# `plan --execution megatron` predates the presets above and meant Megatron with flash attention and
+# overlapped collectives: it stays, as another name for megatron-core
+EXECUTIONS["megatron"] = EXECUTIONS["megatron-core"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +151,7 @@ class TrainingJob:
     # MoE routing: tokens per expert relative to a perfectly even split (capacity factor when
     # tokens are padded to capacity; the measured max/mean load for dropless routing)
     expert_load: float = 1.0
-    execution: Execution = field(default_factory=lambda: EXECUTIONS["megatron"])
+    execution: Execution = field(default_factory=lambda: EXECUTIONS["megatron-core"])
 
     def __post_init__(self):
         if self.activation_bytes is None:

@@ -103,7 +103,7 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     else:
         mlp = dense_mlp
     kept = sbh * (10 * replicated + (attention + mlp) / t) + s * batch.mbs * 2 * _latent_width(model)
-    if not job.flash_attention:
+    if not job.flash_attention or job.execution.attention == "unfused":
         scores = 5.0 * model.heads * s * job.seq_len * batch.mbs / t
         kept = kept + np.where(recompute == 0, scores, 0.0)
     layer_input = 2 * sbh * replicated

@@ -50,8 +50,10 @@ class PlanSpec:
     processor: str | None = _with_default(
         "replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
     precision: str = _with_default("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
-    execution: str = _with_default("which collectives overlap compute (default megatron; torch-eager: TP backward "
-                                   "all-reduces and ZeRO-3 reduce-scatters block)", "megatron")
+    execution: str = _with_default("how the framework runs the step (kernels fused, attention, collectives overlapped): "
+                                   "megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager; megatron (the "
+                                   "default) is megatron-core; the list with assumptions is at the end of plan --help",
+                                   "megatron")
     slowdown: float | None = _with_default(
         "measured compute slowdown while communication overlaps (e.g. 0.13); default 15% NVLink / 2% inter-node")
     overlap_run: str | None = _with_default("take the slowdown from this `commbench overlap` run directory")

@@ -1,7 +1,8 @@
 """The closed-form step model: per-layer costs with overlap, then a whole step for many layouts at once.
 
 Inside one layer (the event schedule in schedule.py reuses these per-op costs):
-  forward   compute + blocking TP + blocking EP all-to-alls + the part of the CP ring the attention
+  forward   compute + blocking TP (or, with Execution.tp_forward_overlap, the part of the TP
+            collectives the forward GEMMs do not cover) + blocking EP all-to-alls + the part of the CP ring the attention
             core does not cover; ZeRO-3's gather of the next layer is prefetched, so the layer takes
             max(that, gather)
   backward  compute (+ recompute) + the blocking TP all-gathers + whatever of the overlappable TP
@@ -69,10 +70,11 @@ class OpCosts:
         return self.head_forward.get(name, 0.0) + self.head_backward.get(name, 0.0)
 
 
-def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Cluster, layers: np.ndarray) -> OpCosts:
+def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Cluster, layers: np.ndarray,
+             tp_forward_overlap: bool = False) -> OpCosts:
     slow = {name: cluster.slowdown(inter) for name, inter in cc.inter_node.items()}
-    fwd = _layer_forward(lc, cc, slow)
-    bwd = _layer_backward(batch, lc, cc, slow)
+    fwd = _layer_forward(lc, cc, slow, tp_forward_overlap)
+    bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap)
     forward = {name: layers * value for name, value in fwd.items()}
     backward = {name: layers * value for name, value in bwd.items()}
     # the first layer's weights cannot be prefetched behind anything in the same op
@@ -92,27 +94,38 @@ def _exposed_ring(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) 
     return np.maximum(0.0, cc.cp.fwd - lc.fwd_attention), slow["cp"] * np.minimum(cc.cp.fwd, lc.fwd_attention)
 
 
-def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _forward_tp(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], overlap: bool):
+    """The forward TP collectives: blocking, or (Transformer Engine's TP communication overlap)
+    hidden behind the forward GEMMs they feed, less the slowdown of the part that is hidden."""
+    if not overlap:
+        return cc.tp.fwd, 0.0
+    return np.maximum(0.0, cc.tp.fwd - lc.fwd_gemm), slow["tp"] * np.minimum(cc.tp.fwd, lc.fwd_gemm)
+
+
+def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool) -> dict[str, np.ndarray]:
     cp_exposed, cp_slowdown = _exposed_ring(lc, cc, slow)
-    fwd = {"compute": lc.forward, "tp": cc.tp.fwd, "ep": cc.ep.fwd, "cp": cp_exposed, "slowdown": cp_slowdown}
+    tp_exposed, tp_slowdown = _forward_tp(lc, cc, slow, tp_overlap)
+    fwd = {"compute": lc.forward, "tp": tp_exposed, "ep": cc.ep.fwd, "cp": cp_exposed, "slowdown": cp_slowdown + tp_slowdown}
     fwd_base = sum(fwd.values())
     fwd["dp"] = np.maximum(0.0, cc.zero3.fwd - fwd_base)
     fwd["slowdown"] = fwd["slowdown"] + slow["dp"] * np.minimum(cc.zero3.fwd, lc.forward)
     return fwd
 
 
-def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray],
+                    tp_overlap: bool) -> dict[str, np.ndarray]:
     full = batch.recompute == 2  # full recompute repeats the forward's blocking communication
     cp_f_exposed, cp_f_slow = _exposed_ring(lc, cc, slow)
+    tp_f_exposed, tp_f_slow = _forward_tp(lc, cc, slow, tp_overlap)
     recompute = lc.recompute(batch.recompute)
     bwd = {
         "compute": lc.backward,
         "recompute": recompute,
-        "tp": cc.tp.bwd_blocking + np.maximum(0.0, cc.tp.bwd_overlapped - lc.bwd_gemm) + full * cc.tp.fwd,
+        "tp": cc.tp.bwd_blocking + np.maximum(0.0, cc.tp.bwd_overlapped - lc.bwd_gemm) + full * tp_f_exposed,
         "ep": cc.ep.bwd + full * cc.ep.fwd,
         "cp": np.maximum(0.0, cc.cp.bwd - lc.bwd_attention) + full * cp_f_exposed,
         "slowdown": (slow["tp"] * np.minimum(cc.tp.bwd_overlapped, lc.bwd_gemm)
-                     + slow["cp"] * np.minimum(cc.cp.bwd, lc.bwd_attention) + full * cp_f_slow),
+                     + slow["cp"] * np.minimum(cc.cp.bwd, lc.bwd_attention) + full * (cp_f_slow + tp_f_slow)),
     }
     bwd_base = sum(bwd.values())
     bwd["dp"] = np.maximum(0.0, cc.zero3.bwd - bwd_base) + cc.zero3.bwd_blocking
@@ -159,7 +172,8 @@ class StepModel:
         job, cluster = self.job, self.cluster
         proc = cluster.system.processor
         cc = communication(job, batch, cluster.cost, cluster.gpus_per_node)
-        ops = op_costs(batch, layer_compute(job, batch, proc), cc, cluster, layers_per_chunk(job, batch))
+        ops = op_costs(batch, layer_compute(job, batch, proc), cc, cluster, layers_per_chunk(job, batch),
+                       job.execution.tp_forward_overlap)
         m = micro_batches(job, batch)
         categories = self._pipeline_categories(batch, ops, cc, m)
         exposed, dp_overlap_slowdown = self._gradient_reduction(batch, ops, cc, m)
@@ -219,9 +233,12 @@ class StepModel:
         return passes * 3 * self.job.precision.grad_bytes * kept / self.cluster.system.processor.memory_bandwidth
 
     def optimizer_seconds(self, batch: LayoutBatch) -> np.ndarray:
-        """A fused Adam step is bound by HBM traffic over the parameters this rank updates."""
+        """A multi-tensor Adam step is bound by HBM traffic over the parameters this rank updates, at
+        the processor's optimizer_efficiency; gradient-norm clipping reads their gradients once more."""
         owned = self._parameters_kept(batch, sharded_from_zero=1)
-        return owned * self.job.precision.optimizer_traffic_bytes / self.cluster.system.processor.memory_bandwidth
+        precision, proc = self.job.precision, self.cluster.system.processor
+        traffic = precision.optimizer_traffic_bytes + (precision.grad_bytes if self.job.execution.grad_clipping else 0)
+        return owned * traffic / (proc.memory_bandwidth * proc.optimizer_efficiency)
 
     def _parameters_kept(self, batch: LayoutBatch, sharded_from_zero: int) -> np.ndarray:
         """Parameters of this rank's stage, split over its data-parallel (x context-parallel)

@@ -1,0 +1,81 @@
+"""Kernel costs: one GEMM from its shape, attention by implementation, elementwise traffic by fusion.
+
+GEMM C[M,N] = A[M,K] B[K,N] (2MNK FLOPs). Its output is cut into tiles (the processor's gemm_tile),
+one per SM (sm_count) per wave, so the last wave may leave SMs idle: the wave factor is
+tiles / (waves * SMs). The processor's efficiency curve (or its measured gemm_surface, reduced to
+the same curve) is read as the efficiency of a GEMM whose waves are full; a GEMM reaches
+curve(FLOPs / wave factor) * wave factor of peak. A GEMM can also be bound by memory: it moves at
+least its three matrices once. A processor without sm_count and gemm_tile (and no surface) has its
+GEMMs priced by FLOPs alone on gemm_efficiency, as before the kernel model.
+
+Attention implementations (compute.ATTENTION_IMPLEMENTATIONS):
+  fused ("flash2", "flash3", "cudnn", "sdpa")  causal pairs only, at the processor's rate for the
+      implementation (attention_rates; attention_efficiency where it has none); the backward does
+      2.5x the forward's FLOPs (FlashAttention-2: five matmuls against two)
+  "unfused"  the Megatron-LM path of 2021-2022: QK^T and AV as batched GEMMs over every
+      (query, key) pair (the mask is applied after), plus scale + mask + softmax and dropout over
+      b*heads*s*S score elements as memory traffic (fp16/bf16 scores, a 1-byte dropout mask)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commbench.modeling.hardware import Processor
+
+# score-element traffic of the unfused path, bytes per element at 2-byte scores: the fused
+# scale-mask-softmax kernel reads and writes the scores (4), dropout reads them, writes them and
+# a 1-byte mask (5); the backward reads the mask and the gradient and writes it (5), the
+# softmax's backward reads output and gradient and writes the input gradient (6)
+UNFUSED_SCORE_BYTES_FORWARD = 9.0
+UNFUSED_SCORE_BYTES_BACKWARD = 11.0
+FLASH_BACKWARD_FLOPS = 2.5
+
+
+def wave_factor(proc: Processor, m, n, batch=1.0):
+    """Fraction of the SM slots a GEMM's waves use (1.0 without sm_count and gemm_tile)."""
+    if not proc.sm_count or not proc.gemm_tile:
+        return 1.0
+    tile_m, tile_n = proc.gemm_tile
+    tiles = np.ceil(np.asarray(m, dtype=float) / tile_m) * np.ceil(np.asarray(n, dtype=float) / tile_n) * batch
+    return tiles / (np.ceil(tiles / proc.sm_count) * proc.sm_count)
+
+
+def full_wave_curve(proc: Processor, dtype: str = "bf16") -> np.ndarray:
+    """(FLOPs, efficiency with full waves) points: the measured surface de-quantised, else gemm_curve."""
+    points = proc.surface(dtype)
+    if points is None:
+        return np.asarray(proc.gemm_curve, dtype=float)
+    m, n, k, fraction = points.T
+    factor = wave_factor(proc, m, n)
+    flops = 2 * m * n * k / factor
+    curve = np.column_stack([flops, np.minimum(1.0, fraction / factor)])
+    return curve[np.argsort(curve[:, 0])]
+
+
+def kernel_described(proc: Processor) -> bool:
+    """Whether the processor has what the shape-based GEMM needs (else GEMMs are priced by FLOPs)."""
+    return bool(proc.sm_count and proc.gemm_tile or proc.gemm_surface)
+
+
+def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float = 2.0, dtype: str = "bf16"):
+    """Seconds of one (batched) GEMM of shape (M, N, K) on `proc`; arrays broadcast."""
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    flops = 2 * m * n * k * batch
+    if not kernel_described(proc):
+        return proc.gemm_time(flops)
+    factor = wave_factor(proc, m, n, batch)
+    curve = full_wave_curve(proc, dtype)
+    efficiency = np.interp(np.log10(np.maximum(flops / factor, 1.0)), np.log10(curve[:, 0]), curve[:, 1]) * factor
+    compute = flops / (proc.peak_flops * efficiency)
+    memory = element_bytes * batch * (m * k + k * n + m * n) / proc.memory_bandwidth
+    return np.maximum(compute, memory)
+
+
+def gemm_forward_backward(proc: Processor, m, n, k, element_bytes: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of a linear layer: y[M,N] = x[M,K] w[K,N]; the backward computes
+    the input gradient (M, K, N) and the weight gradient (K, N, M)."""
+    forward = gemm_seconds(proc, m, n, k, element_bytes=element_bytes)
+    backward = (gemm_seconds(proc, m, k, n, element_bytes=element_bytes)
+                + gemm_seconds(proc, k, n, m, element_bytes=element_bytes))
+    return forward, backward
