@@ -165,14 +165,16 @@ class Prediction:
     notes: list[str]
 
 
-def predict(row: dict, folder: Path) -> Prediction:
+def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction:
+    """The row's step time on its hardware preset (or with `processor`, a processor JSON file, in its place)."""
     notes = []
     try:
         execution, note = execution_for(row)
         notes += [note] if note else []
         spec = PlanSpec(model=model_argument(row, folder), gpus=row["gpus"], global_batch=row["global_batch"],
                         seq_len=row["seq_len"], hardware=HARDWARE[row["gpu"]], gpus_per_node=row["gpus_per_node"],
-                        precision="12" if row["precision"] == "bf16 pure" else "16", execution=execution)
+                        precision="12" if row["precision"] == "bf16 pure" else "16", execution=execution,
+                        processor=processor)
         planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))
     except UsageError as exc:

@@ -176,6 +176,7 @@ def kernels_per_layer(model, execution) -> float:
 
 def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> LayerCompute:
     model, execution = job.model, job.execution
+    proc = proc.for_execution(execution.name)
     h, t = model.hidden, batch.tp
     n = batch.mbs * job.seq_len / batch.cp  # tokens per rank per micro-batch
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)

@@ -41,6 +41,9 @@ the calibration half of bench/RESULTS-published.md"):
                                   the framework's dispatch, as a tiny kernel measures it (0)
     optimizer_efficiency          fraction of memory bandwidth a multi-tensor Adam step's traffic
                                   reaches (1.0)
+    execution_gemm_efficiency     {execution preset: factor}: the GEMM efficiency (curve or surface)
+                                  that framework's stack reaches on this processor, as a factor of
+                                  the processor's (1.0 for an execution not named)
 
 A system is `gpus_per_node` processors joined by an intra-node network, with nodes joined by an
 inter-node network. A NIC-based network with `links_per_node` NICs gives each GPU
@@ -81,7 +84,21 @@ class Processor:
     attention_rates: tuple[tuple[str, float, float], ...] = ()  # (implementation, forward, backward)
     kernel_overhead_s: float = 0.0
     optimizer_efficiency: float = 1.0
+    execution_gemm_efficiency: tuple[tuple[str, float], ...] = ()
     sources: dict = field(default_factory=dict, compare=False)
+
+    def for_execution(self, execution: str) -> "Processor":
+        """This processor as the named execution's stack sees it (execution_gemm_efficiency)."""
+        return self.with_gemm_scale(dict(self.execution_gemm_efficiency).get(execution, 1.0))
+
+    def with_gemm_scale(self, scale: float) -> "Processor":
+        """This processor with every GEMM efficiency (curve and surface) multiplied by `scale`, capped at 1."""
+        if scale == 1.0:
+            return self
+        curve = tuple((flops, min(1.0, e * scale)) for flops, e in self.gemm_curve)
+        surface = tuple((dtype, tuple((m, n, k, min(1.0, e * scale)) for m, n, k, e in points))
+                        for dtype, points in self.gemm_surface)
+        return replace(self, gemm_curve=curve, gemm_surface=surface)
 
     def surface(self, dtype: str) -> np.ndarray | None:
         """The gemm_surface points of one dtype as an array of rows (M, N, K, fraction), or None."""
@@ -204,6 +221,8 @@ def processor_from_json(raw: dict) -> Processor:
         attention_rates=_attention_rates(values.get("attention_rates", {})),
         kernel_overhead_s=_non_negative(values.get("kernel_overhead_s", 0.0), "kernel_overhead_s"),
         optimizer_efficiency=_fraction(values.get("optimizer_efficiency", 1.0), "optimizer_efficiency"),
+        execution_gemm_efficiency=tuple((str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
+                                        for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())),
         sources=sources,
     )
 
