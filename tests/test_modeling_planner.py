@@ -58,7 +58,7 @@ def write_run(path, intra_gbps, inter_gbps, nodes=8, gpus_per_node=8, latency_us
 def test_1b_on_8_gpus_ranks_plain_data_parallel_first():
     best = planner("llama3.2-1b", 8, 256, 2048).rank(3).ranked[0].layout
     assert (best.dp, best.tp, best.pp, best.cp) == (8, 1, 1, 1)
-    assert best.zero == 0  # the seeds' first step: it fits, so DDP
+    assert best.zero <= 1  # the seeds' first step: it fits, so DDP (or ZeRO-1, see test_modeling_decision_path)
 
 
 def test_7b_on_8_h100_never_ranks_unsharded_ddp():

@@ -45,7 +45,7 @@ def test_every_option_reaches_the_spec():
     ({"top": 1000}, "--top must be between 1 and 100"),
     ({"gpus_per_node": True}, "--gpus-per-node must be a whole number"),
     ({"precision": "8"}, "--precision must be one of 16, 12, 18, fp32"),
-    ({"execution": "jax"}, "--execution must be one of megatron, torch-eager"),
+    ({"execution": "jax"}, "--execution must be one of megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager, megatron"),
     ({"slowdown": math.nan}, "slowdown must be between 0 and 10"),
     ({"slowdown": -0.1}, "slowdown must be between 0 and 10"),
     ({"slowdown": 0.1, "overlap_run": "RUN"}, "give --slowdown or --overlap-run, not both"),
