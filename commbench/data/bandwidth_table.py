@@ -14,8 +14,12 @@ Which records make an entry:
     entry (BandwidthTable.from_run(..., in_place=True) prefers in-place instead). The entry
     says which variant it holds.
   - rows with wrong elements (wrong > 0) or a non-positive time or size are left out.
+  - each row counts by its mean time per op (Record.time_us_mean: what a training step pays on
+    average, the slowest rank's for commbench's rows, the rank-averaged one nccl-tests prints);
+    rows of older runs without a mean count by their time_us (a median). The entry's time_stat
+    says which, and its label shows it.
   - several rows of one size (pairs of a pairwise run, runs merged together) count as one
-    point: the median of their times.
+    point: the median of those times.
 
 Answering time_us(op, scope, group_size, S), vectorised over S: the fitted model times the
 measured/model ratio, that ratio interpolated log-log between the measured sizes and held at
@@ -131,6 +135,7 @@ class Entry:
     fit: Fit
     n_groups: int = 1
     direction: str | None = None
+    time_stat: str = "mean per op"
     _log_sizes: np.ndarray = field(init=False, repr=False)
     _log_ratio: np.ndarray = field(init=False, repr=False)
 
@@ -149,6 +154,7 @@ class Entry:
         if self.direction:
             parts.append(self.direction)
         parts.append("in-place" if self.in_place else "out-of-place")
+        parts.append(self.time_stat)
         return " / ".join(parts)
 
     @property
@@ -179,7 +185,7 @@ class Entry:
     def to_dict(self) -> dict:
         return {
             "op": self.op, "scope": self.scope, "group_size": self.group_size, "n_groups": self.n_groups,
-            "dtype": self.dtype, "in_place": self.in_place, "direction": self.direction,
+            "dtype": self.dtype, "in_place": self.in_place, "direction": self.direction, "time_stat": self.time_stat,
             "busbw_factor": self.busbw_factor,
             "alpha_us": self.fit.alpha_us, "busbw_gbps": self.fit.busbw_gbps,
             "fit_rms_rel_error": self.fit.rms_rel_error, "fit_max_rel_error": self.fit.max_rel_error,
@@ -197,7 +203,8 @@ class Entry:
         return cls(op=data["op"], scope=data["scope"], group_size=int(data["group_size"]), dtype=data["dtype"],
                    in_place=bool(data["in_place"]), busbw_factor=float(data["busbw_factor"]),
                    sizes=np.asarray(points["size_bytes"], dtype=float), times_us=np.asarray(points["time_us"], dtype=float),
-                   fit=fit, n_groups=int(data.get("n_groups", 1)), direction=data.get("direction"))
+                   fit=fit, n_groups=int(data.get("n_groups", 1)), direction=data.get("direction"),
+                   time_stat=data.get("time_stat", "median per op (no mean recorded)"))
 
 
 @dataclass
@@ -306,14 +313,22 @@ class BandwidthTable:
         return rows
 
 
+def _mean_time(rec: dict) -> float:
+    """The mean per-op time (what a step pays); older records without one give their median."""
+    mean = rec.get("time_us_mean")
+    return float(rec["time_us"] if mean is None else mean)
+
+
 def _entry_of(key: tuple, records: list[dict]) -> Entry:
     op, scope, group_size, dtype, direction = key
     points: dict[int, list[float]] = {}
     for rec in records:
-        points.setdefault(int(rec["size_bytes"]), []).append(float(rec["time_us"]))
+        points.setdefault(int(rec["size_bytes"]), []).append(_mean_time(rec))
     sizes = np.array(sorted(points), dtype=float)
     times = np.array([float(np.median(points[size])) for size in sorted(points)])
     factor = float(records[0].get("busbw_factor") or 0.0) or 1.0
     return Entry(op=op, scope=scope, group_size=group_size, dtype=dtype, in_place=bool(records[0]["in_place"]),
                  busbw_factor=factor, sizes=sizes, times_us=times, fit=fit_latency_bandwidth(sizes, times, factor),
-                 n_groups=max(int(rec.get("n_groups") or 1) for rec in records), direction=direction)
+                 n_groups=max(int(rec.get("n_groups") or 1) for rec in records), direction=direction,
+                 time_stat="mean per op" if all(rec.get("time_us_mean") is not None for rec in records)
+                 else "median per op (no mean recorded)")

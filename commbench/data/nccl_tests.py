@@ -332,6 +332,7 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
         extra["time_us_p99"] = m.time_p99
     slowest = None if m.slowest_process is None else m.slowest_process * facts.ranks_per_process  # that process's first rank
     return build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
+                        time_stat="rank-averaged mean",
                         reported_bandwidth=(m.algbw, m.busbw), **extra)
 
 

@@ -9,7 +9,9 @@ Both record files are rewritten atomically after each size, so a reader never se
 
 Version history (bump SCHEMA_VERSION and note it here when a field changes meaning or goes away;
 adding an optional field keeps the version):
-  1  first release; later, optional run.json fields `synthetic` and `note` (defaults false, none).
+  1  first release; later, optional run.json fields `synthetic` and `note` (defaults false, none);
+     later, optional record fields `time_stat` (default 'slowest-rank median', what older rows are) and
+     `time_us_mean` (absent in older rows).
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ class Record(BaseModel):
     iters: int = Field(description="timed iterations per rank")
     warmup: int = Field(0, description="untimed warm-up iterations before timing")
     timer: Literal["cuda_event", "host", "imported"] = Field("host", description="what measured each iteration")
-    time_us: float = Field(description="reported per-op time (us): median over iterations of the slowest rank")
+    time_us: float = Field(description="reported per-op time (us): the statistic time_stat names")
+    time_stat: str = Field("slowest-rank median", description="which statistic time_us is: 'slowest-rank median' "
+                           "(commbench's rows: median over iterations of the slowest rank) or 'rank-averaged mean' "
+                           "(imported nccl-tests rows: nccl-tests' mean per op, averaged over ranks)")
+    time_us_mean: float | None = Field(None, description="mean per-op time (us) over the iterations of the rank "
+                                       "time_us is from (imported rows: nccl-tests' rank-averaged mean); what a step "
+                                       "pays on average, so the planner prices collectives from it; absent in older runs")
     time_us_p10: float
     time_us_p90: float
     time_us_min: float

@@ -1,5 +1,8 @@
 """CollectiveCost from a commbench run directory (a sweep or an imported nccl-tests run).
 
+Collectives are priced from the mean time per op (what a step pays; Record.time_us_mean, the median
+in older runs without one), from in-place rows where the run measured them.
+
 The curves come from the run's bandwidth table (commbench.data.bandwidth_table, the object
 `commbench table` prints): one per (op, scope, group size), with its fitted latency-bandwidth
 model. Each entry's scope gives its group's placement (BandwidthTable.placement): intra = one
@@ -29,7 +32,9 @@ class MeasuredNetwork:
     """Prices collectives from measured curves; `fallback` prices what the run did not measure."""
 
     def __init__(self, run_dir: str | Path, fallback: CollectiveCost):
-        self.table = BandwidthTable.from_run(run_dir)
+        # in-place rows where measured: frameworks reduce, broadcast and gather in place, and torch's
+        # out-of-place rows include a copy
+        self.table = BandwidthTable.from_run(run_dir, in_place=True)
         self.source = self.table.source
         self.fallback = fallback
         self.warnings: list[str] = list(self.table.warnings)

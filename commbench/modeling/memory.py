@@ -10,7 +10,9 @@ Recomputation in Large Transformer Models", generalised to any MLP width f and G
 with s the per-rank sequence (s/cp), b the micro-batch, h hidden, t tensor parallel:
   s*b*h * (10*r + (4q + 4kv)/h / t + m_f/t)  [+ 5*heads*s*S*b/t attention scores, without flash]
 where r = 1/t with sequence parallelism else 1 (norm inputs and dropout masks), m_f = 4f/h for
-GELU and 6f/h for SwiGLU (gate, up and their product). With MLA the attention term is
+GELU and 6f/h for SwiGLU (gate, up and their product). These are for 16-bit activations: with
+activation_bytes a, every 16-bit term scales by a/2 (fp32 doubles them) and the 1-byte dropout
+masks (2 of the 10, 1 of the 5 per score) stay. With MLA the attention term is
 2*(q + k + v + o)/h over the per-head widths rebuilt from the latents (k = heads*(d_nope+d_rope),
 v = o = heads*d_v), plus 2*s*b*(r_q + r_kv + d_rope) for the latents, kept whole on every TP rank.
 Static state: MLA's down-projections are not split by TP either. Selective recompute drops the score term;
@@ -102,11 +104,14 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
         mlp = (model.dense_layers * dense_mlp + model.moe_layers * moe_mlp) / model.layers
     else:
         mlp = dense_mlp
-    kept = sbh * (10 * replicated + (attention + mlp) / t) + s * batch.mbs * 2 * _latent_width(model)
+    wide = job.activation_bytes / 2  # the 16-bit terms scale with the activation dtype; 1-byte dropout masks do not
+    kept = (sbh * ((8 * wide + 2) * replicated + wide * (attention + mlp) / t)
+            + wide * s * batch.mbs * 2 * _latent_width(model))
     if not job.flash_attention or job.execution.attention == "unfused":
-        scores = 5.0 * model.heads * s * job.seq_len * batch.mbs / t
+        # softmax output and dropout output (16-bit), and the dropout mask (1 byte), per score
+        scores = (4.0 * wide + 1.0) * model.heads * s * job.seq_len * batch.mbs / t
         kept = kept + np.where(recompute == 0, scores, 0.0)
-    layer_input = 2 * sbh * replicated
+    layer_input = 2 * wide * sbh * replicated
     return np.where(recompute == 2, layer_input, kept)
 
 
