@@ -45,9 +45,8 @@ RESULTS = ROOT / "bench" / "RESULTS-published.md"
 PLOT = ROOT / "bench" / "published" / "predicted-vs-published.png"
 MARKER = "<!-- scorecard results: everything below is written by bench/scorecard.py -->"
 HARDWARE = {"A100": "dgx-a100", "H100": "dgx-h100"}
-# the execution class a row names -> commbench execution presets to try, closest first; today
-# only "megatron" (GPU frameworks that overlap TP backward collectives and ZeRO-3 reduce-scatters)
-# exists, so every row falls back to it and says so
+# the execution class a row names -> commbench execution presets to try, closest first (each
+# class has its own preset now; a row priced by a stand-in says so)
 EXECUTION_CHOICES = {
     "megatron-2021": ("megatron-2021", "megatron"),
     "megatron-core": ("megatron-core", "megatron"),
