@@ -82,7 +82,8 @@ def test_figures_follow_from_the_timings():
     assert value["gemm_surface"]["fp32"] == [[100, 100, 100, 0.5], [200, 100, 100, 1.0]]
     assert value["gemm_efficiency"] == [[2e6, 0.5], [4e6, 1.0]]
     # attention: 2*1*2*10^2*5 = 2000 FLOPs forward in 1 s; backward 2.5x that in 2.5 s
-    assert value["attention_rates"] == {"sdpa-math": {"forward": 2000 / 4e6, "backward": 2000 / 4e6}}
+    rates = {"forward": 2000 / 4e6, "backward": 2000 / 4e6}
+    assert value["attention_rates"] == {"sdpa-math": rates, "sdpa": rates}  # the only backend is torch's choice
     assert value["attention_efficiency"] == pytest.approx(3.5 * 2000 / 3.5 / 4e6)
     assert value["memory_bandwidth_bytes_per_s"] == 100.0
     assert value["elementwise_efficiency"] == pytest.approx(0.625)  # median of 0.5 and 0.75
@@ -104,7 +105,7 @@ def test_cuda_backends_get_the_step_models_names():
     gpu = {**FACTS, "name": "NVIDIA H100 80GB HBM3", "cuda": "12.4"}
     timings = measurements()
     timings["attention"][0]["backend"] = "flash"
-    assert list(processor_json(timings, gpu, "h", "t", "v")["attention_rates"]["value"]) == ["flash2"]
+    assert list(processor_json(timings, gpu, "h", "t", "v")["attention_rates"]["value"]) == ["flash2", "sdpa"]
 
 
 def test_host_clock_takes_the_median_after_a_warm_up(monkeypatch):

@@ -10,7 +10,7 @@ schema in commbench/modeling/hardware.py), every figure {"value": V, "source": S
   gemm_surface                  per dtype, [M, N, K, 2MNK / seconds / peak] for every shape timed
   gemm_efficiency               the same points by FLOPs alone (median fraction of shapes with
                                 equal FLOPs), for the FLOPs-only curve
-  attention_rates               per SDPA backend, forward FLOPs / forward seconds / peak and
+  attention_rates               per SDPA backend (and "sdpa": the one torch picks), forward FLOPs / forward seconds / peak and
                                 BACKWARD_ATTENTION_FACTOR x forward FLOPs / backward seconds /
                                 peak (backward = forward + backward run minus forward run), median
                                 over the shapes, in the first dtype measured
@@ -70,17 +70,23 @@ def _attention_flops(point: dict) -> float:
     return 2.0 * point["batch"] * point["heads"] * point["seq"] ** 2 * point["head_dim"]
 
 
+def _backend_rates(points: list, peak: float) -> dict:
+    forward = [_attention_flops(p) / p["forward_s"] / peak for p in points]
+    backward = [BACKWARD_ATTENTION_FACTOR * _attention_flops(p)
+                / max(p["forward_backward_s"] - p["forward_s"], 1e-9) / peak for p in points]
+    return {"forward": min(1.0, statistics.median(forward)), "backward": min(1.0, statistics.median(backward))}
+
+
 def attention_rates(measurements: dict, peak: float, device_type: str) -> dict:
+    """Per implementation the step model names: each SDPA backend that ran, and "sdpa" (torch's own
+    choice, what eager torch code gets) for the first of DEFAULT_BACKEND_ORDER that ran."""
     dtype = measurements["dtypes"][0]
     rates = {}
-    for backend, name in IMPLEMENTATIONS[device_type].items():
+    for backend in DEFAULT_BACKEND_ORDER:
         points = [p for p in measurements["attention"] if p["backend"] == backend and p["dtype"] == dtype]
-        if not points:
-            continue
-        forward = [_attention_flops(p) / p["forward_s"] / peak for p in points]
-        backward = [BACKWARD_ATTENTION_FACTOR * _attention_flops(p)
-                    / max(p["forward_backward_s"] - p["forward_s"], 1e-9) / peak for p in points]
-        rates[name] = {"forward": min(1.0, statistics.median(forward)), "backward": min(1.0, statistics.median(backward))}
+        if points and backend in IMPLEMENTATIONS[device_type]:
+            rates[IMPLEMENTATIONS[device_type][backend]] = _backend_rates(points, peak)
+            rates.setdefault("sdpa", rates[IMPLEMENTATIONS[device_type][backend]])
     return rates
 
 
@@ -147,7 +153,8 @@ def processor_json(measurements: dict, facts: dict, host: str, when: str, versio
                                                   f"forward + backward, median over shapes"),
         "attention_rates": figure(attention_rates(measurements, peak, device_type),
                                   f"scaled_dot_product_attention per backend, causal, {reference_dtype}, forward and "
-                                  f"backward (x{BACKWARD_ATTENTION_FACTOR} forward FLOPs), median over shapes"),
+                                  f"backward (x{BACKWARD_ATTENTION_FACTOR} forward FLOPs), median over shapes; "
+                                  f"'sdpa' is the backend torch picks ({default_backend})"),
         "elementwise_efficiency": figure(elementwise_efficiency(measurements),
                                          "add, GELU, LayerNorm, softmax: bytes/s over the copy's (median)"),
         "kernel_overhead_s": figure(measurements["launch_s"], "one-element adds back to back, seconds per kernel"),
