@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from commbench.errors import UsageError
+from commbench.measure.progress import Progress
 
 HELP = "measure this device's GEMM, attention, elementwise, launch and optimizer rates into a processor JSON"
 
@@ -69,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         measuring.torch.set_num_threads(args.threads)
     device = measuring.torch.device(request["device"])
     grid = request["grid"]
-    with _Progress(not args.no_progress, measuring.steps(grid, request["dtypes"])) as progress:
+    with Progress(not args.no_progress, measuring.steps(grid, request["dtypes"]), "calibrating", 36) as progress:
         measurements = measuring.measure(device, request["dtypes"], grid, progress.advance)
     description = describe(measurements, measuring.device_facts(device), request["host"], args.peak_flops)
     out.write_text(json.dumps(description, indent=1) + "\n", encoding="utf-8")
@@ -204,31 +205,3 @@ def print_summary(description: dict, out: Path) -> None:
     for line in summary_lines(description):
         print(line)
     print(f"written to {out} (commbench plan --processor {out})")
-
-
-class _Progress:
-    """A rich progress bar on stderr, only on a terminal."""
-
-    def __init__(self, enabled: bool, total: int):
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self.task = self.bar.add_task("calibrating", total=total)
-
-    def __enter__(self):
-        if self.bar:
-            self.bar.start()
-        return self
-
-    def advance(self, description: str) -> None:
-        if self.bar:
-            self.bar.update(self.task, advance=1, description=description)
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.stop()
-        return False

@@ -5,7 +5,7 @@ Library, used by every driver:
   harness.py    rows, groups, buffers, warm-up, the timing loop, checking, gathering, the Record
   runner.py     around a driver's rows: run directory, watchdog, progress, failures, wrong data
   options.py    the run options of `commbench run` and `commbench overlap` (one module)
-  timing.py, report.py, placement.py, watchdog.py, faults.py, linkhealth.py
+  timing.py, report.py, progress.py, placement.py, watchdog.py, faults.py, linkhealth.py
 Drivers, peers that never import each other (the command chooses one):
   sweep.py      nccl-tests-style sweep           pairwise.py   the link matrix
   overlap.py    a GEMM beside a collective

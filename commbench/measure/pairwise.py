@@ -32,7 +32,8 @@ from commbench.errors import UsageError
 from commbench.measure.harness import Row, gather_to_rank0, measure, to_record
 from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, record_retransmit_pct
 from commbench.measure.options import DTYPES
-from commbench.measure.runner import MeasuredRun, Progress
+from commbench.measure.progress import Progress
+from commbench.measure.runner import MeasuredRun
 from commbench.measure.session import Session
 
 

@@ -26,6 +26,7 @@ from commbench.data.schema import Record
 from commbench.errors import CommbenchError, RankFailure, UsageError
 from commbench.measure.launch import RankEnv
 from commbench.measure.options import RunConfig
+from commbench.measure.progress import Progress
 from commbench.measure.session import Session, broadcast_str, open_session, run_info
 from commbench.measure.watchdog import Diagnosis, RankMonitor, exit_now
 
@@ -129,35 +130,6 @@ def _reason(exc: BaseException) -> str:
     text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", str(exc).strip())
     text = text.split(". ")[0].splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {text}"
-
-
-class Progress:
-    """A rich progress bar on rank 0's stderr (a no-op elsewhere or when stderr is not a terminal)."""
-
-    def __init__(self, enabled: bool, total: int):
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as RichProgress
-
-            self.bar = RichProgress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
-                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self.task = self.bar.add_task("starting", total=total)
-
-    def __enter__(self):
-        if self.bar:
-            self.bar.start()
-        return self
-
-    def advance(self, description: str) -> None:
-        if self.bar:
-            self.bar.update(self.task, advance=1, description=description)
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.stop()
-        return False
 
 
 def run_rank(cfg: RunConfig, env: RankEnv, driver_class: type[Driver]) -> int:

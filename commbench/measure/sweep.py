@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from commbench.measure.harness import Row, gather_to_rank0, measure, scope_rows, timer_for, to_record
 from commbench.measure.moe import uniform_row
+from commbench.measure.progress import Progress
 from commbench.measure.report import NcclTestsPrinter
-from commbench.measure.runner import MeasuredRun, Progress
+from commbench.measure.runner import MeasuredRun
 from commbench.measure.session import Session
 
 
