@@ -64,3 +64,18 @@ def test_an_execution_gemm_factor_slows_only_that_executions_gemms():
     unscaled = layer("torch-fsdp", replace(H100, execution_gemm_efficiency=()))
     assert fsdp.fwd_gemm[0] > unscaled.fwd_gemm[0]
     assert fsdp.fwd_attention[0] == unscaled.fwd_attention[0]
+
+
+def test_plan_help_lists_every_execution_preset_with_its_assumptions_and_json_names_the_one_used(capsys):
+    from commbench.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for name, execution in EXECUTIONS.items():
+        if name == execution.name:  # aliases (megatron) are named in the heading
+            assert f"{name}: {' '.join(execution.assumes.split())}" in help_text
+    assert main(["plan", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--seq-len", "2048",
+                 "--layout", "dp=8,mbs=1,zero=3", "--execution", "torch-fsdp", "--json"]) == 0
+    import json
+    assert json.loads(capsys.readouterr().out)["execution"] == "torch-fsdp"

@@ -27,13 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from dataclasses import fields
 
 from commbench.modeling.job import EXECUTIONS, PRECISIONS
 from commbench.modeling.spec import PlanSpec
 
 __doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
-    f"  {name}: {execution.assumes}" for name, execution in EXECUTIONS.items() if name == execution.name)
+    textwrap.fill(f"{name}: {execution.assumes}", width=100, initial_indent="  ", subsequent_indent="      ",
+                  break_on_hyphens=False)
+    for name, execution in EXECUTIONS.items() if name == execution.name)
 
 HELP = "rank parallel training layouts by predicted throughput, or evaluate one with --layout"
 
