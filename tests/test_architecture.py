@@ -6,7 +6,7 @@
   dashboard command;
 - commbench.modeling, commbench.data, commbench.traces and commbench.analysis never import torch (the trace demo,
   which trains a model to produce a trace, is the one exception);
-- a measuring driver never imports another driver;
+- a measuring driver never imports another driver, nor subclasses anything;
 - README's "Layout of the code" names every module and package under commbench/ and
   commbench/measure/, and nothing that is not there;
 - one home per op fact: every op commbench measures has a declaration in collectives/ and vice
@@ -142,6 +142,16 @@ def test_drivers_never_import_each_other(graph):
     assert all(name in graph for name in DRIVERS), "a driver moved: update DRIVERS"
     offenders = {driver: sorted(t for t in graph[driver] if t in DRIVERS and t != driver) for driver in DRIVERS}
     assert not {d: t for d, t in offenders.items() if t}
+
+
+def test_drivers_override_nothing():
+    """A driver is a plain class the runner calls through its public methods: no base class whose
+    hooks it could override (pairwise and overlap once subclassed the sweep and replaced _run_rows)."""
+    modules = all_modules()
+    subclasses = sorted(f"{driver}.{node.name}" for driver in DRIVERS
+                        for node in ast.walk(ast.parse(modules[driver].read_text(encoding="utf-8")))
+                        if isinstance(node, ast.ClassDef) and node.bases)
+    assert not subclasses, f"driver classes with a base class: {subclasses}"
 
 
 def test_torch_free_layers_never_import_torch(graph):
