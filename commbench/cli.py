@@ -28,6 +28,7 @@ COMMANDS = {
     "baseline": "baseline",
     "check": "check",
     "history": "history",
+    "diagnose": "diagnose",
 }
 
 

@@ -4,7 +4,7 @@
 - no import cycle in commbench/ or dashboard/ (imports inside functions count: they run too);
 - the dashboard never imports commbench.commands; commbench imports dashboard only from the
   dashboard command;
-- commbench.modeling, commbench.data, commbench.traces and commbench.analysis never import torch (the trace demo,
+- commbench.modeling, commbench.data, commbench.traces, commbench.analysis and commbench.diagnose never import torch (the trace demo,
   which trains a model to produce a trace, is the one exception);
 - a measuring driver never imports another driver, nor subclasses anything;
 - README's "Layout of the code" names every module and package under commbench/ and
@@ -28,7 +28,7 @@ from commbench import ops
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("commbench", "dashboard")
-TORCH_FREE = ("commbench.modeling", "commbench.data", "commbench.traces", "commbench.analysis")
+TORCH_FREE = ("commbench.modeling", "commbench.data", "commbench.traces", "commbench.analysis", "commbench.diagnose")
 TORCH_ALLOWED_IN = ("commbench.traces.demo",)  # trains a small DDP model to produce a trace
 DASHBOARD_COMMAND = "commbench.commands.dashboard"
 DRIVERS = ("commbench.measure.sweep", "commbench.measure.pairwise", "commbench.measure.overlap")
@@ -175,7 +175,7 @@ def test_readme_layout_matches_the_tree():
     named = set(re.findall(r"\b([a-z_]+\.py)\b", layout))
     gone = sorted(name for name in named if not any((ROOT / folder / name).exists() for folder in
                   ("commbench", "commbench/measure", "commbench/data", "commbench/traces", "commbench/modeling",
-                   "commbench/topology", "tests")))
+                   "commbench/topology", "commbench/diagnose", "tests")))
     assert not gone, f"README's layout names files that are not there: {gone}"
 
 

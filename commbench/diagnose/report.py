@@ -1,0 +1,62 @@
+"""A Diagnosis as the user reads it: a JSON-ready dict with node names, and the text report."""
+
+from __future__ import annotations
+
+from commbench.diagnose.hostlist import compress
+from commbench.diagnose.strategy import Diagnosis
+
+
+def to_dict(result: Diagnosis, names: list[str], source: str) -> dict:
+    """Everything the report shows, by node name; `source` says where the measurements came from."""
+    drained = sorted(result.drained())
+    ref = result.reference
+    return {
+        "source": source,
+        "nodes": len(names),
+        "drain": [{"node": names[n], "reasons": v.reasons, "evidence": [_named(e, names) for e in v.evidence]}
+                  for n, v in sorted(result.bad_nodes.items())]
+                 + [{"node": names[n], "reasons": ["no answer"], "evidence": [{"note": why}]} for n, why in sorted(result.hung.items())],
+        "links": [{"link": [names[a], names[b]], "reasons": v.reasons, "evidence": [_named(e, names) for e in v.evidence]}
+                  for (a, b), v in sorted(result.bad_links.items())],
+        "rounds": len(result.rounds),
+        "group_tests": result.group_tests,
+        "reference": None if ref is None else {"busbw_gbps": ref.busbw, "sigma": ref.sigma,
+                                               "retransmit_pct": ref.retransmit_pct},
+        "exclude": compress([names[n] for n in drained]),
+        "good": compress([names[n] for n in result.good_nodes()]),
+        "round_log": [{"step": r.step, "groups": [[names[n] for n in g] for g in r.groups], "busbw_gbps": r.busbw,
+                       "retransmit_pct": r.retransmit_pct, "outcomes": r.outcomes, "hung": [names[n] for n in r.hung]}
+                      for r in result.rounds],
+    }
+
+
+def _named(evidence: dict, names: list[str]) -> dict:
+    return {**evidence, "group": [names[n] for n in evidence.get("group", [])]}
+
+
+def evidence_line(e: dict) -> str:
+    """One piece of evidence in words: the last one of a verdict is the decisive one."""
+    if "busbw_gbps" not in e:
+        return e.get("note", "")
+    loss = e.get("retransmit_pct")
+    return (f"round {e['round']}: {'+'.join(e['group'])} {e['busbw_gbps']:.4g} GB/s = {e['of_median']:.0%} of the fleet median"
+            + (f", {loss:.2f}% re-sent" if loss == loss and loss is not None else "")
+            + (f" ({e['note']})" if e.get("note") else ""))
+
+
+def text(report: dict) -> str:
+    lines = [f"# diagnose: {report['nodes']} nodes, {report['rounds']} concurrent rounds, "
+             f"{report['group_tests']} group tests ({report['source']})"]
+    ref = report["reference"]
+    if ref:
+        lines.append(f"# fleet reference: median ring bandwidth {ref['busbw_gbps']:.4g} GB/s, robust sigma "
+                     f"{ref['sigma']:.3f} (log), median retransmissions {ref['retransmit_pct']:.3f}%")
+    lines.append("nodes to drain:" if report["drain"] else "nodes to drain: none")
+    for item in report["drain"]:
+        lines.append(f"  {item['node']:<16} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
+    lines.append("links to inspect:" if report["links"] else "links to inspect: none")
+    for item in report["links"]:
+        lines.append(f"  {' <-> '.join(item['link']):<24} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
+    lines.append(f"exclude (sbatch --exclude): {report['exclude'] or '(none)'}")
+    lines.append(f"good nodes: {report['good'] or '(none)'}")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""`commbench diagnose` without ranks: the strategy against the cluster model, hostlists, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from commbench.cli import main
+from commbench.diagnose.fleet import FleetModel, bound_rounds, simulate_diagnose
+from commbench.diagnose.hostlist import compress, expand
+from commbench.diagnose.strategy import diagnose, ring_edges
+
+
+def fleet(n=8, seed=0):
+    return FleetModel(n, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_slow_node_is_named_alone_within_the_bound(seed):
+    model = fleet(seed=seed)
+    model.node_rate[3] = 0.3  # 300 Mbit/s on a 1 Gbit/s fleet
+    result = diagnose(model, 8)
+    assert set(result.bad_nodes) == {3} and not result.bad_links and not result.hung
+    assert result.bad_nodes[3].reasons == ["slow"]
+    assert len(result.rounds) <= bound_rounds(8, 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_slow_and_a_lossy_node_are_both_named_with_their_reason(seed):
+    model = fleet(seed=seed)
+    model.node_rate[2] = 0.3
+    model.node_loss_pct[6], model.node_rate[6] = 3.0, 0.95  # TCP repairs it at nearly full speed
+    result = diagnose(model, 8)
+    assert {n: v.reasons for n, v in result.bad_nodes.items()} == {2: ["slow"], 6: ["lossy"]}
+    assert len(result.rounds) <= bound_rounds(8, 2)
+
+
+@pytest.mark.parametrize("link", [(2, 3), (0, 3), (13, 14)])  # edges of the screen rings (groups of 4)
+def test_a_link_on_a_tested_ring_is_a_link_and_neither_node(link):
+    model = fleet(16, seed=1)
+    model.link_rate[link] = 0.3
+    result = diagnose(model, 16)
+    assert list(result.bad_links) == [link] and not result.bad_nodes
+
+
+def test_a_node_that_stops_answering_is_named_and_the_rest_completes():
+    model = fleet(16)
+    model.node_rate[9] = 0.3
+    model.stops_at_round[4] = 2  # answers the screen, then its link is cut
+    result = diagnose(model, 16)
+    assert set(result.hung) == {4} and set(result.bad_nodes) == {9}
+    assert 4 not in result.good_nodes() and 9 not in result.good_nodes() and len(result.good_nodes()) == 14
+
+
+def test_a_healthy_fleet_accuses_nobody_in_the_screen_and_one_more_round_at_most():
+    result = diagnose(fleet(1024), 1024)
+    assert not result.drained() and not result.bad_links and len(result.rounds) <= 2
+
+
+def test_ring_edges():
+    assert ring_edges((5, 1, 9)) == {(1, 5), (1, 9), (5, 9)}
+    assert ring_edges((4, 2)) == {(2, 4)}
+
+
+def test_at_scale_nothing_is_missed_or_falsely_accused():
+    tally = simulate_diagnose(1024, 4, trials=20, seed=3)
+    assert tally.missed == 0 and tally.false == 0
+    assert max(tally.rounds) <= 12  # concurrent rounds stay near log2(group size) + confirm, far below N - 1
+
+
+def test_hostlist_round_trip():
+    names = ["node07", "node01", "node02", "node03", "gpu5", "login"]
+    assert compress(names) == "login,gpu5,node[01-03,07]"
+    assert sorted(expand(compress(names))) == sorted(names)
+    assert expand("n[8-10]") == ["n8", "n9", "n10"]
+
+
+@pytest.mark.parametrize("text", ["node[1-", "node[3-1]", "a[[1]]", "a,,b", "n[x]"])
+def test_unreadable_hostlists_say_why(text):
+    with pytest.raises(ValueError):
+        expand(text)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--simulate", "8", "--group-size", "9"], "--group-size 9"),
+    (["--simulate", "8", "--faults", "-1"], "--faults -1"),
+    (["--hosts", "@/nonexistent/hosts.txt"], "cannot read the host list"),
+    (["--hosts", "node[1-"], "cannot read the host list"),
+    (["--hosts", "node[1-4]", "--slow", "node9"], "not in the fleet"),
+    ([], "give the fleet"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
+    assert main(["diagnose", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+
+
+def test_json_report_names_nodes_and_gives_the_exclude_list(capsys):
+    assert main(["diagnose", "--hosts", "node[01-08]", "--slow", "node04", "--lossy", "node07", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [d["node"] for d in report["drain"]] == ["node04", "node07"]
+    assert report["exclude"] == "node[04,07]" and report["good"] == "node[01-03,05-06,08]"
+    assert report["source"].startswith("synthetic")
+    assert report["rounds"] == len(report["round_log"])
