@@ -92,6 +92,9 @@ class RunEntry:
         """The run's records with a `run` column naming the run (badge included: legends, tables and
         downloads show it), for overlaying runs."""
         frame = pd.DataFrame(self.run.records if self.run else [])
+        for column in ("time_us_p10", "time_us_p90", "cv"):  # null in imports that did not report them
+            if column in frame:
+                frame[column] = pd.to_numeric(frame[column], errors="coerce")
         frame.insert(0, "run", self.label)
         return frame
 

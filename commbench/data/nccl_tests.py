@@ -323,10 +323,9 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     row = RowFacts(op=op, scope=scope, group_size=group_size, n_groups=n_groups, size_bytes=m.size, count=m.count,
                    dtype=m.dtype, redop=m.redop, root=m.root, in_place=m.in_place,
                    iters=(iters or 0) * facts.ops_per_iteration, warmup=facts.warmup, timer="imported")
-    # nccl-tests prints one rank-averaged time; the schema needs a spread, so without -I it repeats that time
-    stats = Stats(median=m.time_us, p10=_first_known(m.time_p10, m.time_us), p90=_first_known(m.time_p90, m.time_us),
-                  min=_first_known(m.time_min, m.time_us), max=_first_known(m.time_max, m.time_us), mean=m.time_us,
-                  cv=_first_known(m.cv, 0.0))
+    # nccl-tests prints one rank-averaged time; the spread only with -I: without it the spread is null
+    stats = Stats(median=m.time_us, p10=m.time_p10, p90=m.time_p90, min=m.time_min, max=m.time_max, mean=m.time_us,
+                  cv=m.cv)
     extra: dict = {"source_line": m.line} if m.line else {}  # where in the file the row was printed
     if m.time_p99 is not None:
         extra["time_us_p99"] = m.time_p99
@@ -334,10 +333,6 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     return build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
                         time_stat="rank-averaged mean",
                         reported_bandwidth=(m.algbw, m.busbw), **extra)
-
-
-def _first_known(value: float | None, fallback: float) -> float:
-    return fallback if value is None else value
 
 
 def _consistency_warnings(facts: RunFacts, records: list[Record]) -> list[str]:

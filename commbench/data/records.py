@@ -25,12 +25,12 @@ class Stats:
     """Statistics of one rank's per-iteration times (us)."""
 
     median: float
-    p10: float
-    p90: float
-    min: float
-    max: float
+    p10: float | None  # None: the source did not report it (an imported log)
+    p90: float | None
+    min: float | None
+    max: float | None
     mean: float
-    cv: float  # stdev / mean: 0.05 means the iterations scatter by about 5%
+    cv: float | None  # stdev / mean: 0.05 means the iterations scatter by about 5%
 
     @classmethod
     def of(cls, samples_us) -> "Stats":

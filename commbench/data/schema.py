@@ -11,7 +11,8 @@ Version history (bump SCHEMA_VERSION and note it here when a field changes meani
 adding an optional field keeps the version):
   1  first release; later, optional run.json fields `synthetic` and `note` (defaults false, none);
      later, optional record fields `time_stat` (default 'slowest-rank median', what older rows are) and
-     `time_us_mean` (absent in older rows).
+     `time_us_mean` (absent in older rows); the percentiles, min, max and cv may be null (imported
+     rows that did not report them; older imports copied the mean into them).
 """
 
 from __future__ import annotations
@@ -51,11 +52,13 @@ class Record(BaseModel):
     time_us_mean: float | None = Field(None, description="mean per-op time (us) over the iterations of the rank "
                                        "time_us is from (imported rows: nccl-tests' rank-averaged mean); what a step "
                                        "pays on average, so the planner prices collectives from it; absent in older runs")
-    time_us_p10: float
-    time_us_p90: float
-    time_us_min: float
-    time_us_max: float
-    cv: float = Field(description="coefficient of variation (stdev/mean) of the per-iteration times")
+    time_us_p10: float | None = Field(description="10th percentile of the per-iteration times; null where the "
+                                      "source did not report it (imported rows without nccl-tests' -I)")
+    time_us_p90: float | None = Field(description="90th percentile, null as time_us_p10")
+    time_us_min: float | None = Field(description="fastest iteration, null as time_us_p10")
+    time_us_max: float | None = Field(description="slowest iteration, null as time_us_p10")
+    cv: float | None = Field(description="coefficient of variation (stdev/mean) of the per-iteration times; null "
+                             "where the source did not report it")
     time_us_mean_nccl: float | None = Field(None, description="nccl-tests' figure: mean per-op time averaged over ranks")
     algbw_gbps: float = Field(description="size_bytes / time_us, GB/s = 1e9 B/s")
     busbw_gbps: float = Field(description="algbw x the op's busbw factor for group_size")

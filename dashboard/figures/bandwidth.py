@@ -21,7 +21,7 @@ LATENCY_MAX_SIZE = 64 * 1024
 SERIES_KEYS = ["run", "scope", "group_size", "n_groups", "in_place"]
 TABLE_COLUMNS = [
     "run", "op", "scope", "group_size", "n_groups", "size_bytes", "count", "dtype", "in_place",
-    "time_us", "time_us_p10", "time_us_p90", "algbw_gbps", "busbw_gbps", "cv", "wrong",
+    "time_us", "time_stat", "time_us_p10", "time_us_p90", "algbw_gbps", "busbw_gbps", "cv", "wrong",
 ]  # fmt: skip
 
 _HOVER = (
