@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--slowdown", type=float)
     _spec_option(parser, "--overlap-run", metavar="RUN_DIR")
     _spec_option(parser, "--top", type=int)
+    _spec_option(parser, "--routing", metavar="SKEW")
     parser.add_argument("--layout", help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"')
     parser.add_argument("--timeline", metavar="FILE", help="with --layout: write the simulated timeline (JSON list) here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -106,10 +107,12 @@ def _named(planner, name: str | None):
 
 
 def main(args) -> int:
-    from commbench.modeling.spec import build_planner
+    from commbench.modeling.spec import build_planner, routing_of
 
     spec = spec_from_args(args)
-    planner = _named(build_planner(spec), args.name)
+    planner = build_planner(spec)
+    args.ep_routing = dict(zip(("routing", "source"), routing_of(spec, planner.job.model.name)))
+    planner = _named(planner, args.name)
     if args.layout:
         return _one_layout(planner, args)
     from commbench.modeling.planner import explain
@@ -125,9 +128,11 @@ def main(args) -> int:
             "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
             "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
             "dropped_examples": [{"layout": l, "reason": r} for l, r in ranking.dropped_examples], "warnings": warnings,
+            **_ep_skew_json(planner, args, ranking.ranked),
         }, indent=2))
         return 0
     _print_ranking(planner, ranking, warnings)
+    _print_ep_skew(planner, args, ranking.ranked)
     return 0
 
 
@@ -143,14 +148,32 @@ def _one_layout(planner, args) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), "model_figures": model_figures(planner.job), "fits": reason is None, "reason": reason,
                           "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
-                          "execution": planner.job.execution.name, "warnings": warnings}, indent=2))
+                          "execution": planner.job.execution.name, "warnings": warnings,
+                          **_ep_skew_json(planner, args, [result])}, indent=2))
     else:
         _print_header(planner, warnings)
         _print_results([result], title=f"Layout {layout}")
         _print_breakdown(result)
+        _print_ep_skew(planner, args, [result])
         if reason:
             print(f"does not fit: {reason}", file=sys.stderr)
     return 0 if reason is None else 1
+
+
+def _ep_skew_json(planner, args, results) -> dict:
+    """MoE models: the router skew EP is priced with, its source, and what it costs each layout."""
+    if not planner.job.model.moe:
+        return {}
+    return {"ep_skew": {**args.ep_routing, "layouts": planner.ep_skew(results)}}
+
+
+def _print_ep_skew(planner, args, results) -> None:
+    rows = _ep_skew_json(planner, args, results).get("ep_skew", {}).get("layouts", [])
+    if rows:
+        print(f"EP all-to-alls priced under routing {args.ep_routing['routing']} ({args.ep_routing['source']}):")
+    for row in rows:
+        print(f"  {row['layout']}: max/mean load {row['max_over_mean']:.2f}; EP {row['ep_s']:.4f} s per step, "
+              f"{row['skew_cost_s']:.4f} s of it the skew's (uniform router: {row['ep_uniform_s']:.4f} s)")
 
 
 def _print_header(planner, warnings) -> None:

@@ -122,7 +122,7 @@ def _huber_weights(residuals: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Entry:
-    """The measured curve and fitted model of one (op, scope, group size, dtype, direction)."""
+    """The measured curve and fitted model of one (op, scope, group size, dtype, direction, routing)."""
 
     op: str
     scope: str
@@ -136,6 +136,7 @@ class Entry:
     n_groups: int = 1
     direction: str | None = None
     time_stat: str = "mean per op"
+    routing: str | None = None  # all_to_allv: its skew (uniform, zipf:S, ...), one curve per routing
     _log_sizes: np.ndarray = field(init=False, repr=False)
     _log_ratio: np.ndarray = field(init=False, repr=False)
 
@@ -146,13 +147,15 @@ class Entry:
 
     @property
     def key(self) -> tuple:
-        return (self.op, self.scope, self.group_size, self.dtype, self.direction)
+        return (self.op, self.scope, self.group_size, self.dtype, self.direction, self.routing)
 
     @property
     def label(self) -> str:
         parts = [self.op, self.scope, f"{self.group_size} ranks", self.dtype]
         if self.direction:
             parts.append(self.direction)
+        if self.routing:
+            parts.append(self.routing)
         parts.append("in-place" if self.in_place else "out-of-place")
         parts.append(self.time_stat)
         return " / ".join(parts)
@@ -186,6 +189,7 @@ class Entry:
         return {
             "op": self.op, "scope": self.scope, "group_size": self.group_size, "n_groups": self.n_groups,
             "dtype": self.dtype, "in_place": self.in_place, "direction": self.direction, "time_stat": self.time_stat,
+            **({"routing": self.routing} if self.routing else {}),  # all_to_allv only: other tables keep their keys
             "busbw_factor": self.busbw_factor,
             "alpha_us": self.fit.alpha_us, "busbw_gbps": self.fit.busbw_gbps,
             "fit_rms_rel_error": self.fit.rms_rel_error, "fit_max_rel_error": self.fit.max_rel_error,
@@ -204,7 +208,8 @@ class Entry:
                    in_place=bool(data["in_place"]), busbw_factor=float(data["busbw_factor"]),
                    sizes=np.asarray(points["size_bytes"], dtype=float), times_us=np.asarray(points["time_us"], dtype=float),
                    fit=fit, n_groups=int(data.get("n_groups", 1)), direction=data.get("direction"),
-                   time_stat=data.get("time_stat", "median per op (no mean recorded)"))
+                   time_stat=data.get("time_stat", "median per op (no mean recorded)"),
+                   routing=data.get("routing"))
 
 
 @dataclass
@@ -247,11 +252,11 @@ class BandwidthTable:
         usable = [rec for rec in rows if rec.get("wrong", 0) <= 0 and rec["time_us"] > 0 and rec["size_bytes"] > 0]
         groups: dict[tuple, dict] = {}
         for rec in usable:
-            key = (rec["op"], rec["scope"], int(rec["group_size"]), rec["dtype"], rec.get("direction"))
+            key = (rec["op"], rec["scope"], int(rec["group_size"]), rec["dtype"], rec.get("direction"), rec.get("routing"))
             variants = groups.setdefault(key, {True: [], False: []})
             variants[bool(rec["in_place"])].append(rec)
         items = [_entry_of(key, variants[in_place] or variants[not in_place]) for key, variants in groups.items()]
-        items.sort(key=lambda e: (e.op, e.scope, e.group_size, e.dtype, e.direction or ""))
+        items.sort(key=lambda e: (e.op, e.scope, e.group_size, e.dtype, e.direction or "", e.routing or ""))
         world = world_size or max((e.group_size for e in items if e.scope == "world"), default=0)
         warnings = [] if items else [
             f"{source or 'records'}: no usable records (none with a positive time and no wrong elements)"]
@@ -260,10 +265,12 @@ class BandwidthTable:
     def entries(self, op: str | None = None, scope: str | None = None) -> list[Entry]:
         return [e for e in self.items if (op is None or e.op == op) and (scope is None or e.scope == scope)]
 
-    def entry(self, op: str, scope: str, group_size: int, dtype: str | None = None, direction: str | None = None) -> Entry:
-        """The entry for a query; where several dtypes or directions match, the fastest (highest fitted busbw)."""
+    def entry(self, op: str, scope: str, group_size: int, dtype: str | None = None, direction: str | None = None,
+              routing: str | None = None) -> Entry:
+        """The entry for a query; where several dtypes, directions or routings match, the fastest (highest fitted busbw)."""
         matches = [e for e in self.items if e.op == op and e.scope == scope and e.group_size == group_size
-                   and (dtype is None or e.dtype == dtype) and (direction is None or e.direction == direction)]
+                   and (dtype is None or e.dtype == dtype) and (direction is None or e.direction == direction)
+                   and (routing is None or e.routing == routing)]
         if not matches:
             measured = ", ".join(sorted({f"{e.op}/{e.scope}/{e.group_size}" for e in self.items})) or "nothing"
             raise LookupError(f"no {op} measured on {scope} groups of {group_size}"
@@ -300,12 +307,14 @@ class BandwidthTable:
     def to_rows(self) -> list[dict]:
         """One flat row per measured point, with its entry's fit and the model's time there (for CSV)."""
         rows = []
+        keyed_by_routing = any(e.routing for e in self.items)  # the column appears where all_to_allv was measured
         for e in self.items:
             model = model_time_us(e.fit, e.sizes, e.busbw_factor)
             for size, time, busbw, fitted in zip(e.sizes, e.times_us, e.measured_busbw_gbps, model):
                 rows.append({
                     "op": e.op, "scope": e.scope, "group_size": e.group_size, "n_groups": e.n_groups,
                     "dtype": e.dtype, "in_place": e.in_place, "direction": e.direction or "",
+                    **({"routing": e.routing or ""} if keyed_by_routing else {}),
                     "busbw_factor": e.busbw_factor, "alpha_us": e.fit.alpha_us, "fit_busbw_gbps": e.fit.busbw_gbps,
                     "fit_rms_rel_error": e.fit.rms_rel_error, "size_bytes": int(size), "time_us": float(time),
                     "busbw_gbps": float(busbw), "model_time_us": float(fitted),
@@ -320,7 +329,7 @@ def _mean_time(rec: dict) -> float:
 
 
 def _entry_of(key: tuple, records: list[dict]) -> Entry:
-    op, scope, group_size, dtype, direction = key
+    op, scope, group_size, dtype, direction, routing = key
     points: dict[int, list[float]] = {}
     for rec in records:
         points.setdefault(int(rec["size_bytes"]), []).append(_mean_time(rec))
@@ -329,6 +338,6 @@ def _entry_of(key: tuple, records: list[dict]) -> Entry:
     factor = float(records[0].get("busbw_factor") or 0.0) or 1.0
     return Entry(op=op, scope=scope, group_size=group_size, dtype=dtype, in_place=bool(records[0]["in_place"]),
                  busbw_factor=factor, sizes=sizes, times_us=times, fit=fit_latency_bandwidth(sizes, times, factor),
-                 n_groups=max(int(rec.get("n_groups") or 1) for rec in records), direction=direction,
+                 n_groups=max(int(rec.get("n_groups") or 1) for rec in records), direction=direction, routing=routing,
                  time_stat="mean per op" if all(rec.get("time_us_mean") is not None for rec in records)
                  else "median per op (no mean recorded)")

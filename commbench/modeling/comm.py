@@ -18,7 +18,9 @@ Per layer and micro-batch, with A = b*(s/cp)*h*2 bytes the activation of one mic
                 per-head keys and values rebuilt from the latent: heads*(d_nope+d_rope+d_v)),
                 backward twice that (K,V again and dK,dV); overlapped with the attention core
   EP            per MoE layer: all-to-all dispatch + combine forward, the same two backward, of
-                k * load * A / t bytes per rank (tokens are sequence-split across TP ranks)
+                k * load * A / t bytes per rank (tokens are sequence-split across TP ranks); under the
+                job's routing skew each is paced by the rank receiving most, so it is priced as
+                all_to_allv at those bytes times the expected max/mean load (commbench.modeling.routing)
   ZeRO-3/FSDP   per layer: all-gather of its weights forward, again backward, reduce-scatter of
                 its gradients; prefetched, so overlapped with the layer's compute (the reduce-scatter
                 blocks instead with Execution.zero3_reduce_scatter_overlap False)
@@ -42,6 +44,7 @@ from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import LayoutBatch, layout_groups
 from commbench.modeling.memory import layers_per_chunk, micro_batches, stage_parameters
 from commbench.modeling.network import CollectiveCost, busbw_factor, price
+from commbench.modeling.routing import expected_imbalance, parse_routing
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,13 @@ class ExpertParallelCosts:
     fwd: np.ndarray
     bwd: np.ndarray
     sent_per_step: np.ndarray
+    uniform_fwd: np.ndarray  # what fwd would be with a perfectly even router
+    imbalance: np.ndarray  # expected max / mean bytes received per EP rank under the job's routing
+
+    @property
+    def skew_share(self) -> np.ndarray:
+        """The part of EP time the skew adds (fwd and bwd scale alike): 1 - uniform / skewed."""
+        return np.where(self.fwd > 0, 1.0 - self.uniform_fwd / np.where(self.fwd > 0, self.fwd, 1.0), 0.0)
 
 
 @dataclass
@@ -234,8 +244,22 @@ def expert_parallel(p: _Pricing) -> ExpertParallelCosts:
     model = p.job.model
     moe_share = model.moe_layers / model.layers
     a2a_bytes = (model.moe.top_k * p.job.expert_load if model.moe else 0) * p.activation / p.batch.tp
-    fwd = moe_share * 2 * p.collective("all_to_all", a2a_bytes, "ep")  # dispatch + combine
-    return ExpertParallelCosts(fwd=fwd.seconds, bwd=fwd.seconds, sent_per_step=p.layer_passes * (fwd + fwd).sent)
+    uniform = moe_share * 2 * p.collective("all_to_all", a2a_bytes, "ep")  # dispatch + combine
+    ep = p.groups["ep"][0]
+    imbalance = _imbalance(p.job.routing, model.moe.num_experts, ep) if model.moe else np.ones(len(p.batch))
+    if p.job.routing == "uniform" and (imbalance == 1).all():
+        seconds = uniform.seconds
+    else:  # every rank sends the mean; the hottest rank receives imbalance x the mean and sets the pace
+        seconds = moe_share * 2 * p.collective("all_to_allv", a2a_bytes * imbalance, "ep").seconds
+    return ExpertParallelCosts(fwd=seconds, bwd=seconds, sent_per_step=p.layer_passes * (uniform + uniform).sent,
+                               uniform_fwd=uniform.seconds, imbalance=imbalance)
+
+
+def _imbalance(routing: str, experts: int, ep: np.ndarray) -> np.ndarray:
+    """Expected max/mean received load for each layout's EP group size (one model call per size)."""
+    parsed = parse_routing(routing)
+    sizes, which = np.unique(ep, return_inverse=True)
+    return np.array([expected_imbalance(parsed, experts, int(n)) for n in sizes])[which.reshape(-1)]
 
 
 def zero3_sharding(p: _Pricing) -> Zero3Costs:

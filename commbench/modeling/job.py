@@ -151,6 +151,9 @@ class TrainingJob:
     # MoE routing: tokens per expert relative to a perfectly even split (capacity factor when
     # tokens are padded to capacity; the measured max/mean load for dropless routing)
     expert_load: float = 1.0
+    # the router's skew over experts (commbench.modeling.routing): EP's all-to-alls are paced by the
+    # rank receiving most, so they are priced at its bytes
+    routing: str = "uniform"
     execution: Execution = field(default_factory=lambda: EXECUTIONS["megatron-core"])
 
     def __post_init__(self):

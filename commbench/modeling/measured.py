@@ -16,6 +16,8 @@ dtypes were measured, the fastest. A query is answered, in order of preference, 
   3. the nearest measured group size of the same op and scope, rescaled through busbw: time =
      time_measured(size) * busbw_factor(op, n) / busbw_factor(op, n_measured)
   4. the preset network, with a warning naming the op and scope that were missing.
+all_to_allv (EP under a skewed router, sized by the hottest rank's bytes) is answered from the
+all_to_allv curves measured with the plan's routing only; without one, from all_to_all at those bytes.
 """
 
 from __future__ import annotations
@@ -31,27 +33,30 @@ from commbench.modeling.network import CollectiveCost, Placement, busbw_factor, 
 class MeasuredNetwork:
     """Prices collectives from measured curves; `fallback` prices what the run did not measure."""
 
-    def __init__(self, run_dir: str | Path, fallback: CollectiveCost):
+    def __init__(self, run_dir: str | Path, fallback: CollectiveCost, routing: str = "uniform"):
         # in-place rows where measured: frameworks reduce, broadcast and gather in place, and torch's
         # out-of-place rows include a copy
         self.table = BandwidthTable.from_run(run_dir, in_place=True)
+        self.routing = routing
         self.source = self.table.source
         self.fallback = fallback
         self.warnings: list[str] = list(self.table.warnings)
         self._warned: set[tuple[str, str]] = set()
-        self.curves = self._curves_by_placement(self.table)
+        self.curves = self._curves_by_placement(self.table, routing)
         if not self.curves:
             self.warnings.append(f"{self.source}: no group with a known placement measured; "
                                  "every collective is priced from the preset")
 
     @staticmethod
-    def _curves_by_placement(table: BandwidthTable) -> dict[tuple[str, int, int], Entry]:
+    def _curves_by_placement(table: BandwidthTable, routing: str) -> dict[tuple[str, int, int], Entry]:
         curves: dict[tuple[str, int, int], Entry] = {}
-        groups = sorted({(e.op, e.scope, e.group_size) for e in table.items}, key=lambda g: g[1] != "world")
+        items = [e for e in table.items if e.op != "all_to_allv" or e.routing == routing]
+        groups = sorted({(e.op, e.scope, e.group_size) for e in items}, key=lambda g: g[1] != "world")
         for op, scope, group_size in groups:  # world first, so an explicit scope on the same placement wins
             placement = table.placement(scope, group_size)
             if placement is not None:
-                curves[(op, *placement)] = table.entry(op, scope, group_size)
+                curves[(op, *placement)] = table.entry(op, scope, group_size,
+                                                       routing=routing if op == "all_to_allv" else None)
         return curves
 
     def describe(self) -> str:
@@ -67,6 +72,8 @@ class MeasuredNetwork:
         key = (op, placement.ranks_per_node, placement.nodes)
         if key in self.curves:
             return self._seconds(self.curves[key], size_bytes)
+        if op == "all_to_allv":  # no curve of this routing here: the uniform exchange at the hottest rank's bytes
+            return self.time_s("all_to_all", size_bytes, group_size, placement)
         if placement.scope == "hierarchical" and op != "sendrecv" and self._has_phases(op, placement):
             return hierarchical_time(self._phase, op, np.asarray(size_bytes, dtype=float), placement)
         nearest = self._nearest(op, placement)

@@ -20,7 +20,9 @@ import numpy as np
 from commbench import ops
 from commbench.modeling.hardware import Network, System
 
-OPS = ops.DEFAULT_OPS  # the collectives training issues, which the cost models price
+# the collectives training issues, which the cost models price; all_to_allv is EP's exchange under a
+# skewed router, priced at the bytes its hottest rank receives
+OPS = ops.DEFAULT_OPS + ("all_to_allv",)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class PresetNetwork:
     def time_s(self, op, size_bytes, group_size, placement):
         if group_size <= 1:
             return np.zeros_like(np.asarray(size_bytes, dtype=float))
+        if op == "all_to_allv":  # a preset knows no skew: the hottest rank's bytes carry it
+            op = "all_to_all"
         if op == "sendrecv" or placement.scope != "hierarchical":
             tier = "intra" if placement.nodes == 1 else "inter"
             return self.flat(op, size_bytes, group_size, tier)

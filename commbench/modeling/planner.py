@@ -23,6 +23,7 @@ from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
 from commbench.modeling.limits import MAX_SIMULATED_OPS
 from commbench.modeling.memory import LEDGER_ITEMS
 from commbench.modeling.cluster import Cluster
+from commbench.modeling.comm import communication
 from commbench.modeling.schedule import StepResult, simulate, simulated_ops
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
 
@@ -193,6 +194,17 @@ class Planner:
         screening = self.screen(LayoutBatch.from_layouts([layout]))
         result = simulate(self.step_model, layout, timeline=True)
         return result, None if screening.fits[0] else screening.memory_reason(0)
+
+    def ep_skew(self, results: list[StepResult]) -> list[dict]:
+        """Per result: the expected max/mean EP load under the job's routing, and how much of its EP
+        time that skew costs against a uniform router (the EP category scaled by the skewed share)."""
+        if not results:
+            return []
+        ep = communication(self.job, LayoutBatch.from_layouts([r.layout for r in results]), self.cluster.cost,
+                           self.cluster.gpus_per_node).ep
+        return [{"layout": str(r.layout), "max_over_mean": float(ep.imbalance[i]), "ep_s": float(r.categories["ep"]),
+                 "ep_uniform_s": float(r.categories["ep"] * (1 - ep.skew_share[i])),
+                 "skew_cost_s": float(r.categories["ep"] * ep.skew_share[i])} for i, r in enumerate(results)]
 
     # reasons -----------------------------------------------------------------------------
     def _no_shape_reason(self) -> str:

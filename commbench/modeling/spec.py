@@ -58,6 +58,9 @@ class PlanSpec:
         "measured compute slowdown while communication overlaps (e.g. 0.13); default 15% NVLink / 2% inter-node")
     overlap_run: str | None = _with_default("take the slowdown from this `commbench overlap` run directory")
     top: int = _with_default("layouts to show (default 5)", 5)
+    routing: str | None = _with_default(
+        "MoE router skew pricing EP's all-to-alls: uniform | zipf:S | dirichlet:ALPHA | file:PATH "
+        "(default: the model preset's documented default, else uniform)")
 
     def __post_init__(self):
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
@@ -74,6 +77,10 @@ class PlanSpec:
             raise UsageError(f"give {option('slowdown')} or {option('overlap_run')}, not both")
         if self.slowdown is not None:
             checked_slowdown(self.slowdown)
+        if self.routing is not None:
+            from commbench.modeling.routing import parse_routing
+
+            parse_routing(self.routing)
 
     @staticmethod
     def doc(name: str) -> str:
@@ -113,9 +120,11 @@ def build_planner(spec: PlanSpec) -> Planner:
     from commbench.modeling.planner import Planner
 
     system = _system(spec)
-    cluster = Cluster(spec.gpus, system, _collective_cost(spec, system), **_slowdown_figures(spec))
-    job = TrainingJob(load_model(spec.model), spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
-                      execution=EXECUTIONS[spec.execution])
+    model = load_model(spec.model)
+    routing = routing_of(spec, model.name)[0]
+    cluster = Cluster(spec.gpus, system, _collective_cost(spec, system, routing), **_slowdown_figures(spec))
+    job = TrainingJob(model, spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
+                      execution=EXECUTIONS[spec.execution], routing=routing)
     return Planner(job, cluster)
 
 
@@ -134,7 +143,18 @@ def _system(spec: PlanSpec) -> System:
     return system
 
 
-def _collective_cost(spec: PlanSpec, system: System) -> CollectiveCost:
+def routing_of(spec: PlanSpec, model_name: str) -> tuple[str, str]:
+    """The router skew EP is priced with, and where it comes from."""
+    from commbench.modeling.routing import DEFAULT_SKEW, parse_routing
+
+    if spec.routing is not None:
+        return parse_routing(spec.routing).text, "given (--routing)"
+    if model_name in DEFAULT_SKEW:
+        return DEFAULT_SKEW[model_name]
+    return "uniform", "default: no skew known for this model"
+
+
+def _collective_cost(spec: PlanSpec, system: System, routing: str) -> CollectiveCost:
     """The preset's documented figures, or a measured run's table falling back on them."""
     from commbench.modeling.network import PresetNetwork
 
@@ -143,7 +163,9 @@ def _collective_cost(spec: PlanSpec, system: System) -> CollectiveCost:
         return preset
     from commbench.modeling.measured import MeasuredNetwork
 
-    return MeasuredNetwork(spec.bandwidth, fallback=preset)
+    from commbench.modeling.routing import parse_routing
+
+    return MeasuredNetwork(spec.bandwidth, fallback=preset, routing=parse_routing(routing).key)
 
 
 def _slowdown_figures(spec: PlanSpec) -> dict[str, float]:

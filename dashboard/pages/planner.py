@@ -24,7 +24,7 @@ SPEC_CONTROLS = {
     "plan-model": "model", "plan-hardware": "hardware", "plan-gpus": "gpus", "plan-gpus-per-node": "gpus_per_node",
     "plan-batch": "global_batch", "plan-seq": "seq_len", "plan-bandwidth": "bandwidth", "plan-precision": "precision",
     "plan-execution": "execution", "plan-processor": "processor", "plan-inter-network": "inter_network",
-    "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top",
+    "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top", "plan-routing": "routing",
 }
 LAYOUT_CONTROL = "plan-layout"  # evaluate one layout instead of ranking, as `commbench plan --layout` does
 
@@ -72,6 +72,7 @@ def _job_controls() -> list:
         _control("execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"),
                                      clearable=False)),
         _control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
+        _control("MoE routing", dcc.Input(id="plan-routing", type="text", debounce=True, placeholder="model's default")),
         control("or evaluate one layout", dcc.Input(id=LAYOUT_CONTROL, type="text", debounce=True,
                                                     placeholder="e.g. tp=2,dp=8")),
     ]
@@ -111,7 +112,7 @@ def _request(*values) -> PlanRequest:
     for name, unset in (("bandwidth", PRESET_SOURCE), ("overlap_run", DEFAULTS)):
         chosen[name], stamp = _measured_run(chosen[name], unset)
         stamps.append(stamp)
-    for name in ("gpus_per_node", "processor", "inter_network"):  # empty means the preset's
+    for name in ("gpus_per_node", "processor", "inter_network", "routing"):  # empty means the preset's
         chosen[name] = chosen[name] or None
     return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
 
