@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 
 from commbench.analysis.synthetic import generate_history, read_profile
 from commbench.data import store
+from commbench.data.samples import read_samples, row_key
 from commbench.errors import CommbenchError, UsageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -148,3 +150,21 @@ def test_a_file_that_is_not_a_database_is_one_line(tmp_path):
     bogus.write_text("hello")
     with pytest.raises(CommbenchError):
         store.open_read_only(bogus)
+
+
+def test_a_real_sweep_keeps_its_samples_and_they_reach_the_database(tmp_path):
+    result = cli("run", "--nproc", "2", "--ops", "all_reduce", "-b", "1K", "-e", "4K", "--out", str(tmp_path),
+                 "--run-id", "with-samples", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "with-samples"
+    kept = read_samples(run_dir)
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert len(kept) == len(records) == 6
+    for record in records:
+        samples = kept[row_key(record)]
+        assert len(samples["time_us"]) == record["iters"] and samples["slowest_rank"] == record["slowest_rank"]
+        assert abs(float(np.median(samples["time_us"])) - record["time_us"]) <= 1e-3 * record["time_us"]
+        assert samples["ranks"] == [0, 1] and len(samples["rank_median_us"]) == 2
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [run_dir])
+    assert count(db, "SELECT count(*) FROM samples") == 6

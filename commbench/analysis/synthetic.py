@@ -81,7 +81,8 @@ def generate_runs(profile: dict, n_runs: int, *, cluster: str = "synth", injecti
         for row, level, row_spread in zip(rows, busbw, spread):
             record, times = _row(profile, row, level, row_spread, iters)
             records.append(record)
-            samples.append(samples_line(record, 0, times, [record["time_us"]] * profile["group_size"]))
+            ranks = list(range(profile["group_size"]))
+            samples.append(samples_line(record, 0, times, ranks, [record["time_us"]] * len(ranks)))
         run_id = f"{prefix}-{cluster}-{index:05d}"
         yield _run_info(run_id, index, cluster, profile, injection if after else None, iters), records, samples
 

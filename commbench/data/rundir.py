@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from commbench.data.samples import SAMPLES_JSONL
 from commbench.data.schema import RECORD_FIELDS, SCHEMA_VERSION, Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
 
@@ -75,6 +76,7 @@ class RunWriter:
             raise UsageError(f"run directory {self.path} already exists; pick another --run-id") from None
         self.info = info
         self.records: list[dict] = []
+        self.samples: list[str] = []  # samples.jsonl lines, one per record that kept its samples
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
         self.write_info()
         self._write_records()
@@ -82,9 +84,11 @@ class RunWriter:
     def write_info(self) -> None:
         atomic_write_text(self.path / RUN_FILE, self.info.model_dump_json(indent=2) + "\n")
 
-    def add_records(self, records: list[Record]) -> None:
+    def add_records(self, records: list[Record], samples: list[str] = ()) -> None:
+        """Keep these records and, where the driver has them, their per-iteration samples lines."""
         with self._lock:
             self.records.extend(rec.model_dump() for rec in records)
+            self.samples.extend(samples)
             self._write_records()
 
     def set_records(self, records: list[dict]) -> None:
@@ -97,6 +101,8 @@ class RunWriter:
         lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
         atomic_write_text(self.path / RECORDS_JSONL, lines, durable)
         atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records), durable)
+        if self.samples:
+            atomic_write_text(self.path / SAMPLES_JSONL, "".join(self.samples), durable)
 
     def finish(self, complete: bool, reason: str | None = None) -> None:
         with self._lock:

@@ -3,11 +3,12 @@
 Format of `<run_dir>/samples.jsonl` (optional: runs written before it existed have none, and
 every reader treats a missing file as "no samples"): one JSON object per measured row,
   {"key": [op, scope, group_size, size_bytes, dtype, in_place, direction],
-   "slowest_rank": R, "time_us": [...], "rank_median_us": [...]}
+   "slowest_rank": R, "time_us": [...], "ranks": [...], "rank_median_us": [...]}
 `time_us` are the per-iteration times of the rank whose median was reported (the record's
-`time_us` is their median); `rank_median_us[r]` is rank r's median, for every rank in the row's
-groups (a documented subset of every rank's samples: it keeps the file small on large jobs).
-`key` is the same tuple as `row_key(record)`, which is how samples find their record.
+`time_us` is their median); `rank_median_us[i]` is the median of rank `ranks[i]`, for every rank
+in the row's groups (a documented subset of every rank's samples: it keeps the file small on
+large jobs). `key` is the same tuple as `row_key(record)`, which is how samples find their record;
+sweeps keep samples (pairwise rows share one key per size and keep none).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ def row_key(record: dict) -> tuple:
     return tuple(record.get(name) for name in KEY_FIELDS)
 
 
-def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], rank_medians_us: list[float]) -> str:
+def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], ranks: list[int],
+                 rank_medians_us: list[float]) -> str:
     """One line of samples.jsonl for `record` (the writer appends these as rows are measured)."""
     return json.dumps({
         "key": list(row_key(record)),
         "slowest_rank": slowest_rank,
         "time_us": [round(value, 4) for value in times_us],
+        "ranks": ranks,
         "rank_median_us": [round(value, 4) for value in rank_medians_us],
     }) + "\n"
 
@@ -54,5 +57,6 @@ def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict
                 warnings.append(f"{path.name} line {number}: skipped (not a samples line)")
             continue
         medians = [float(value) for value in item.get("rank_median_us") or []]
-        found[key] = {"slowest_rank": item.get("slowest_rank"), "time_us": times, "rank_median_us": medians}
+        found[key] = {"slowest_rank": item.get("slowest_rank"), "time_us": times, "ranks": item.get("ranks"),
+                      "rank_median_us": medians}
     return found

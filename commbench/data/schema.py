@@ -5,6 +5,7 @@ A run directory `<out>/<run_id>/` holds:
                  the run ends well, and `reason` says why it did not.
   records.jsonl  one Record per line: one (op, scope, group size, size, dtype, in/out-of-place) row.
   records.csv    the same records, columns in Record field order.
+  samples.jsonl  (sweeps, optional) per-iteration samples of each record: see commbench/data/samples.py.
 Both record files are rewritten atomically after each size, so a reader never sees half a row.
 
 Version history (bump SCHEMA_VERSION and note it here when a field changes meaning or goes away;

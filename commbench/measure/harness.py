@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from commbench.collectives import get_collective
 from commbench.collectives.base import PERIOD, Buffers, Collective, Counts, GroupContext, Variant, pattern
 from commbench.data.records import RowFacts, Stats, build_record
+from commbench.data.samples import samples_line
 from commbench.data.schema import Record
 from commbench.measure.moe import routed_rows
 from commbench.measure.faults import corrupt_if_asked, delayed_if_asked, die_if_asked, hang_if_asked
@@ -243,6 +245,16 @@ def to_record(session: Session, row: Row, variant: Variant, samples: torch.Tenso
         time_us_mean_nccl=sum(per_rank[r].mean for r in members) / len(members),
         **(row.exchange.record_fields() if row.exchange else {}),
     )
+
+
+def kept_samples(row: Row, variant: Variant, samples: torch.Tensor, measured: Measured, record: Record) -> str:
+    """The record's samples.jsonl line: the reported rank's per-iteration times and every member's median."""
+    iters = measured.iters
+    divisor = 2.0 if variant.round_trip else 1.0
+    members = [rank for group in row.groups for rank in group]
+    times = (samples[record.slowest_rank, :iters] / divisor).tolist()
+    medians = np.median(samples[members, :iters].numpy() / divisor, axis=1).tolist()
+    return samples_line(record.model_dump(), record.slowest_rank, times, members, medians)
 
 
 def row_facts(session: Session, row: Row, variant: Variant, iters: int, warmups: int, timer: str | None = None) -> RowFacts:

@@ -57,10 +57,11 @@ class MeasuredRun:
         self.monitor: RankMonitor | None = None
         self.total_wrong = 0
 
-    def add(self, records: list[Record]) -> None:
-        """Rank 0: keep these records (the run directory is rewritten) and count their wrong elements."""
+    def add(self, records: list[Record], samples: list[str] = ()) -> None:
+        """Rank 0: keep these records and their samples lines (the run directory is rewritten) and
+        count their wrong elements."""
         self.total_wrong += sum(max(r.wrong, 0) for r in records)
-        self.writer.add_records(records)
+        self.writer.add_records(records, samples)
 
     def execute(self) -> int:
         session = self.session

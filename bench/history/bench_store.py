@@ -1,0 +1,64 @@
+"""Speed of the results database on generated run directories (labelled synthetic).
+
+    python bench/history/bench_store.py --runs 10000 --work /tmp/commbench-bench-store
+
+Writes RUNS generated run directories (12 rows each, 20 samples per row, from the noise profile in
+tests/fixtures/history-noise-profile.json) under WORK, then times: the first ingest, a second
+ingest with nothing changed, and a history query (series + change points) over all of them.
+Goals (issue 15): first ingest <= 60 s, unchanged re-ingest <= 5 s, history query <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from pathlib import Path
+
+from commbench.analysis.history import attach_change_points, load_series
+from commbench.analysis.synthetic import Injection, generate_history, read_profile
+from commbench.data import store
+
+PROFILE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "history-noise-profile.json"
+
+
+def timed(label: str, action):
+    start = time.perf_counter()
+    result = action()
+    print(f"{label:<36} {time.perf_counter() - start:8.2f} s")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10000)
+    parser.add_argument("--work", default="/tmp/commbench-bench-store")
+    args = parser.parse_args()
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    runs_dir, db = work / "runs", work / "bench.duckdb"
+    profile = read_profile(PROFILE)
+    print(f"# {args.runs} generated runs, load average before: {os.getloadavg()[0]:.2f}")
+    timed("generate run directories", lambda: generate_history(
+        runs_dir, profile, args.runs, cluster="bench", seed=1, injection=Injection(at=args.runs * 2 // 3, drop=0.07,
+                                                                                  versions={"nccl": "2.23.4"})))
+    report = timed("first ingest", lambda: store.ingest(db, [runs_dir]))
+    print(f"#   {report.summary()}")
+    report = timed("re-ingest, nothing changed", lambda: store.ingest(db, [runs_dir]))
+    print(f"#   {report.summary()}")
+
+    def history():
+        con = store.open_read_only(db)
+        try:
+            return [attach_change_points(series) for series in load_series(con, "bench", "all_reduce", 8 << 20, None)]
+        finally:
+            con.close()
+
+    series = timed("history query (8M, with change points)", history)
+    print(f"#   {len(series[0].points)} points, change points at {[c.index for c in series[0].change_points]}")
+    print(f"# load average after: {os.getloadavg()[0]:.2f}; database {db.stat().st_size / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
