@@ -152,10 +152,13 @@ def test_a_file_that_is_not_a_database_is_one_line(tmp_path):
         store.open_read_only(bogus)
 
 
-def test_a_real_sweep_keeps_its_samples_and_they_reach_the_database(tmp_path):
+def test_a_real_sweep_keeps_its_samples_and_run_db_ingests_it(tmp_path):
+    db = tmp_path / "r.duckdb"
     result = cli("run", "--nproc", "2", "--ops", "all_reduce", "-b", "1K", "-e", "4K", "--out", str(tmp_path),
-                 "--run-id", "with-samples", "--no-progress")
+                 "--run-id", "with-samples", "--no-progress", "--cluster", "lab", "--db", str(db))
     assert result.returncode == 0, result.stderr
+    assert store.query(db, "SELECT run_id, cluster FROM runs")[1] == [("with-samples", "lab")]
+    assert count(db, "SELECT count(*) FROM samples") == 6
     run_dir = tmp_path / "with-samples"
     kept = read_samples(run_dir)
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
@@ -165,6 +168,11 @@ def test_a_real_sweep_keeps_its_samples_and_they_reach_the_database(tmp_path):
         assert len(samples["time_us"]) == record["iters"] and samples["slowest_rank"] == record["slowest_rank"]
         assert abs(float(np.median(samples["time_us"])) - record["time_us"]) <= 1e-3 * record["time_us"]
         assert samples["ranks"] == [0, 1] and len(samples["rank_median_us"]) == 2
-    db = tmp_path / "r.duckdb"
-    store.ingest(db, [run_dir])
-    assert count(db, "SELECT count(*) FROM samples") == 6
+    assert json.loads((run_dir / "run.json").read_text())["cluster"] == "lab"
+
+
+def test_submit_passes_db_and_cluster_to_the_job(tmp_path):
+    script = cli("submit", "--nodes", "2", "--ntasks-per-node", "2", "--db", str(tmp_path / "f.duckdb"),
+                 "--cluster", "lab", "--dry-run", "--", "-e", "4M")
+    assert script.returncode == 0, script.stderr
+    assert f"DEFAULT_RUN_ARGS=(-e 4M --db {tmp_path / 'f.duckdb'} --cluster lab)" in script.stdout

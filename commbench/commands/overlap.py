@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.commands.run import add_where_arguments, csv_list, size_arg
+from commbench.commands.run import add_where_arguments, csv_list, database_arg, size_arg
 from commbench.measure.options import BACKENDS, DTYPES, OVERLAP_OPS, OverlapConfig
 from commbench.measure.worker import launch_driver
 
@@ -67,7 +67,7 @@ def config_from_args(args: argparse.Namespace) -> OverlapConfig:
         ops=args.ops, min_bytes=args.min_bytes, max_bytes=args.max_bytes, step_factor=args.step_factor,
         dtype=args.dtype, gemm_size=args.gemm_size, backend=args.backend, iters=args.iters, warmup=args.warmup,
         timeout_s=args.timeout, out_dir=args.out, run_id=args.run_id, node_name=args.node_name,
-        progress=not args.no_progress,
+        progress=not args.no_progress, cluster=args.cluster, db=database_arg(args.db),
     ).validate()
 
 

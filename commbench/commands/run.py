@@ -24,6 +24,7 @@ from commbench.collectives import ALL_OPS, DEFAULT_OPS
 from commbench.errors import UsageError
 from commbench.measure.options import BACKENDS, DTYPES, SCOPES, RunConfig
 from commbench.measure.worker import launch_driver
+from commbench.data.store_location import db_path
 from commbench.units import parse_size
 
 HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"
@@ -114,6 +115,12 @@ def add_where_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--out", default="results", help="results folder (default results/)")
     where.add_argument("--run-id", default=None, help="name of the run directory (default: time-host-random)")
     where.add_argument("--node-name", default=None, help="this node's name in the results (default: hostname)")
+    where.add_argument("--cluster", default=None, metavar="NAME",
+                       help="cluster name recorded in run.json (default: Slurm's cluster name, else the first "
+                            "host's name without its number)")
+    where.add_argument("--db", nargs="?", const="", default=None, metavar="FILE",
+                       help="when the run ends, ingest it into this results database (no FILE: $COMMBENCH_DB, "
+                            "else results/commbench.duckdb)")
     where.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -127,7 +134,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         out_dir=args.out, run_id=args.run_id, node_name=args.node_name, progress=not args.no_progress,
         routing=args.routing, tokens=args.tokens, hidden=args.hidden, top_k=args.top_k, experts=args.experts,
         placement=args.placement, capacity_factor=args.capacity_factor, routing_seed=args.routing_seed,
+        cluster=args.cluster, db=database_arg(args.db),
     ).validate()
+
+
+def database_arg(value: str | None) -> str | None:
+    """--db as an absolute path (ranks may start elsewhere); "" means the default database."""
+    return None if value is None else str(db_path(value or None).resolve())
 
 
 def main(args: argparse.Namespace) -> int:

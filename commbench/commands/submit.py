@@ -8,6 +8,7 @@ and what it prints can be given to sbatch as it is. Everything after `--` goes t
   commbench submit --nodes 2 --ntasks-per-node 8 --gpus-per-node 8 --exclusive -- --max-bytes 1G
   commbench submit --nodes 4 --ntasks-per-node 8 --launcher torchrun --dry-run > job.sbatch
   commbench submit --nodes 2 --ntasks-per-node 2 --env GLOO_SOCKET_IFNAME=eth0 --wait -- -e 4M
+  commbench submit --nodes 2 --ntasks-per-node 8 --db /shared/commbench.duckdb -- -e 1G   ingest at the end
 
 With --command calibrate every node runs `commbench calibrate` instead (use --ntasks-per-node 1):
 each writes <out>/slurm-<job id>/processor-<its host>.json, so each node type is calibrated where it runs.
@@ -65,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="export a variable on every node (NCCL_*, GLOO_*, ...); repeatable")
     how.add_argument("--python", default=sys.executable, metavar="PATH",
                      help="interpreter with commbench installed, the same path on every node (default: this one)")
+    how.add_argument("--db", default=None, metavar="FILE",
+                     help="ingest the run into this results database when the job ends (a path every node sees)")
+    how.add_argument("--cluster", default=None, metavar="NAME",
+                     help="cluster name recorded in run.json (default: Slurm's cluster name)")
     parser.add_argument("--dry-run", action="store_true", help="print the job script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow the job to its end and report the outcome")
     parser.add_argument("run_args", nargs="*", metavar="-- RUN OPTIONS",
@@ -92,9 +97,18 @@ def options_from_args(args: argparse.Namespace) -> slurm.JobOptions:
         gpus_per_node=args.gpus_per_node, cpus_per_rank=args.cpus_per_rank, partition=args.partition,
         account=args.account, time_limit=args.time_limit, exclusive=args.exclusive,
         results_dir=str(Path(args.out).resolve()), python=args.python,
-        run_args=checked_command_args(args.job_command, args.run_args), env=tuple(_env_pairs(args.env)),
-        command=args.job_command,
+        run_args=checked_command_args(args.job_command, args.run_args + _history_args(args)),
+        env=tuple(_env_pairs(args.env)), command=args.job_command,
     ).validate()
+
+
+def _history_args(args: argparse.Namespace) -> list[str]:
+    """--db and --cluster travel to `commbench run` in the job, which ingests when it ends."""
+    extra = ["--db", str(Path(args.db).resolve())] if args.db else []
+    extra += ["--cluster", args.cluster] if args.cluster else []
+    if extra and args.job_command != "run":
+        raise UsageError(f"--db and --cluster apply to --command run, not {args.job_command}")
+    return extra
 
 
 def submit(options: slurm.JobOptions, script: str) -> slurm.Submission:

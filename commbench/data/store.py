@@ -11,8 +11,10 @@ Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
            node names and a digest of the node set, versions, NCCL_*/launcher environment
            (JSON), a digest of the topology, the run's arguments, where it lives on disk.
   records  one row per record: the schema's fields, extra fields (overlap runs) as JSON.
-  samples  per-iteration times of the reported (slowest) rank and every rank's median, per record
-           (runs written before samples were kept have none).
+  samples  per-iteration times of the reported (slowest) rank and every rank's median, per record,
+           keyed by run_id and the record's key columns (op, scope, group_size, size_bytes, dtype,
+           in_place, direction); runs written before samples were kept have none. DuckDB reads the
+           samples.jsonl files itself: the numbers never pass through Python.
   pairs    pairwise runs' links: the two ranks and nodes, latency/bandwidth and flags.
 
 Writers take an exclusive lock file beside the database, so two ingests at once run one after the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -36,7 +39,7 @@ import duckdb
 
 from commbench.data.cluster_name import resolve_cluster
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
-from commbench.data.samples import SAMPLES_JSONL, read_samples, row_key
+from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import RECORD_FIELDS
 from commbench.errors import CommbenchError, UsageError
 
@@ -64,8 +67,8 @@ RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
     name: _RECORD_TYPES.get(name, "VARCHAR" if name in _TEXT_FIELDS else "DOUBLE")
     for name in RECORD_FIELDS if name not in _PAIR_ONLY
 } | {"extra": "JSON"}
-SAMPLE_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "slowest_rank": "INTEGER",
-                  "time_us": "DOUBLE[]", "rank_median_us": "DOUBLE[]"}
+SAMPLE_COLUMNS = {"run_id": "VARCHAR"} | {name: RECORD_COLUMNS[name] for name in KEY_FIELDS} | {
+    "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]", "rank_median_us": "DOUBLE[]"}
 PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "rank_b": "INTEGER",
                 "node_a": "VARCHAR", "node_b": "VARCHAR", "op": "VARCHAR", "direction": "VARCHAR",
                 "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
@@ -224,7 +227,7 @@ def _digest(path: Path) -> str:
 
 def _stage(path: Path, known: dict, report: IngestReport) -> tuple[Run, str, str] | None:
     """The run to write (with its fingerprint and digest), or None when it is unchanged or unusable."""
-    key = str(path.resolve())
+    key = os.path.abspath(path)
     fingerprint = _fingerprint(path)
     if key in known and known[key][1] == fingerprint:
         report.unchanged += 1
@@ -258,7 +261,9 @@ def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: 
             for table in TABLES:
                 con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?))", [run_ids])
             for table, columns in TABLES.items():
-                _insert_json_rows(con, table, columns, rows[table], Path(tmp))
+                if table != "samples":
+                    _insert_json_rows(con, table, columns, rows[table], Path(tmp))
+            _insert_samples(con, [(run.path / SAMPLES_JSONL, run.run_id) for run, _, _ in pending])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -269,7 +274,7 @@ def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: 
             report.added.append(run.run_id)
         elif previous[2] != digest:
             report.updated.append(run.run_id)
-        known[str(run.path.resolve())] = known[run.run_id] = (run.run_id, fingerprint, digest)
+        known[os.path.abspath(run.path)] = known[run.run_id] = (run.run_id, fingerprint, digest)
 
 
 def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict], tmp: Path) -> None:
@@ -283,6 +288,24 @@ def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict]
     types = {name: kind.replace(" PRIMARY KEY", "") for name, kind in columns.items()}
     con.execute(f"INSERT INTO {table} SELECT {', '.join(f'{chr(34)}{name}{chr(34)}' for name in columns)} "
                 f"FROM read_json(?, format='newline_delimited', columns=?)", [str(staging), types])
+
+
+_SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]",
+                        "rank_median_us": "DOUBLE[]"}
+
+
+def _insert_samples(con, files: list[tuple[Path, str]]) -> None:
+    """Every samples.jsonl of the batch, parsed by DuckDB; lines that do not parse are skipped."""
+    present = [(str(path), run_id) for path, run_id in files if path.is_file()]
+    if not present:
+        return
+    key_columns = ", ".join(f"CAST(s.key->>{i} AS {SAMPLE_COLUMNS[name]})" for i, name in enumerate(KEY_FIELDS))
+    con.execute(
+        f"INSERT INTO samples SELECT m.run_id, {key_columns}, s.slowest_rank, s.time_us, s.ranks, s.rank_median_us "
+        "FROM read_json(?, format='newline_delimited', columns=?, filename=true, ignore_errors=true) s "
+        "JOIN (SELECT unnest(?) AS filename, unnest(?) AS run_id) m ON s.filename = m.filename "
+        "WHERE s.key IS NOT NULL AND s.time_us IS NOT NULL",
+        [[path for path, _ in present], _SAMPLE_FILE_COLUMNS, [path for path, _ in present], [run_id for _, run_id in present]])
 
 
 def _timestamp(text: str | None) -> str | None:
@@ -309,7 +332,7 @@ def _run_row(run: Run, fingerprint: str, digest: str) -> dict:
     hosts = [node.hostname for node in info.nodes]
     cluster = getattr(info, "cluster", None) or resolve_cluster(None, info.env, hosts[0] if hosts else "local")
     return {
-        "run_id": info.run_id, "digest": digest, "fingerprint": fingerprint, "path": str(run.path.resolve()),
+        "run_id": info.run_id, "digest": digest, "fingerprint": fingerprint, "path": os.path.abspath(run.path),
         "kind": info.kind, "source": info.source, "cluster": cluster, "created": _timestamp(info.created),
         "finished": _timestamp(info.finished), "complete": info.complete, "backend": info.backend,
         "world_size": info.world_size, "n_nodes": len(hosts), "nodes": hosts,
@@ -321,17 +344,12 @@ def _run_row(run: Run, fingerprint: str, digest: str) -> dict:
 
 
 def _record_rows(run: Run, rows: dict[str, list[dict]]) -> None:
-    samples = read_samples(run.path)
     for index, record in enumerate(run.records):
         row = {"run_id": run.run_id, "row": index}
         row.update({name: record.get(name) for name in RECORD_COLUMNS if name not in row and name != "extra"})
         extra = {key: value for key, value in record.items() if key not in RECORD_COLUMNS and key not in _PAIR_ONLY}
         row["extra"] = extra or None
         rows["records"].append(row)
-        kept = samples.get(row_key(record))
-        if kept:
-            rows["samples"].append({"run_id": run.run_id, "row": index, "slowest_rank": kept["slowest_rank"],
-                                    "time_us": kept["time_us"], "rank_median_us": kept["rank_median_us"]})
         if record.get("scope") == "pair" and record.get("pair"):
             rows["pairs"].append(_pair_row(run.run_id, index, record))
 

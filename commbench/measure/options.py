@@ -63,6 +63,8 @@ class RunConfig:
     out_dir: str = "results"
     run_id: str | None = None
     node_name: str | None = None
+    cluster: str | None = None  # None: Slurm's cluster name, else the hostname pattern (data/cluster_name.py)
+    db: str | None = None  # a results database to ingest the run into when it ends
     progress: bool = True
     argv: list[str] = field(default_factory=list)
     # all_to_allv's routing model (commbench.modeling.routing); tokens per rank is its size axis

@@ -87,9 +87,24 @@ class MeasuredRun:
         self._finish(True)
         if self.writer:
             self.driver.report(self)
+            self._ingest()
         if self.total_wrong:
             raise CommbenchError(f"{self.total_wrong} wrong elements: a collective returned bad data (rows marked in #wrong)")
         return 0
+
+    def _ingest(self) -> None:
+        """--db: load the finished run into the results database. A failure is reported, not fatal:
+        the run directory is complete and `commbench db ingest` can load it later."""
+        if not self.session.cfg.db:
+            return
+        from commbench.data.store import ingest  # DuckDB loads only on rank 0 of a run asked to ingest
+
+        try:
+            report = ingest(self.session.cfg.db, [self.writer.path])
+            print(f"# Database: {self.session.cfg.db} ({report.summary()})", flush=True)
+        except CommbenchError as exc:
+            print(f"commbench {self.driver.command}: warning: not ingested into {self.session.cfg.db}: {exc}",
+                  file=sys.stderr, flush=True)
 
     def _open_run_directory(self) -> None:
         session = self.session

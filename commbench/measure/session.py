@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from commbench import __version__
+from commbench.data.cluster_name import resolve_cluster
 from commbench.data.rundir import utc_now
 from commbench.data.schema import NodeInfo, RunInfo
 from commbench.errors import UsageError
@@ -123,6 +124,7 @@ def run_info(session: Session, run_id: str, kind: str) -> RunInfo:
         run_id=run_id, kind=kind, created=utc_now(), backend=session.backend, world_size=session.env.world_size,
         nodes=session.nodes, args={**json.loads(session.cfg.to_json()), "launcher": session.env.launcher},
         versions=software_versions(session.backend), env=captured_env(), topology=session.topology,
+        cluster=resolve_cluster(session.cfg.cluster, os.environ, session.nodes[0].hostname if session.nodes else None),
     )
 
 
