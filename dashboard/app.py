@@ -1,4 +1,5 @@
-"""The Dash application: five pages over one results folder, with a shared run selection."""
+"""The Dash application: seven pages over one results folder (History reads its results database), with a
+shared run selection."""
 
 from __future__ import annotations
 

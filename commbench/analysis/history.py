@@ -39,6 +39,7 @@ class Point:
     path: str
     busbw_gbps: float
     time_us: float
+    source: str                    # commbench, nccl-tests, or synthetic (generated: never a measurement)
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Series:
 
 
 SERIES_SQL = """
-SELECT r.run_id, CAST(r.created AS VARCHAR), r.path, rec.scope, rec.group_size, rec.busbw_gbps, rec.time_us
+SELECT r.run_id, CAST(r.created AS VARCHAR), r.path, rec.scope, rec.group_size, rec.busbw_gbps, rec.time_us, r.source
 FROM runs r JOIN records rec USING (run_id)
 WHERE r.cluster = ? AND rec.op = ? AND rec.size_bytes = ? AND NOT rec.in_place
   AND r.kind IN ('sweep', 'import') AND (? IS NULL OR rec.scope = ?)
@@ -79,8 +80,8 @@ def load_series(con, cluster: str, op: str, size_bytes: int, scope: str | None) 
     """One series per (scope, group size) that the cluster's runs measured for this op and size."""
     rows = con.execute(SERIES_SQL, [cluster, op, size_bytes, scope, scope]).fetchall()
     grouped: dict[tuple[str, int], list[Point]] = {}
-    for run_id, created, path, row_scope, group_size, busbw, time_us in rows:
-        grouped.setdefault((row_scope, group_size), []).append(Point(run_id, created, path, busbw, time_us))
+    for run_id, created, path, row_scope, group_size, busbw, time_us, source in rows:
+        grouped.setdefault((row_scope, group_size), []).append(Point(run_id, created, path, busbw, time_us, source))
     return [Series(cluster, op, size_bytes, row_scope, group_size, points, [])
             for (row_scope, group_size), points in grouped.items()]
 

@@ -1,0 +1,63 @@
+"""History, compare and check on real runs of the emulated cluster (network namespaces, tc-shaped links).
+
+Ten runs with the nodes' links at 1 Gbit/s, then ten at 800 Mbit/s, all with the same command:
+`history` must find the change at run 11; `compare` of two 1 Gbit/s runs must call >= 95% of rows
+unchanged; `check` of an 800 Mbit/s run against a baseline of the 1 Gbit/s runs must exit 1 and
+name the inter-node rows. Kept short: 2 nodes x 2 ranks, all_reduce at 2 and 4 MiB, 5 iterations.
+Needs root; skips with the reason otherwise (and fails in CI, where root is there).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from commbench.data.rundir import list_runs
+from tests.conftest import REPO
+from tests.test_multinode import torchrun_per_node
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+RUN_ARGS = ["--ops", "all_reduce", "-b", "2M", "-e", "4M", "-n", "5", "-w", "1", "--scopes", "intra,inter",
+            "--cluster", "emu"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_rate_drop_found_by_history_compare_and_check(emulated_cluster, tmp_path):
+    out, db = tmp_path / "runs", tmp_path / "fleet.duckdb"
+    for number in range(1, 21):
+        if number == 11:
+            for node in range(len(emulated_cluster.nodes)):
+                emulated_cluster.shape(node, rate="800mbit")
+        results = torchrun_per_node(emulated_cluster, 2, RUN_ARGS + ["--run-id", f"run{number:02d}"], out,
+                                    port=29631 + number)
+        assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
+    assert cli("db", "ingest", str(out), "--db", str(db)).returncode == 0
+    runs = [str(path) for path in list_runs(out)]
+
+    history = cli("history", "--cluster", "emu", "--op", "all_reduce", "--size", "4M", "--scope", "inter",
+                  "--db", str(db), "--json")
+    assert history.returncode == 0, history.stderr
+    (series,) = json.loads(history.stdout)
+    print("inter 4M busbw per run:", [round(point["busbw_gbps"], 4) for point in series["points"]])
+    assert [change["index"] for change in series["change_points"]] == [11], series["change_points"]
+
+    same = json.loads(cli("compare", runs[0], runs[1], "--json").stdout)
+    unchanged = sum(row["verdict"] == "no significant change" for row in same["rows"])
+    print(f"compare run01 run02: {unchanged} of {len(same['rows'])} rows unchanged")
+    assert unchanged >= 0.95 * len(same["rows"])
+
+    baseline = tmp_path / "baseline.json"
+    assert cli("baseline", "create", *runs[:10], "-o", str(baseline)).returncode == 0
+    check = cli("check", runs[14], "--baseline", str(baseline), "--tolerance", "10%")
+    print(check.stdout)
+    assert check.returncode == 1
+    failed = [line for line in check.stdout.splitlines() if line.strip().startswith("FAIL")]
+    assert failed and all(" inter " in line for line in failed)
+    assert any(" inter " in line and "4M" in line for line in failed)
