@@ -95,7 +95,9 @@ class NodeInfo(BaseModel):
 
 
 class RunInfo(BaseModel):
-    """run.json."""
+    """run.json. Runs measured since the results database exists also carry `cluster` (an extra key:
+    --cluster, else Slurm's cluster name, else the first host's name without its number); the
+    store derives it the same way for runs that lack it."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -112,7 +114,6 @@ class RunInfo(BaseModel):
     versions: dict = {}
     env: dict = Field({}, description="NCCL_*, GLOO_*, TORCH_* and launcher variables seen by rank 0")
     topology: dict | None = None
-    cluster: str | None = Field(None, description="--cluster, else Slurm's cluster name, else the first host's name without its number")
     complete: bool = False
     reason: str | None = Field(None, description="why the run is not complete (an error, a lost rank, an interrupt)")
     warnings: list[str] = []
