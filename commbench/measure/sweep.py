@@ -6,9 +6,9 @@ ping-pong direction), and rank 0 prints it as nccl-tests does and adds its recor
 
 from __future__ import annotations
 
-                    kept.append(kept_samples(row, variant, samples, measured, records[-1]))
-            if row.exchange:
-                records = self._with_uniform_comparison(row, records)
+from commbench.measure.harness import Row, gather_to_rank0, kept_samples, measure, scope_rows, timer_for, to_record
+from commbench.measure.moe import uniform_row
+from commbench.measure.progress import Progress
 from commbench.measure.report import NcclTestsPrinter
 from commbench.measure.runner import MeasuredRun
 from commbench.measure.session import Session
@@ -36,12 +36,9 @@ class SweepDriver:
                 samples = gather_to_rank0(self.session, measured)
                 if samples is not None:
                     records.append(to_record(self.session, row, variant, samples, measured))
-<<<<<<< HEAD
+                    kept.append(kept_samples(row, variant, samples, measured, records[-1]))
             if row.exchange:
                 records = self._with_uniform_comparison(row, records)
-=======
-                    kept.append(kept_samples(row, variant, samples, measured, records[-1]))
->>>>>>> 50ad13c (Sweeps keep per-iteration samples: samples.jsonl (reported rank's times, every member's median) written by the run writer beside records; test: medians match records and reach the store)
             if records:
                 run.add(records, kept)
                 self.printer.row(records)
