@@ -29,6 +29,8 @@ import json
 import os
 import tempfile
 import time
+import types
+import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,7 +42,7 @@ import duckdb
 from commbench.data.cluster_name import resolve_cluster
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
 from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
-from commbench.data.schema import RECORD_FIELDS
+from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
 
 STORE_SCHEMA_VERSION = 1
@@ -55,17 +57,26 @@ RUN_COLUMNS = {
     "n_nodes": "INTEGER", "nodes": "VARCHAR[]", "nodeset_digest": "VARCHAR", "topology_digest": "VARCHAR",
     "versions": "JSON", "env": "JSON", "args": "JSON", "warnings": "JSON", "ingested": "TIMESTAMP",
 }
-_RECORD_TYPES = {
-    "group_size": "INTEGER", "n_groups": "INTEGER", "size_bytes": "BIGINT", "count": "BIGINT", "root": "INTEGER",
-    "in_place": "BOOLEAN", "iters": "INTEGER", "warmup": "INTEGER", "wrong": "BIGINT", "slowest_rank": "INTEGER",
-    "tcp_segments_sent": "BIGINT", "tcp_retransmits": "BIGINT", "pair": "INTEGER[]", "pair_nodes": "VARCHAR[]",
-    "outlier": "BOOLEAN", "outlier_reasons": "VARCHAR[]",
-}
-_TEXT_FIELDS = {"op", "scope", "dtype", "redop", "direction", "timer"}
 _PAIR_ONLY = {"pair", "pair_nodes", "outlier", "outlier_reasons", "tcp_segments_sent", "tcp_retransmits"}
+
+
+def _column_type(annotation) -> str:
+    """The DuckDB type of a Record field, from its Python annotation (Optional stripped)."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _column_type(args[0])
+    if typing.get_origin(annotation) is typing.Literal or annotation is str:
+        return "VARCHAR"
+    if typing.get_origin(annotation) in (list, dict) or annotation in (list, dict):
+        return "JSON"
+    return {bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE"}.get(annotation, "JSON")
+
+
+# The records table follows schema.py's Record: a field added there changes this table, so it needs
+# STORE_SCHEMA_VERSION raised and a migration (none exists yet: version 1 is the first; a database
+# can always be rebuilt from the run directories).
 RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
-    name: _RECORD_TYPES.get(name, "VARCHAR" if name in _TEXT_FIELDS else "DOUBLE")
-    for name in RECORD_FIELDS if name not in _PAIR_ONLY
+    name: _column_type(info.annotation) for name, info in Record.model_fields.items() if name not in _PAIR_ONLY
 } | {"extra": "JSON"}
 SAMPLE_COLUMNS = {"run_id": "VARCHAR"} | {name: RECORD_COLUMNS[name] for name in KEY_FIELDS} | {
     "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]", "rank_median_us": "DOUBLE[]"}
