@@ -54,8 +54,9 @@ class SweepDriver:
         samples = gather_to_rank0(self.session, measured)
         if samples is None:
             return records
-        time_us = to_record(self.session, uniform, variant, samples, measured).time_us
-        return [rec.model_copy(update={"uniform_time_us": time_us, "skew_penalty": rec.time_us / time_us})
+        even = to_record(self.session, uniform, variant, samples, measured)
+        return [rec.model_copy(update={"uniform_time_us": even.time_us, "uniform_time_us_p10": even.time_us_p10,
+                                       "uniform_time_us_p90": even.time_us_p90, "skew_penalty": rec.time_us / even.time_us})
                 for rec in records]
 
     def report(self, run: MeasuredRun) -> None:
