@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from commbench.diagnose.fleet import FleetModel, inject_node_faults
 from commbench.diagnose.hostlist import expand
-from commbench.diagnose.report import text, to_dict
+from commbench.diagnose.report import save_run, text, to_dict
 from commbench.diagnose.strategy import Thresholds, diagnose
 from commbench.errors import UsageError
 
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, default=None, metavar="G",
                         help=f"screen group size (default {Thresholds.group_size}; smaller on small fleets)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--out", metavar="DIR", help="also write a run directory under DIR (the dashboard's Diagnose page shows it)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -51,9 +53,13 @@ def main(args: argparse.Namespace) -> int:
     if args.faults:
         inject_node_faults(model, args.faults)
     result = diagnose(model, len(names), Thresholds(group_size=args.group_size or Thresholds.group_size))
-    report = to_dict(result, names, source="synthetic: commbench.diagnose.fleet cluster model, "
-                                           f"seed {args.seed}, noise sigma {model.noise_sigma}")
+    source = f"synthetic: commbench.diagnose.fleet cluster model, seed {args.seed}, noise sigma {model.noise_sigma}"
+    report = to_dict(result, names, source=source)
     print(json.dumps(report, indent=1) if args.json else text(report))
+    if args.out:
+        options = {k: v for k, v in vars(args).items() if k not in ("handler", "command")}
+        path = save_run(report, args.out, options, synthetic=True, note=f"{source}; faults injected: see args")
+        print(f"# Results: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

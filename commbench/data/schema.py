@@ -103,7 +103,7 @@ class RunInfo(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     run_id: str
-    kind: Literal["sweep", "overlap", "pairwise", "import", "trace"] = "sweep"
+    kind: Literal["sweep", "overlap", "pairwise", "import", "trace", "diagnose"] = "sweep"
     source: str = Field("commbench", description="commbench, or the tool a run was imported from (nccl-tests)")
     created: str = Field(description="ISO-8601 UTC time the run started")
     finished: str | None = None

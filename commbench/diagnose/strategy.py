@@ -8,8 +8,8 @@ so the simulation runs this very code.
 
 Steps:
   1. screen     every node in a disjoint group of `group_size`, all groups at once. The fleet's own
-                results give the healthy reference (median bandwidth, robust spread of the log
-                bandwidth, median retransmission share): no preset rate is needed.
+                results give the healthy reference (median bandwidth and robust spread of the fast
+                cluster of groups, their median retransmission share): no preset rate is needed.
   2. localise   a failing group is split in halves, tested at once; only failing halves go on.
                 A group that fails while both of its halves pass has its fault on a ring edge the
                 halves do not have (a link): those edges become candidate links. Borderline
@@ -58,8 +58,9 @@ class Thresholds:
     group_size: int = 8          # screen groups; smaller when the fleet is small (see screen_group_size)
     fail_sigmas: float = 4.0     # slower than the median by this many robust sigmas: fail
     pass_sigmas: float = 2.5     # within this many: pass; between the two: borderline, tested again
-    min_fail_drop: float = 0.20  # log-bandwidth drop that always fails (small fleets estimate sigma badly)
-    min_pass_drop: float = 0.10  # log-bandwidth drop that never fails
+    min_fail_drop: float = 0.30  # log-bandwidth drop that always fails (74%; small fleets estimate sigma badly)
+    min_pass_drop: float = 0.15  # log-bandwidth drop that never fails (86%)
+    healthy_window: float = 0.50  # first pass of the reference: groups within this log drop of the upper quartile
     loss_fail_pct: float = 0.25  # retransmissions above the fleet median by this much (percentage points): fail
     loss_pass_pct: float = 0.10  # above by less than this: pass
     retests: int = 2             # how often a borderline group is tested again before the median decides
@@ -130,14 +131,24 @@ def ring_edges(group: Sequence[int]) -> set[tuple[int, int]]:
     return {tuple(sorted((group[i], group[(i + 1) % len(group)]))) for i in range(len(group))}
 
 
-def reference_from(result: RoundResult) -> Reference:
-    """Median and robust spread (1.4826 x MAD of the log bandwidth) of the screen's groups."""
+def reference_from(result: RoundResult, t: Thresholds) -> Reference:
+    """The healthy groups' median and robust spread (1.4826 x MAD of the log bandwidth).
+
+    Faults only slow groups down, so the healthy ones are the fast cluster: start from the upper
+    quartile, keep the groups within `healthy_window` of it, then twice more the groups within the
+    fail cut of their median. On a small fleet where a third of the groups hold a fault, a plain
+    median would sit between the healthy and the faulty groups and pass them all."""
     bw = result.busbw[np.isfinite(result.busbw) & (result.busbw > 0)]
-    median = float(np.median(bw))
-    logs = np.log(bw / median)
-    sigma = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
-    loss = result.retransmit_pct[np.isfinite(result.retransmit_pct)]
-    return Reference(median, sigma, float(np.median(loss)) if loss.size else 0.0)
+    loss = result.retransmit_pct[np.isfinite(result.busbw) & (result.busbw > 0)]
+    median, window = float(np.quantile(bw, 0.75)), t.healthy_window
+    for _ in range(3):
+        keep = np.log(bw / median) > -window
+        logs = np.log(bw[keep])
+        median = float(np.exp(np.median(logs)))
+        sigma = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+        window = max(t.fail_sigmas * sigma, t.min_fail_drop)
+    healthy_loss = loss[keep][np.isfinite(loss[keep])]
+    return Reference(median, sigma, float(np.median(healthy_loss)) if healthy_loss.size else 0.0)
 
 
 def classify(busbw: np.ndarray, retransmit_pct: np.ndarray, ref: Reference, t: Thresholds) -> tuple[np.ndarray, np.ndarray]:
@@ -173,7 +184,7 @@ class Diagnoser:
         for node in sorted(measured.hung):
             self.result.hung.setdefault(node, f"no answer within the round's timeout ({step}, round {len(self.result.rounds) + 1})")
         if self.result.reference is None:
-            self.result.reference = reference_from(measured)
+            self.result.reference = reference_from(measured, self.t)
         outcome, reason = classify(measured.busbw, measured.retransmit_pct, self.result.reference, self.t)
         hung_group = np.array([bool(set(g) & measured.hung) for g in groups])
         outcome = np.where(hung_group, "hung", outcome)
@@ -223,9 +234,9 @@ class Diagnoser:
         return self.result
 
     def _screen(self) -> list[tuple[int, ...]]:
-        """The screen's groups, decided. The reference is the median group, so at least half of the
-        groups must be healthy: when more than a third fail, the fleet has many faults for its group
-        size, and the screen runs again with groups half as large (its reference taken afresh)."""
+        """The screen's groups, decided. The reference needs a cluster of healthy groups: when more than
+        a third fail, the fleet has many faults for its group size, and the screen runs again with
+        groups half as large (its reference taken afresh)."""
         size = screen_group_size(self.result.n_nodes, self.t.group_size)
         while True:
             self.result.reference = None
