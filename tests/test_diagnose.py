@@ -104,3 +104,25 @@ def test_json_report_names_nodes_and_gives_the_exclude_list(capsys):
     assert report["exclude"] == "node[04,07]" and report["good"] == "node[01-03,05-06,08]"
     assert report["source"].startswith("synthetic")
     assert report["rounds"] == len(report["round_log"])
+
+
+def test_a_third_of_the_screen_groups_faulty_still_leaves_a_healthy_reference():
+    # 16 nodes, screen groups of 4: a slow node and a slow link make 2 of 4 groups slow; a plain
+    # median would sit between the two clusters and pass every group
+    model = fleet(16)
+    model.node_rate[3] = 0.3
+    model.link_rate[(12, 13)] = 0.3
+    result = diagnose(model, 16)
+    assert set(result.bad_nodes) == {3} and list(result.bad_links) == [(12, 13)]
+    assert result.reference.busbw > 0.9 * model.line_gbps
+
+
+def test_out_writes_a_run_directory_the_dashboard_reads(tmp_path, capsys):
+    from commbench.data.rundir import list_runs, load_run
+    from commbench.diagnose.report import load_report
+
+    assert main(["diagnose", "--simulate", "16", "--slow", "node03", "--out", str(tmp_path)]) == 0
+    [path] = list_runs(tmp_path)
+    info = load_run(path).info
+    assert info.kind == "diagnose" and info.synthetic and info.complete
+    assert [d["node"] for d in load_report(path)["drain"]] == ["node03"]
