@@ -1,4 +1,4 @@
-"""The Dash application: seven pages over one results folder (History reads its results database), with a
+"""The Dash application: eight pages over one results folder (History reads its results database), with a
 shared run selection."""
 
 from __future__ import annotations

@@ -23,13 +23,14 @@ import pandas as pd
 
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
 from commbench.errors import CommbenchError, UsageError
+from commbench.diagnose.report import DIAGNOSE_FILE, load_report
 from commbench.traces.store import TRACE_FILE, load_trace_analysis
 
 # Topologies captured without a run (`commbench topo --json > results/NAME.topology.json`).
 TOPOLOGY_SUFFIX = ".topology.json"
 # shown after the name of every synthetic run or topology file (run.json / file `"synthetic": true`)
 SYNTHETIC_BADGE = "[SYNTHETIC]"
-_WATCHED_FILES = (RUN_FILE, RECORDS_JSONL, TRACE_FILE)
+_WATCHED_FILES = (RUN_FILE, RECORDS_JSONL, TRACE_FILE, DIAGNOSE_FILE)
 
 Signature = tuple[tuple[str, int, int] | None, ...]
 
@@ -56,6 +57,7 @@ class RunEntry:
     run: Run | None = None
     error: str | None = None
     trace: dict | None = None  # the stored analysis of a trace run
+    diagnosis: dict | None = None  # the stored report of a diagnose run
     warnings: list[str] = field(default_factory=list)
     signature: Signature = ()  # the files' state when read: changes whenever the run is read again
 
@@ -256,11 +258,13 @@ def _load_entry(key: str, path: Path) -> RunEntry:
     except Exception as exc:  # noqa: BLE001 - one unreadable directory must not take the listing down
         return RunEntry(key, path, error=f"{path.name}: cannot be read ({type(exc).__name__}: {exc})")
     entry = RunEntry(key, path, run=run, warnings=list(run.warnings))
-    if run.info.kind == "trace":
-        try:
+    try:
+        if run.info.kind == "trace":
             entry.trace = load_trace_analysis(path)
-        except CommbenchError as exc:
-            entry.error = str(exc)
+        elif run.info.kind == "diagnose":
+            entry.diagnosis = load_report(path)
+    except CommbenchError as exc:
+        entry.error = str(exc)
     return entry
 
 

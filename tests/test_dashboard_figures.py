@@ -406,7 +406,7 @@ def test_building_the_app_twice_registers_each_page_once(results_dir):
     import dash
 
     assert [page["name"] for page in dash.page_registry.values()] == ["Runs", "Topology", "Bandwidth", "Overlap",
-                                                                       "Planner"]
+                                                                       "Planner", "History", "Compare", "Diagnose"]
 
 
 def _command_args(*argv: str) -> argparse.Namespace:

@@ -1,0 +1,84 @@
+"""A diagnosis (commbench.diagnose.report.to_dict) drawn: nodes coloured by verdict, and each round's groups.
+
+Input is the stored report of a `commbench diagnose` run. The node map lays nodes out in rows of
+`per_row` (node order, which follows the leaf switches); the rounds chart has one row per round and
+one column per node, each cell the outcome of the group that node was in (blank: not tested).
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from commbench.diagnose.report import evidence_line
+from dashboard.figures.common import message_figure
+
+VERDICT_COLOURS = {"good": "#2ca02c", "slow": "#d62728", "lossy": "#ff7f0e", "slow, lossy": "#8c564b",
+                   "no answer": "#000000", "link end": "#9467bd"}
+OUTCOMES = ("pass", "borderline", "fail", "hung")
+OUTCOME_COLOURS = ("#2ca02c", "#ffbf00", "#d62728", "#000000")
+# Beyond this many nodes the rounds chart keeps the nodes that were ever in a group that did not pass.
+MAX_ROUND_COLUMNS = 256
+
+
+def node_verdicts(report: dict) -> dict[str, str]:
+    """Every node's verdict: its drain reasons, "link end" for an end of a bad link, else "good"."""
+    names = [n for r in report["round_log"][:1] for g in r["groups"] for n in g]
+    verdicts = {name: "good" for name in names}
+    for link in report["links"]:
+        for name in link["link"]:
+            verdicts[name] = "link end"
+    for item in report["drain"]:
+        verdicts[item["node"]] = ", ".join(item["reasons"])
+    return verdicts
+
+
+def node_map(report: dict, per_row: int = 32) -> go.Figure:
+    verdicts = node_verdicts(report)
+    if not verdicts:
+        return message_figure("this diagnosis has no rounds")
+    figure = go.Figure()
+    names = list(verdicts)
+    for verdict, colour in VERDICT_COLOURS.items():
+        index = [i for i, name in enumerate(names) if verdicts[name] == verdict]
+        if index:
+            figure.add_trace(go.Scatter(
+                x=[i % per_row for i in index], y=[i // per_row for i in index], mode="markers", name=verdict,
+                text=[names[i] for i in index], hovertemplate="%{text}: " + verdict + "<extra></extra>",
+                marker={"symbol": "square", "size": 14 if len(names) <= 512 else 6, "color": colour}))
+    figure.update_layout(title=f"{len(names)} nodes by verdict ({report['source']})", template="plotly_white",
+                         xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"},
+                         height=min(900, 140 + 18 * (len(names) // per_row + 1)))
+    return figure
+
+
+def rounds_chart(report: dict) -> go.Figure:
+    rounds = report["round_log"]
+    if not rounds:
+        return message_figure("this diagnosis has no rounds")
+    cells = [{name: (outcome, group, bw) for group, outcome, bw in zip(r["groups"], r["outcomes"], r["busbw_gbps"])
+              for name in group} for r in rounds]
+    columns = every_node = [n for g in rounds[0]["groups"] for n in g]
+    if len(columns) > MAX_ROUND_COLUMNS:
+        columns = [n for n in columns if any(n in c and c[n][0] != "pass" for c in cells)] or columns[:MAX_ROUND_COLUMNS]
+    z = [[OUTCOMES.index(c[n][0]) if n in c else None for n in columns] for c in cells]
+    hover = [[(f"{n}: {c[n][0]}, group {'+'.join(c[n][1])}, {c[n][2]:.4g} GB/s" if n in c else f"{n}: not tested")
+              for n in columns] for c in cells]
+    labels = [f"{i + 1}. {r['step']}" for i, r in enumerate(rounds)]
+    step = 1 / len(OUTCOMES)  # one flat band of colour per outcome
+    scale = [point for i, colour in enumerate(OUTCOME_COLOURS) for point in ([i * step, colour], [(i + 1) * step, colour])]
+    figure = go.Figure(go.Heatmap(z=z, x=columns, y=labels, text=hover, hoverinfo="text", zmin=-0.5, zmax=3.5,
+                                  colorscale=scale, xgap=1, ygap=1,
+                                  colorbar={"tickvals": [0, 1, 2, 3], "ticktext": list(OUTCOMES)}))
+    shown = "every node" if columns is every_node else "the nodes ever in a group that did not pass"
+    figure.update_layout(title=f"each round's groups and outcomes ({shown})", template="plotly_white",
+                         yaxis={"autorange": "reversed"}, height=160 + 28 * len(rounds))
+    return figure
+
+
+def verdict_rows(report: dict) -> list[dict]:
+    """The drain list and the links, one row each, with the deciding evidence."""
+    rows = [{"what": "drain", "node or link": d["node"], "reasons": ", ".join(d["reasons"]),
+             "evidence": evidence_line(d["evidence"][-1])} for d in report["drain"]]
+    rows += [{"what": "inspect link", "node or link": " <-> ".join(link["link"]), "reasons": ", ".join(link["reasons"]),
+              "evidence": evidence_line(link["evidence"][-1])} for link in report["links"]]
+    return rows
