@@ -6,6 +6,7 @@ from dash import Input, Output, State, callback, dcc, html
 from commbench.modeling.hardware import load_network, preset_names
 from dashboard.app import SELECTION_STORE, results
 from dashboard.figures.bandwidth import METRICS, bandwidth_figure, latency_figure, select_records, table_rows
+from dashboard.figures.moe import received_heatmap, routed_rows, routing_curves_figure, row_label
 from commbench.topology.rates import nominal_rates
 from dashboard.figures.topology import cluster_topology
 from dashboard.ui import control, data_table, notices, run_options, synthetic_notices
@@ -49,6 +50,10 @@ def layout(**_query):
                 dcc.Graph(id="bw-graph"),
                 html.H4("Latency at small sizes (p10-p90 bars)"),
                 dcc.Graph(id="bw-latency"),
+                html.H4("MoE all_to_allv by routing (dotted: the uniform all_to_all of the same bytes)"),
+                dcc.Graph(id="bw-moe-curves"),
+                control("received bytes of row", dcc.Dropdown(id="bw-moe-row"), wide=True),
+                dcc.Graph(id="bw-moe-heatmap"),
             ]),
             dcc.Tab(label="Table", value="table", children=[
                 html.Div([html.Button("Download CSV", id="bw-download-button"), dcc.Download(id="bw-download")],
@@ -110,6 +115,21 @@ def _references(entries, scopes, reference):
             for label, gbps in nominal_rates(cluster_topology(entry.info.get("topology")), scope):
                 found[label] = gbps
     return list(found.items())
+
+
+@callback(Output("bw-moe-curves", "figure"), Output("bw-moe-row", "options"), Output("bw-moe-row", "value"),
+          Input("bw-runs", "value"))
+def draw_moe_curves(runs):
+    rows = routed_rows(results().records(runs))
+    labels = [row_label(row) for _, row in rows.iterrows()]
+    return routing_curves_figure(rows), labels, labels[-1] if labels else None
+
+
+@callback(Output("bw-moe-heatmap", "figure"), Input("bw-moe-row", "value"), State("bw-runs", "value"))
+def draw_moe_heatmap(label, runs):
+    rows = routed_rows(results().records(runs))
+    chosen = [row for _, row in rows.iterrows() if row_label(row) == label]
+    return received_heatmap(chosen[0] if chosen else None)
 
 
 @callback(Output("bw-download", "data"), Input("bw-download-button", "n_clicks"),
