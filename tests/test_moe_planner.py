@@ -90,3 +90,22 @@ def test_plan_json_reports_the_skew_cost(cli, tmp_path):
     bad = cli("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256", "--seq-len", "4096",
               "--routing", "zipf:nan")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "finite" in bad.stderr
+
+
+def test_an_imported_alltoallv_curve_prices_the_uniform_routing(tmp_path):
+    """nccl-tests' alltoallv_perf splits evenly and its import has no routing: it is the uniform curve."""
+    from commbench.modeling.hardware import load_system
+    from commbench.modeling.measured import MeasuredNetwork
+    from commbench.modeling.network import Placement, PresetNetwork
+
+    run = skewed_run(tmp_path / "run")
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    for r in records:
+        if r["op"] == "all_to_allv":
+            r["routing"] = None
+    (run / "records.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    preset = PresetNetwork(load_system("dgx-h100"))
+    uniform, skewed = MeasuredNetwork(run, preset), MeasuredNetwork(run, preset, routing=SKEW)
+    args = (64 * 2**20, 8, Placement(8, 1))
+    assert uniform.time_s("all_to_allv", *args) / uniform.time_s("all_to_all", *args) == pytest.approx(1.05, rel=1e-3)
+    assert skewed.time_s("all_to_allv", *args) == pytest.approx(skewed.time_s("all_to_all", *args))
