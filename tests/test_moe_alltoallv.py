@@ -6,6 +6,7 @@ import statistics
 import numpy as np
 import pytest
 
+from commbench.modeling.routing import expected_shares, parse_routing
 from tests.test_run_sweep import only_run
 
 FAST = ("--nproc", "4", "--backend", "gloo", "-n", "9", "-w", "1", "--no-progress", "--hidden", "1024")
@@ -37,6 +38,9 @@ def test_zipf_rows_report_the_hottest_rank_and_check_correctness(cli, tmp_path):
         assert (splits.sum(axis=1) == r["tokens_per_rank"] * 2 * 1024 * 4).all()
         assert r["size_bytes"] == max(into.max(), splits.sum(axis=1).max())
         assert r["uniform_time_us"] > 0 and r["skew_penalty"] == pytest.approx(r["time_us"] / r["uniform_time_us"])
+        # the hottest rank's share is the model's expectation, up to the draw's noise (128..512 copies per rank)
+        share = expected_shares(parse_routing("zipf:1.2"), 8, 4)[0]
+        assert into[0] / into.sum() == pytest.approx(share, rel=0.1)
     assert "zipf:1.2, 16 tokens/rank: received max" in result.stdout
 
 
