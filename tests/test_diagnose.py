@@ -126,3 +126,34 @@ def test_out_writes_a_run_directory_the_dashboard_reads(tmp_path, capsys):
     info = load_run(path).info
     assert info.kind == "diagnose" and info.synthetic and info.complete
     assert [d["node"] for d in load_report(path)["drain"]] == ["node03"]
+
+
+def test_stragglers_are_slow_in_most_sizes_not_once():
+    from commbench.diagnose.stragglers import find_stragglers
+
+    steady = [[10.0, 10.5, 30.0, 9.8] for _ in range(5)]
+    once = [[10.0, 25.0, 10.0, 10.0]] + [[10.0, 10.0, 10.0, 10.0] for _ in range(4)]
+    assert [(s.process, s.sizes_slow, s.sizes) for s in find_stragglers(steady)] == [(2, 5, 5)]
+    assert find_stragglers(once) == []
+    assert find_stragglers([[5.0]]) == []
+
+
+def test_import_shows_the_per_process_times_of_nccl_tests_dash_I(tmp_path, capsys):
+    from pathlib import Path
+
+    source = Path(__file__).parent / "fixtures" / "nccl_tests" / "synthetic_all_reduce_perf_h100x8.json"
+    document = json.loads(source.read_text())
+    document["config"]["ngpus"] = 1  # 8 processes of one rank each
+    for result in document["results"]:
+        iterations = len(result["out_of_place_per_iter"]["times_us"])
+        times = [[100.0] * iterations for _ in range(8)]
+        times[5] = [180.0] * iterations  # process 5 is slow at every size
+        result["out_of_place_per_iter"]["per_process_max_times_us"] = times
+    straggling = tmp_path / "straggler.json"
+    straggling.write_text(json.dumps(document))
+    assert main(["import", "nccl-tests", str(straggling), "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "stragglers (-I per-process times): process 5 1.80x the median process, slow in 11 of 11 rows" in out
+    from commbench.data.rundir import list_runs, load_run
+    [run] = list_runs(tmp_path / "runs")
+    assert load_run(run).records[0]["process_times_us"][5] == pytest.approx(180.0)

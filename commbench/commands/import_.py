@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 
 from commbench.data.nccl_tests import ImportedRun, parse_file, write_run
+from commbench.diagnose.stragglers import find_stragglers
 from commbench.errors import UsageError
 
 HELP = "turn nccl-tests output (text table or -J JSON) into commbench run directories"
@@ -50,9 +51,24 @@ def main(args) -> int:
     for path, run in runs:
         directory = write_run(run, args.out, run_id=args.run_id)
         print(f"{path}: {_summary(run)} -> {directory}")
+        straggler_line = _stragglers(run)
+        if straggler_line:
+            print(straggler_line)
         for warning in run.info.warnings:
             print(f"warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _stragglers(run: ImportedRun) -> str | None:
+    """nccl-tests -I per-process times: the processes consistently slower than the median one."""
+    times = [record.process_times_us for record in run.records if getattr(record, "process_times_us", None)]
+    if not times:
+        return None
+    found = find_stragglers(times)
+    if not found:
+        return f"  per-process times (-I) of {len(times[0])} processes: no straggler (none >= 1.2x the median process in most sizes)"
+    return "  stragglers (-I per-process times): " + "; ".join(
+        f"process {s.process} {s.median_ratio:.2f}x the median process, slow in {s.sizes_slow} of {s.sizes} rows" for s in found)
 
 
 def _summary(run: ImportedRun) -> str:

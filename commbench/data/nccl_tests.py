@@ -329,6 +329,8 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     extra: dict = {"source_line": m.line} if m.line else {}  # where in the file the row was printed
     if m.time_p99 is not None:
         extra["time_us_p99"] = m.time_p99
+    if m.process_times is not None:  # -I: every process's time, so stragglers can be seen
+        extra["process_times_us"] = m.process_times
     slowest = None if m.slowest_process is None else m.slowest_process * facts.ranks_per_process  # that process's first rank
     return build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
                         time_stat="rank-averaged mean",

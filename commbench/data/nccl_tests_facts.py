@@ -48,6 +48,7 @@ class Measurement:
     time_p99: float | None = None
     cv: float | None = None
     slowest_process: int | None = None  # -I JSON: the process whose iterations were slowest
+    process_times: list[float] | None = None  # -I JSON: each process's mean of its slowest time per iteration
 
 
 @dataclass

@@ -166,6 +166,7 @@ def _add_per_iteration(measurement: Measurement, per_iteration: dict) -> None:
     if len(per_process) > 1:
         means = [statistics.fmean(float(value) for value in times) for times in per_process if times]
         measurement.slowest_process = max(range(len(means)), key=means.__getitem__)
+        measurement.process_times = means
 
 
 def _wrong(value: str | float | None) -> int:

@@ -1,0 +1,31 @@
+"""Stragglers from per-process (or per-rank) times: who is consistently slower than the rest.
+
+Input: for each measured size, every process's time (nccl-tests `-I` JSON: the mean over the
+iterations of each process's slowest time per iteration). A process is a straggler when its time
+is at least `ratio` x the median process's in most sizes: one slow size is noise, a process slow
+at every size is a node to look at.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Straggler:
+    process: int
+    sizes_slow: int
+    sizes: int
+    median_ratio: float  # its time / the median process's, median over the sizes
+
+
+def find_stragglers(times_per_size: list[list[float]], ratio: float = 1.2) -> list[Straggler]:
+    """Processes at >= ratio x the median process in more than half of the sizes, slowest first."""
+    usable = [times for times in times_per_size if len(times) > 1 and statistics.median(times) > 0]
+    if not usable:
+        return []
+    processes = min(len(times) for times in usable)
+    ratios = [[times[p] / statistics.median(times) for times in usable] for p in range(processes)]
+    found = [Straggler(p, sum(r >= ratio for r in rs), len(rs), statistics.median(rs)) for p, rs in enumerate(ratios)]
+    return sorted((s for s in found if 2 * s.sizes_slow > s.sizes), key=lambda s: -s.median_ratio)
