@@ -159,9 +159,11 @@ def variants(work: Path, ablations: tuple[str, ...]) -> dict[str, dict]:
     return chosen
 
 
-def compare(work: Path, ablations: tuple[str, ...] = ()) -> dict:
+def compare(work: Path, ablations: tuple[str, ...] = (), processors: Path | None = None) -> dict:
     """Per layout: measured step time and predictions (medians over rounds, and each round's error);
-    MAPE over the parallel layouts for every variant, and per round for the primary one."""
+    MAPE over the parallel layouts for every variant, and per round for the primary one. The
+    processor files go to `processors` (default WORK/processors)."""
+    processors = processors or work / "processors"
     rounds = [json.loads(path.read_text()) for path in sorted(work.glob("training-*.json"))]
     if not rounds:
         raise SystemExit(f"{work}: no training-*.json; run without --predict-only first")
@@ -173,7 +175,7 @@ def compare(work: Path, ablations: tuple[str, ...] = ()) -> dict:
     rows, warnings = {}, {}
     for index, training in enumerate(rounds):
         for variant, kwargs in chosen.items():
-            _, results, messages = predict(training, work / "bandwidth", work / "processors" / str(index),
+            _, results, messages = predict(training, work / "bandwidth", processors / str(index),
                                            slowdown=slowdown, quick=quick, **kwargs)
             for name, result in results.items():
                 row = rows.setdefault(name, {"planner_layout": training["layouts"][name]["planner_layout"],

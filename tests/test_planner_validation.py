@@ -3,8 +3,9 @@
 A small model, one round, few steps: it checks that every layout trains with torch's own APIs
 over gloo between two emulated nodes, that the planner predicts each one from the measured
 bandwidth table and compute rates without falling back to a preset network, and that the table
-and its MAPE are written. It does not hold the model to the 10% goal: at this size and step
-count the machine's other load decides the error (bench/RESULTS-validation.md has the real run).
+and its MAPE are written; and (no cluster needed) that the committed out-of-sample measurements
+predict again. It does not hold the model to the 10% goal: at this size and step count the
+machine's other load decides the error (bench/RESULTS-validation.md has the real run).
 """
 
 import json
@@ -17,12 +18,13 @@ import pytest
 from cluster.fixtures import require_cluster
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 SMALL = ["--hidden", "256", "--layers", "2", "--heads", "4", "--vocab", "1024", "--seq-len", "128",
          "--global-batch", "4", "--pp-micro-batches", "2", "--steps", "2", "--warmup", "1", "--repeats", "2"]
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_validation_trains_every_layout_and_predicts_it(tmp_path):
     require_cluster()
     result = subprocess.run([sys.executable, str(REPO / "bench" / "validate_planner.py"), "--rounds", "1",
@@ -46,3 +48,21 @@ def test_validation_trains_every_layout_and_predicts_it(tmp_path):
     # every collective of the four layouts was priced from the measured table
     assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
     assert "MAPE over ddp, fsdp, tp, pp" in (tmp_path / "validation.md").read_text()
+
+
+COMMITTED = REPO / "bench" / "validation" / "runs" / "out-of-sample"
+
+
+def test_committed_out_of_sample_measurements_re_predict(tmp_path):
+    """The raw measurements in bench/validation/runs/out-of-sample are enough to predict every
+    layout again (what `validate_planner.py --predict-only` does), with no preset network fallback."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from validate_planner import compare
+
+    summary = compare(COMMITTED, ablations=("slowdown",), processors=tmp_path)
+    assert summary["layouts_in_mape"] == ["ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1"]
+    assert summary["unseen_layouts"] == ["ddp-accum", "pp-mb1"] and summary["rounds"] == 3
+    assert len(summary["mape_per_round_pct"]) == 3 and all(math.isfinite(m) for m in summary["mape_per_round_pct"])
+    assert set(summary["mape_pct"]) == {"predicted", "predicted_pooled", "predicted_quick", "predicted_megatron",
+                                        "without_slowdown"}
+    assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
