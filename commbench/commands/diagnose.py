@@ -5,11 +5,13 @@ This version drives the strategy with the cluster model (--simulate): a syntheti
 faults you inject, noise as measured on the emulated cluster. Its output is the report a real run
 gives: nodes to drain with reasons and evidence, links to inspect, rounds taken, a Slurm exclude
 list in hostlist syntax and the good nodes. Every figure it prints is synthetic and says so.
+A link fault is found only when a tested ring uses that link (ring neighbours in node order,
+inside one screen group): a link between two nodes that never share a ring is not tested.
 
 Examples:
   commbench diagnose --simulate 1024 --faults 4
   commbench diagnose --hosts 'node[01-08]' --slow node03 --lossy node06
-  commbench diagnose --hosts @hosts.txt --link node02,node05 --json
+  commbench diagnose --hosts 'node[01-08]' --link node03,node04 --json
 """
 
 from __future__ import annotations
