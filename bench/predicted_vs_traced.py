@@ -30,16 +30,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from commbench.commands import overlap as overlap_command
 from commbench.commands import run as run_command
+from commbench.measure.calibrate import HostClock
 from commbench.modeling.hardware import Processor, System, load_network
 from commbench.modeling.job import Precision, TrainingJob
 from commbench.modeling.layout import Layout
@@ -79,22 +78,12 @@ def run_subcommand(module, *argv: str) -> None:
         raise SystemExit(f"{module.__name__} {' '.join(argv)} failed")
 
 
-def median_seconds(operation, repeats: int) -> float:
-    operation()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        operation()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def demo_gemm_rate() -> float:
     """FLOP/s of the demo's matmul shape on one thread, as each demo rank runs it."""
     torch.set_num_threads(1)
     inputs, weight = torch.randn(demo.BATCH, demo.HIDDEN), torch.randn(demo.HIDDEN, demo.HIDDEN)
     out = torch.empty(demo.BATCH, demo.HIDDEN)
-    seconds = median_seconds(lambda: torch.matmul(inputs, weight, out=out), 200)
+    seconds = HostClock().seconds(lambda: torch.matmul(inputs, weight, out=out), 200)
     return 2.0 * demo.BATCH * demo.HIDDEN * demo.HIDDEN / seconds
 
 
@@ -102,7 +91,7 @@ def copy_bandwidth() -> float:
     """Bytes/s read plus written by one thread copying 16 MiB."""
     source = torch.ones(4 << 20)
     target = torch.empty_like(source)
-    return 2 * source.numel() * 4 / median_seconds(lambda: target.copy_(source), 20)
+    return 2 * source.numel() * 4 / HostClock().seconds(lambda: target.copy_(source), 20)
 
 
 def demo_as_job(gemm_flops: float, bandwidth: float) -> tuple[TrainingJob, Processor]:
