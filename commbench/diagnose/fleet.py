@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from commbench.diagnose.strategy import Diagnosis, RoundResult, Thresholds, diagnose
+from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose
 
 NOISE_SIGMA = 0.085
 BACKGROUND_LOSS_PCT = 0.02
@@ -193,7 +193,3 @@ def bound_rounds(n_nodes: int, d: int) -> int:
     """The issue's acceptance bound: 2 d ceil(log2(N/d)) + 2."""
     return 2 * d * math.ceil(math.log2(n_nodes / d)) + 2 if d else 2
 
-
-def describe(result: Diagnosis) -> str:
-    return (f"{len(result.bad_nodes)} bad node(s), {len(result.bad_links)} bad link(s), "
-            f"{len(result.hung)} hung, {len(result.rounds)} rounds, {result.group_tests} group tests")

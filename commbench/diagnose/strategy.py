@@ -28,7 +28,6 @@ d*log2(N/d)) are reported too.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
@@ -175,8 +174,9 @@ class Diagnoser:
         self.tester, self.t = tester, thresholds
         self.result = Diagnosis(n_nodes)
         self.good: set[int] = set()
-        self.suspects: dict[int, list[str]] = {}
-        self.candidate_links: dict[tuple[int, int], list[str]] = {}
+        self.suspects: dict[int, list[dict]] = {}
+        self.candidate_links: dict[tuple[int, int], list[dict]] = {}
+        self._screened: dict[tuple[int, ...], tuple] = {}  # the screen's groups, decided
 
     # -- running rounds -------------------------------------------------------------------------
     def _round(self, step: str, groups: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, RoundResult]:
