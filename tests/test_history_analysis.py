@@ -104,6 +104,19 @@ def test_check_against_a_single_run_and_bad_baseline_is_one_line(tmp_path):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_check_against_a_hardware_preset_grades_the_largest_sizes():
+    examples = Path(__file__).parent.parent / "results" / "examples"
+    good = cli("check", str(examples / "example-nccl-tests-h100-synthetic"), "--expect", "dgx-h100")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "against preset NVIDIA DGX H100" in good.stdout and "128M" in good.stdout
+    cpu = cli("check", str(examples / "example-cpu-2rank"), "--expect", "dgx-h100")
+    assert cpu.returncode == 1
+    failed = [line for line in cpu.stdout.splitlines() if line.strip().startswith("FAIL")]
+    assert failed and all(" world " in line for line in failed)
+    assert len({line.split()[1] for line in failed}) == len(failed) // 2  # one size per op, both variants
+    assert cli("check", str(examples / "example-cpu-2rank"), "--expect", "nope").returncode == 2
+
+
 # ------------------------------------------------------------------ history (the generated-history acceptance)
 
 

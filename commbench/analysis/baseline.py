@@ -10,7 +10,7 @@ Grading: a row fails when the run's time exceeds the baseline's by more than the
 allowing for the baseline's own spread: limit = time x (1 + tolerance) + 3 x 1.4826 x MAD (MAD x
 1.4826 estimates a standard deviation; with one baseline run the spread is 0). Faster never fails.
 A row the baseline has and the run lacks fails as "missing": a node set that skipped a row has
-not shown it is fit.
+not shown it is fit. `expected_baseline` makes a baseline from a hardware preset instead.
 """
 
 from __future__ import annotations
@@ -42,6 +42,32 @@ def build_baseline(runs: list[RunRows]) -> dict:
                      "time_us_mad": float(np.median(np.abs(times - median))), "busbw_gbps": float(np.median(busbw))})
     return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created": utc_now(),
             "runs": [run.run_id for run in runs], "rows": rows}
+
+
+def expected_baseline(run: RunRows, system) -> dict:
+    """A baseline from a hardware preset's nominal rates (`check --expect SYSTEM`): per (op, scope,
+    variant), the run's largest size only (nominal rates are approached by large messages alone),
+    at the time that size takes at the preset's per-rank bus bandwidth, which carries the preset's
+    efficiency (what large collectives reach of the link rate) and its NIC sharing. Scope intra
+    uses the preset's intra-node network; inter, and world on more than one node, its inter-node one."""
+    nodes = max(len(run.info.nodes), 1)
+    largest: dict[tuple, tuple] = {}
+    for key, record in run.rows.items():
+        if record["scope"] == "pair" or record["busbw_factor"] <= 0:
+            continue
+        group = (record["op"], record["scope"], record["in_place"], record.get("direction"))
+        if group not in largest or record["size_bytes"] > largest[group][3]:
+            largest[group] = key
+    rows = []
+    for key in largest.values():
+        record = run.rows[key]
+        tier = system.intra if record["scope"] == "intra" or (record["scope"] == "world" and nodes == 1) else system.inter
+        busbw = tier.busbw_per_rank(system.gpus_per_node)  # bytes/s
+        time_us = record["size_bytes"] * record["busbw_factor"] / busbw * 1e6
+        rows.append({"key": list(key), "row": describe_key(key), "n_runs": 0, "time_us": time_us, "time_us_mad": 0.0,
+                     "busbw_gbps": busbw / 1e9, "source": f"{system.name}: {tier.name}"})
+    return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created": utc_now(),
+            "runs": [f"preset {system.name}"], "rows": rows}
 
 
 def write_baseline(baseline: dict, path: str | Path) -> None:

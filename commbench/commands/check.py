@@ -2,6 +2,9 @@
 
   commbench check RUN --baseline baseline.json [--tolerance 10%] [--json]
   commbench check RUN --baseline OTHER_RUN ...     a single healthy run as the baseline
+  commbench check RUN --expect dgx-h100            the largest size per op and scope against a
+                                                   hardware preset's bus bandwidth (its efficiency
+                                                   included), within the tolerance
 
 A row fails when its time exceeds the baseline's by more than the tolerance plus three times the
 baseline's own spread over its runs (see commbench/analysis/baseline.py), or when the run lacks
@@ -14,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from commbench.analysis.baseline import build_baseline, grade, grades_to_dict, read_baseline
+from commbench.analysis.baseline import build_baseline, expected_baseline, grade, grades_to_dict, read_baseline
 from commbench.analysis.runs import read_run
 from commbench.commands.store_options import add_db_argument, fraction_arg
 from commbench.data.rundir import RUN_FILE
@@ -25,8 +28,12 @@ HELP = "grade a run against a baseline: pass/fail per row; exit 1 if any row fai
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="the run to grade (directory or run id)")
-    parser.add_argument("--baseline", required=True, metavar="FILE|RUN",
-                        help="a file from `commbench baseline create`, or a run directory or id")
+    against = parser.add_mutually_exclusive_group(required=True)
+    against.add_argument("--baseline", metavar="FILE|RUN",
+                         help="a file from `commbench baseline create`, or a run directory or id")
+    against.add_argument("--expect", metavar="SYSTEM",
+                         help="a hardware preset's nominal rates (e.g. dgx-h100): the run's largest size per op "
+                              "and scope against the preset's bus bandwidth")
     parser.add_argument("--tolerance", type=fraction_arg, default=0.10, help="allowed slowdown, e.g. 10%% (default 10%%)")
     parser.add_argument("--json", action="store_true", help="the grades as JSON")
     add_db_argument(parser)
@@ -35,11 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     db = db_path(args.db)
     run = read_run(args.run, db)
-    source = Path(args.baseline)
-    if source.is_file() and not (source / RUN_FILE).exists():
-        baseline = read_baseline(source)
-    else:
-        baseline = build_baseline([read_run(args.baseline, db)])
+    baseline = _baseline(args, run, db)
     grades = grade(run, baseline, args.tolerance)
     result = grades_to_dict(run.run_id, grades, args.tolerance)
     if args.json:
@@ -49,8 +52,21 @@ def main(args: argparse.Namespace) -> int:
     return 0 if result["passed"] else 1
 
 
+def _baseline(args: argparse.Namespace, run, db) -> dict:
+    if args.expect:
+        from commbench.modeling.hardware import load_system
+
+        return expected_baseline(run, load_system(args.expect))
+    source = Path(args.baseline)
+    if source.is_file() and not (source / RUN_FILE).exists():
+        return read_baseline(source)
+    return build_baseline([read_run(args.baseline, db)])
+
+
 def _print(result: dict, baseline: dict) -> None:
-    print(f"# {result['run']} against a baseline of {len(baseline['runs'])} run(s), tolerance {result['tolerance']:.0%}")
+    runs = baseline["runs"]
+    against = runs[0] if len(runs) == 1 and runs[0].startswith("preset ") else f"a baseline of {len(runs)} run(s)"
+    print(f"# {result['run']} against {against}, tolerance {result['tolerance']:.0%}")
     for row in result["rows"]:
         if row["why"] == "missing":
             print(f"  FAIL {row['row']:<52} not measured (baseline {row['baseline_us']:.1f} us)")
