@@ -53,10 +53,10 @@ def test_validation_trains_every_layout_and_predicts_it(tmp_path):
 COMMITTED = REPO / "bench" / "validation" / "runs" / "out-of-sample"
 
 
-def test_committed_out_of_sample_measurements_re_predict(tmp_path):
+def test_committed_out_of_sample_measurements_re_predict(tmp_path, monkeypatch):
     """The raw measurements in bench/validation/runs/out-of-sample are enough to predict every
     layout again (what `validate_planner.py --predict-only` does), with no preset network fallback."""
-    sys.path.insert(0, str(REPO / "bench"))
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
     from validate_planner import compare
 
     summary = compare(COMMITTED, ablations=("slowdown",), processors=tmp_path)
