@@ -137,6 +137,25 @@ def read_json(path: Path, missing: str):
         raise CommbenchError(f"{path}: unreadable ({exc})") from None
 
 
+def save_document_run(out_dir: str | Path, info: RunInfo, filename: str, document: dict) -> Path:
+    """A complete run directory whose content is one JSON document beside run.json (trace analyses,
+    diagnoses): run.json is written incomplete first and marked complete once the document is in place."""
+    writer = RunWriter(out_dir, info)
+    atomic_write_text(writer.path / filename, json.dumps(document) + "\n")
+    writer.finish(complete=True)
+    return writer.path
+
+
+def load_document(run_dir: str | Path, filename: str, what: str, list_key: str) -> dict:
+    """The JSON document `filename` of such a run directory; CommbenchError unless it is a dict
+    holding a `list_key` list (what makes it `what`, e.g. "a trace analysis")."""
+    path = Path(run_dir) / filename
+    document = read_json(path, f"{path}: missing (the run was not finished)")
+    if not isinstance(document, dict) or not isinstance(document.get(list_key), list):
+        raise CommbenchError(f"{path}: not {what} (no '{list_key}' list)")
+    return document
+
+
 def load_run(path: str | Path) -> Run:
     """Read a run directory, keeping every valid record; raises CommbenchError if run.json is unusable."""
     path = Path(path)

@@ -3,14 +3,12 @@ directory (run.json + diagnose.json) the dashboard reads."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from commbench.data.rundir import RunWriter, atomic_write_text, new_run_id, read_json, utc_now
+from commbench.data.rundir import load_document, new_run_id, save_document_run, utc_now
 from commbench.data.schema import RunInfo
 from commbench.diagnose.hostlist import compress
 from commbench.diagnose.strategy import Diagnosis
-from commbench.errors import CommbenchError
 
 DIAGNOSE_FILE = "diagnose.json"
 
@@ -76,16 +74,9 @@ def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, not
     info = RunInfo(run_id=new_run_id("diagnose-"), kind="diagnose", source="commbench", created=utc_now(),
                    backend="model" if synthetic else "gloo", world_size=report["nodes"], args=args,
                    synthetic=synthetic, note=note)
-    writer = RunWriter(out_dir, info)
-    atomic_write_text(writer.path / DIAGNOSE_FILE, json.dumps(report) + "\n")
-    writer.finish(complete=True)
-    return writer.path
+    return save_document_run(out_dir, info, DIAGNOSE_FILE, report)
 
 
 def load_report(run_dir: str | Path) -> dict:
     """The report stored in a diagnose run directory; CommbenchError if it is missing or not one."""
-    path = Path(run_dir) / DIAGNOSE_FILE
-    report = read_json(path, f"{path}: missing (the diagnosis was not finished)")
-    if not isinstance(report, dict) or not isinstance(report.get("round_log"), list):
-        raise CommbenchError(f"{path}: not a diagnosis (no 'round_log' list)")
-    return report
+    return load_document(run_dir, DIAGNOSE_FILE, "a diagnosis", "round_log")

@@ -11,13 +11,11 @@ place, so a reader that finds an incomplete trace run knows trace.json may be mi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from commbench.data.rundir import RunWriter, atomic_write_text, new_run_id, read_json, utc_now
+from commbench.data.rundir import load_document, new_run_id, save_document_run, utc_now
 from commbench.data.schema import RunInfo
-from commbench.errors import CommbenchError
 from commbench.traces.analysis import TraceAnalysis
 
 TRACE_FILE = "trace.json"
@@ -49,17 +47,11 @@ def save_trace_analysis(
         args={"traces": [Path(path).name for path in trace_paths]},
         warnings=list(result["warnings"]),
     )
-    writer = RunWriter(out_dir, info)
-    atomic_write_text(writer.path / TRACE_FILE, json.dumps(result) + "\n")
-    writer.finish(complete=True)
-    return writer.path
+    return save_document_run(out_dir, info, TRACE_FILE, result)
 
 
 def load_trace_analysis(run_dir: str | Path) -> dict:
     """The analysis dict stored in a trace run directory; CommbenchError if it is missing or unreadable."""
-    path = Path(run_dir) / TRACE_FILE
-    result = read_json(path, f"{path}: missing (the trace run was not finished)")
-    if not isinstance(result, dict) or not isinstance(result.get("ranks"), list):
-        raise CommbenchError(f"{path}: not a trace analysis (no 'ranks' list)")
+    result = load_document(run_dir, TRACE_FILE, "a trace analysis", "ranks")
     result.setdefault("timeline", [])
     return result
