@@ -67,6 +67,9 @@ def _train_one_rank(rank: int, port: int, out_dir: str) -> None:
                 model(inputs).square().mean().backward()
                 optimizer.step()
                 profiler.step()
+        # Neither rank may tear the group down while the other still works (its trace export, DDP's
+        # last bucket): gloo aborts the process whose peer vanished mid-operation.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
