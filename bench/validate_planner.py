@@ -70,13 +70,18 @@ def torchrun_per_node(cluster: EmulatedCluster, program: list[str], log: Path, t
         procs.append(cluster.node(i).popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                            text=True))
     results = wait_procs(procs, timeout)
+    log_and_check(results, log, program[:3])
+    return results[0][1]
+
+
+def log_and_check(results: list, log: Path, label: list[str]) -> None:
+    """Append every node's output to the log; stop with the first failed node's tail if any failed."""
     with open(log, "a", encoding="utf-8") as handle:
         for node, (code, out, _) in enumerate(results):
-            handle.write(f"--- node {node}: {' '.join(program[:3])} ... exit {code}\n{out}\n")
+            handle.write(f"--- node {node}: {' '.join(label)} ... exit {code}\n{out}\n")
     failed = [node for node, (code, _, _) in enumerate(results) if code != 0]
     if failed:
-        raise SystemExit(f"{program[:3]} failed on node(s) {failed}; see {log}\n{results[failed[0]][1][-3000:]}")
-    return results[0][1]
+        raise SystemExit(f"{label} failed on node(s) {failed}; see {log}\n{results[failed[0]][1][-3000:]}")
 
 
 def on_every_node(cluster: EmulatedCluster, command_for, log: Path, timeout: float) -> None:
@@ -85,13 +90,7 @@ def on_every_node(cluster: EmulatedCluster, command_for, log: Path, timeout: flo
     command = commands[0]
     procs = [cluster.node(i).popen(commands[i], env={"OMP_NUM_THREADS": "1"}, cwd=REPO, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True) for i in range(len(cluster.nodes))]
-    results = wait_procs(procs, timeout)
-    with open(log, "a", encoding="utf-8") as handle:
-        for node, (code, out, _) in enumerate(results):
-            handle.write(f"--- node {node}: {' '.join(command[1:4])} ... exit {code}\n{out}\n")
-    failed = [node for node, (code, _, _) in enumerate(results) if code != 0]
-    if failed:
-        raise SystemExit(f"{command[1:4]} failed on node(s) {failed}; see {log}")
+    log_and_check(wait_procs(procs, timeout), log, command[1:4])
 
 
 def machine_state(work: Path, moment: str) -> None:
