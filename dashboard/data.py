@@ -6,6 +6,15 @@ the modification time or size of one of its files changed. A run that cannot be 
 entry carrying its error message instead of its data, so one broken directory never hides the
 others.
 
+When the results database exists (`commbench db ingest`: $COMMBENCH_DB, else
+<results folder>/commbench.duckdb), the run pickers (`usable`, `listing`) take their runs from it
+instead of walking every folder: the listing reads no run directory, and a run is read only when a
+page needs its data. The database holds the complete runs ingested so far, so a run written and not
+yet ingested is not offered until the next ingest (`commbench run --db` ingests as it ends). The
+Runs page (`entries`) still walks the folder: its job is to show broken and partial directories,
+which the database skips. A database that holds no run of this folder, or cannot be read (another tool's newer schema, a damaged
+file) is passed over and the folder walked, as with no database.
+
 Keys name runs and topology files in the browser: paths relative to the results folder, in
 POSIX spelling ("examples/example-cpu-2rank"). Keys come back from the browser, so every key is
 checked to stay inside the results folder before it touches the disk.
@@ -14,6 +23,7 @@ checked to stay inside the results folder before it touches the disk.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,6 +32,8 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
+from commbench.data.store import list_runs_under
+from commbench.data.store_location import DB_ENV
 from commbench.errors import CommbenchError, UsageError
 from commbench.diagnose.report import DIAGNOSE_FILE, load_report
 from commbench.traces.store import TRACE_FILE, load_trace_analysis
@@ -31,8 +43,15 @@ TOPOLOGY_SUFFIX = ".topology.json"
 # shown after the name of every synthetic run or topology file (run.json / file `"synthetic": true`)
 SYNTHETIC_BADGE = "[SYNTHETIC]"
 _WATCHED_FILES = (RUN_FILE, RECORDS_JSONL, TRACE_FILE, DIAGNOSE_FILE)
+DB_FILE = "commbench.duckdb"  # the database inside the results folder: results/commbench.duckdb is the default
 
 Signature = tuple[tuple[str, int, int] | None, ...]
+
+
+def database_for(results_root: Path) -> Path | None:
+    """The results database the dashboard reads, or None when there is none yet."""
+    path = Path(os.environ.get(DB_ENV) or results_root / DB_FILE)
+    return path if path.is_file() else None
 
 
 def safe_path(root: Path, key: str) -> Path:
@@ -135,6 +154,22 @@ class RunEntry:
         }
 
 
+@dataclass(frozen=True)
+class RunListing:
+    """One run as a picker offers it: enough to name it, read from the database or the run itself."""
+
+    key: str
+    kind: str
+    backend: str | None
+    world_size: int | None
+    synthetic: bool
+    records: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.key} {SYNTHETIC_BADGE}" if self.synthetic else self.key
+
+
 @dataclass
 class TopologySource:
     """Something the topology page can draw: a run that recorded one, or a saved topology file."""
@@ -149,6 +184,8 @@ class ResultsStore:
 
     def __init__(self, results_dir: str | Path):
         self.root = Path(results_dir).resolve()
+        # the database records absolute paths without resolving links: either spelling may prefix them
+        self._prefixes = list(dict.fromkeys([Path(os.path.abspath(results_dir)), self.root]))
         self._cache: dict[str, RunEntry] = {}
         self._lock = threading.Lock()
 
@@ -163,7 +200,41 @@ class ResultsStore:
         return sorted(entries, key=lambda e: (e.info.get("created") or "", e.key), reverse=True)
 
     def usable(self, kinds: tuple[str, ...] | None = None) -> list[RunEntry]:
-        return [e for e in self.entries() if e.ok and (kinds is None or e.kind in kinds)]
+        """The readable runs of these kinds, newest first: the database's, or every folder's without one."""
+        listed = self._listed_in_database(kinds)
+        if listed is None:
+            return [e for e in self.entries() if e.ok and (kinds is None or e.kind in kinds)]
+        return [e for e in (self.entry(row.key) for row in listed) if e.ok]
+
+    def listing(self, kinds: tuple[str, ...] | None = None) -> list[RunListing]:
+        """The runs a picker offers, newest first; from the database no run directory is read."""
+        listed = self._listed_in_database(kinds)
+        if listed is None:
+            return [_listing_of(e) for e in self.usable(kinds)]
+        return listed
+
+    def _listed_in_database(self, kinds: tuple[str, ...] | None) -> list[RunListing] | None:
+        """The database's runs under this folder, or None when there is no readable database."""
+        db = database_for(self.root)
+        if db is None:
+            return None
+        listed: dict[str, RunListing] = {}
+        try:
+            for prefix in self._prefixes:
+                for row in list_runs_under(db, prefix, kinds):
+                    key = PurePosixPath(Path(row["path"]).relative_to(prefix)).as_posix()
+                    listed.setdefault(key, self._listing_row(key, row))
+        except CommbenchError:
+            return None
+        if not listed and kinds is not None and not self._listed_in_database(None):
+            return None  # a database of other folders: this one was never ingested
+        return list(listed.values())
+
+    def _listing_row(self, key: str, row: dict) -> RunListing:
+        synthetic = row["synthetic"]
+        if synthetic is None:  # ingested under store schema 1, which did not keep the flag: ask the run
+            synthetic = self.entry(key).synthetic
+        return RunListing(key, row["kind"], row["backend"], row["world_size"], bool(synthetic), row["records"])
 
     def entry(self, key: str) -> RunEntry:
         """The run at key, read again only if its files changed since the last read."""
@@ -237,6 +308,12 @@ class ResultsStore:
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
             raise CommbenchError(f"{key}: not a topology (no 'nodes' list)")
         return data
+
+
+def _listing_of(entry: RunEntry) -> RunListing:
+    info = entry.info
+    return RunListing(entry.key, entry.kind, info.get("backend"), info.get("world_size"), entry.synthetic,
+                      len(entry.run.records) if entry.run else 0)
 
 
 def _signature(path: Path) -> Signature:

@@ -7,28 +7,20 @@ ingest <results folder>` puts it by default when run from the folder above).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from commbench.analysis.compare import compare_runs
 from commbench.analysis.history import attach_change_points, load_series
 from commbench.analysis.runs import read_run
 from commbench.data.store import open_read_only, query
-from commbench.data.store_location import DB_ENV
+from dashboard.data import database_for  # noqa: F401 - the History pages find the database here
 
-DB_FILE = "commbench.duckdb"
 CHOICES_SQL = """
 SELECT DISTINCT r.cluster, rec.op, rec.size_bytes, rec.scope
 FROM runs r JOIN records rec USING (run_id)
 WHERE r.kind IN ('sweep', 'import') AND NOT rec.in_place
 ORDER BY 1, 2, 3, 4
 """
-
-
-def database_for(results_root: Path) -> Path | None:
-    """The database the History page reads, or None when there is none yet."""
-    path = Path(os.environ.get(DB_ENV) or results_root / DB_FILE)
-    return path if path.is_file() else None
 
 
 def history_choices(db: Path) -> dict[str, list]:

@@ -9,7 +9,8 @@ reads no file contents.
 Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
   runs     one row per run: cluster, kind, source, created (UTC), complete, backend, world size,
            node names and a digest of the node set, versions, NCCL_*/launcher environment
-           (JSON), a digest of the topology, the run's arguments, where it lives on disk.
+           (JSON), a digest of the topology, the run's arguments, where it lives on disk, and
+           whether it is synthetic (schema 2; null for runs ingested under schema 1).
   records  one row per record: the schema's fields, extra fields (overlap runs) as JSON.
   samples  per-iteration times of the reported (slowest) rank and every rank's median, per record,
            keyed by run_id and the record's key columns (op, scope, group_size, size_bytes, dtype,
@@ -45,7 +46,7 @@ from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2  # 2: runs.synthetic (added to a version-1 file by _migrate)
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
@@ -56,6 +57,7 @@ RUN_COLUMNS = {
     "finished": "TIMESTAMP", "complete": "BOOLEAN", "backend": "VARCHAR", "world_size": "INTEGER",
     "n_nodes": "INTEGER", "nodes": "VARCHAR[]", "nodeset_digest": "VARCHAR", "topology_digest": "VARCHAR",
     "versions": "JSON", "env": "JSON", "args": "JSON", "warnings": "JSON", "ingested": "TIMESTAMP",
+    "synthetic": "BOOLEAN",  # last: ALTER TABLE appends it to a version-1 table, and inserts go by position
 }
 _PAIR_ONLY = {"pair", "pair_nodes", "outlier", "outlier_reasons", "tcp_segments_sent", "tcp_retransmits"}
 
@@ -73,8 +75,8 @@ def _column_type(annotation) -> str:
 
 
 # The records table follows schema.py's Record: a field added there changes this table, so it needs
-# STORE_SCHEMA_VERSION raised and a migration (none exists yet: version 1 is the first; a database
-# can always be rebuilt from the run directories).
+# STORE_SCHEMA_VERSION raised and a migration (see _migrate; a database can always be rebuilt from
+# the run directories).
 RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
     name: _column_type(info.annotation) for name, info in Record.model_fields.items() if name not in _PAIR_ONLY
 } | {"extra": "JSON"}
@@ -143,6 +145,14 @@ def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({spec})")
 
 
+def _migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring a version-1 file to this version: runs.synthetic added (null until a run is re-ingested)."""
+    version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+    if version < 2:
+        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS synthetic BOOLEAN")
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(STORE_SCHEMA_VERSION)])
+
+
 def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection to an existing database; UsageError if there is none."""
     path = Path(path)
@@ -191,6 +201,7 @@ def ingest(db: str | Path, paths: Iterable[str | Path]) -> IngestReport:
         try:
             _create_tables(con)
             _check_version(con, db)
+            _migrate(con)
             known = _known_runs(con)
             pending: list[tuple[Run, str, str]] = []
             for path in dirs:
@@ -351,6 +362,7 @@ def _run_row(run: Run, fingerprint: str, digest: str) -> dict:
         "topology_digest": _short_digest(info.topology), "versions": info.versions, "env": info.env,
         "args": info.args, "warnings": run.warnings,
         "ingested": datetime.now(timezone.utc).replace(tzinfo=None).isoformat(sep=" ", timespec="seconds"),
+        "synthetic": info.synthetic,
     }
 
 
@@ -399,6 +411,24 @@ def query(db: str | Path, sql: str, params: list | None = None) -> tuple[list[st
         raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
+
+
+_LISTING_SQL = """
+SELECT r.path, r.kind, r.created, r.backend, r.world_size, r.synthetic, coalesce(n.records, 0) AS records
+FROM runs r LEFT JOIN (SELECT run_id, count(*) AS records FROM records GROUP BY run_id) n USING (run_id)
+WHERE (?::VARCHAR[] IS NULL OR list_contains(?::VARCHAR[], r.kind)) AND starts_with(r.path, ?)
+ORDER BY r.created DESC NULLS LAST, r.path DESC
+"""
+
+
+def list_runs_under(db: str | Path, root: str | Path, kinds: Iterable[str] | None = None) -> list[dict]:
+    """The runs (of these kinds; None: all) the database holds under the folder root, newest first,
+    without reading any run directory: path, kind, created, backend, world_size, synthetic (None if
+    ingested under schema 1) and the number of records."""
+    prefix = os.path.join(os.path.abspath(root), "")
+    chosen = None if kinds is None else list(kinds)
+    columns, rows = query(db, _LISTING_SQL, [chosen, chosen, prefix])
+    return [dict(zip(columns, row)) for row in rows]
 
 
 def export_parquet(db: str | Path, out_dir: str | Path) -> list[Path]:

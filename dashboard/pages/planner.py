@@ -79,15 +79,15 @@ def _job_controls() -> list:
 
 
 def _cluster_controls() -> list:
-    measured = [e for e in results().usable(BANDWIDTH_KINDS) if e.run.records]
+    measured = [run for run in results().listing(BANDWIDTH_KINDS) if run.records]  # no run is read from a database
     sources = [{"label": "hardware preset figures", "value": PRESET_SOURCE}] + [
-        {"label": f"{'synthetic' if e.synthetic else 'measured'}: {e.label} ({e.info.get('backend')}, "
-                  f"{e.info.get('world_size')} ranks)", "value": e.key}
-        for e in measured
+        {"label": f"{'synthetic' if run.synthetic else 'measured'}: {run.label} ({run.backend}, "
+                  f"{run.world_size} ranks)", "value": run.key}
+        for run in measured
     ]
     overlap_runs = [{"label": "defaults: 15% intra-node, 2% inter-node", "value": DEFAULTS}] + [
-        {"label": f"{'synthetic' if e.synthetic else 'measured'}: {e.label}", "value": e.key}
-        for e in measured if e.kind == "overlap"
+        {"label": f"{'synthetic' if run.synthetic else 'measured'}: {run.label}", "value": run.key}
+        for run in measured if run.kind == "overlap"
     ]
     return [
         _control("hardware", _choice("plan-hardware", hardware_names(), PlanSpec.default("hardware"), clearable=False)),
