@@ -12,8 +12,8 @@ instead of walking every folder: the listing reads no run directory, and a run i
 page needs its data. The database holds the complete runs ingested so far, so a run written and not
 yet ingested is not offered until the next ingest (`commbench run --db` ingests as it ends). The
 Runs page (`entries`) still walks the folder: its job is to show broken and partial directories,
-which the database skips. A database that holds no run of this folder, or cannot be read (another tool's newer schema, a damaged
-file) is passed over and the folder walked, as with no database.
+which the database skips. A database that holds no run of this folder, or cannot be read (a newer
+commbench's schema, a damaged file), is passed over and the folder walked, as with no database.
 
 Keys name runs and topology files in the browser: paths relative to the results folder, in
 POSIX spelling ("examples/example-cpu-2rank"). Keys come back from the browser, so every key is
