@@ -73,7 +73,7 @@ def test_a_database_of_other_folders_or_unreadable_falls_back_to_the_folder(flee
     assert [run.key for run in ResultsStore(root).listing(("sweep",))] == names[::-1]
 
 
-def test_a_schema_1_database_is_listed_and_migrated(fleet):
+def test_a_schema_1_database_is_migrated_and_its_runs_asked_for_the_badge(fleet, monkeypatch):
     root, names = fleet
     db = root / "commbench.duckdb"
     store.ingest(db, [root])
@@ -81,10 +81,13 @@ def test_a_schema_1_database_is_listed_and_migrated(fleet):
     con.execute("ALTER TABLE runs DROP COLUMN synthetic")
     con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     con.close()
-    assert ResultsStore(root).listing(("sweep",))[0].synthetic  # the flag asked of the run itself
+    assert ResultsStore(root).listing(("sweep",))[0].synthetic  # no synthetic column: the folder is walked
     assert store.ingest(db, [root]).unchanged == 3
     assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(store.STORE_SCHEMA_VERSION),)]
     assert store.query(db, "SELECT count(*) FROM runs WHERE synthetic IS NULL")[1] == [(3,)]
+    monkeypatch.setattr(dashboard_data, "list_runs", lambda _root: pytest.fail("the folder was walked"))
+    listed = ResultsStore(root).listing(("sweep",))  # migrated, the flag still null: each run is asked
+    assert [run.synthetic for run in listed] == [True, False, False]
 
 
 def test_the_planner_page_offers_the_database_runs_as_bandwidth_sources(fleet, monkeypatch):
