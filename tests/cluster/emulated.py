@@ -31,6 +31,13 @@ Conventions
   instead (netem reports a drop to TCP as sent, so it is loss on the wire too, and
   ``dropped_packets`` reads 0 there). ``delay`` needs netem and raises `EmulationUnsupported` where the kernel
   lacks it (tests should skip on that exception; `netem_available()` tells in advance).
+- Per path: ``shape_path(i, j, rate)`` shapes only the traffic between nodes i and j (both
+  directions; a bad cable or switch port rather than a bad node), leaving their other paths at
+  the node rate. A node with a shaped path gets an htb tree instead of the plain tbf: one parent
+  class at the node rate (so the node's total stays capped), a default class, and per shaped peer
+  a class at min(path rate, node rate) chosen by a u32 filter on the peer's address (destination
+  on eth0, source on the host-side veth when ingress shaping is on). Nodes without shaped paths
+  keep the verified tbf recipe.
 - Only addresses inside namespaces created here (and the bridge address) are ever used.
 
 All of this needs root; `prerequisites_missing()` says why it cannot run (the fixtures turn that
@@ -109,6 +116,13 @@ def parse_rate(rate: str | float | int) -> float:
 
 def _tc_rate(rate: str | float | int) -> str:
     return f"{int(parse_rate(rate))}bit"
+
+
+def _auto_burst_bytes(rate) -> int:
+    """256 KiB at 1 Gbit/s (the verified recipe), i.e. ~2 ms of traffic, scaled with the rate: a
+    fixed 256 KiB is 21 ms at 100 Mbit/s and lets short transfers beat the ceiling by several
+    percent. Floor 16 KiB (> 10 full frames)."""
+    return max(16384, int(262144 * parse_rate(rate) / 1e9))
 
 
 def _percent(loss) -> float:
@@ -503,6 +517,7 @@ class EmulatedCluster:
         self.per_node_rate = dict(per_node_rate or {})
         self.mtu, self.burst, self.latency = mtu, burst, latency
         self.shape_ingress = shape_ingress
+        self.path_rates: dict[tuple[int, int], str | float] = {}  # (i, j) with i < j -> rate
         self._want_hosts = etc_hosts
         self._names = list(names) if names else None
         self.tag = ""
@@ -725,6 +740,25 @@ class EmulatedCluster:
             nd.loss = loss
         self._apply_shaping(nd)
 
+    def shape_path(self, i: int, j: int, rate) -> None:
+        """Shape only the traffic between nodes i and j, both directions, to `rate`; their other
+        paths keep the node rate. None removes the path's shaping. Composes with `shape`."""
+        if i == j or not (0 <= i < self.n and 0 <= j < self.n):
+            raise ValueError(f"shape_path needs two different nodes in 0..{self.n - 1} (got {i}, {j})")
+        key = (min(i, j), max(i, j))
+        if rate is None:
+            self.path_rates.pop(key, None)
+        else:
+            parse_rate(rate)
+            self.path_rates[key] = rate
+        for k in key:
+            self._apply_shaping(self.nodes[k])
+
+    def _shaped_peers(self, nd: Node) -> dict[int, str | float]:
+        """peer index -> path rate, for the paths of nd that shape_path shapes."""
+        return {b if a == nd.index else a: rate for (a, b), rate in self.path_rates.items()
+                if nd.index in (a, b)}
+
     def qdiscs(self, i: int) -> str:
         """tc's view of node i (for debugging / assertions)."""
         nd = self.nodes[i]
@@ -742,20 +776,61 @@ class EmulatedCluster:
         m = re.search(r"counter packets (\d+)", r.stdout)
         return int(m.group(1)) if m else 0
 
+    def _burst(self, rate) -> str:
+        return f"{_auto_burst_bytes(rate)}b" if self.burst == "auto" else self.burst
+
     def _tbf(self, rate) -> list[str]:
-        burst = self.burst
-        if burst == "auto":
-            # 256 KiB at 1 Gbit/s (the verified recipe), i.e. ~2 ms of traffic, scaled with the
-            # rate: a fixed 256 KiB is 21 ms at 100 Mbit/s and lets short transfers beat the
-            # ceiling by several percent. Floor 16 KiB (> 10 full frames).
-            burst = f"{max(16384, int(262144 * parse_rate(rate) / 1e9))}b"
-        return ["tbf", "rate", _tc_rate(rate), "burst", burst, "latency", self.latency]
+        return ["tbf", "rate", _tc_rate(rate), "burst", self._burst(rate), "latency", self.latency]
+
+    def _add_rate_limit(self, tc: list[str], dev: str, place: list[str], major: int, rate,
+                        peers: Mapping[str, str | float], direction: str) -> None:
+        """Limit `dev` at `rate` (None: unlimited) with a qdisc placed by `place` (root, or under
+        netem) with handle `major`. Without shaped peers: tbf, the verified recipe. With them
+        (peer address -> path rate): htb, each shaped path in its own class picked by a u32
+        filter on the peer's address (`direction` "dst" or "src"), all under a parent class at
+        the node rate that caps the node's total as the tbf does."""
+        if not peers:
+            if rate is not None:
+                _sh(tc + ["qdisc", "add", "dev", dev, *place, "handle", f"{major}:"] + self._tbf(rate))
+            return
+        # unclassified traffic goes to class 2 (the node rate); without a node rate there is no
+        # class 2 and htb sends it on unshaped
+        _sh(tc + ["qdisc", "add", "dev", dev, *place, "handle", f"{major}:", "htb", "default", "2"])
+        ceilings = {addr: parse_rate(path) if rate is None else min(parse_rate(path), parse_rate(rate))
+                    for addr, path in peers.items()}
+        if rate is None:
+            parent, guarantees = f"{major}:", dict(ceilings)
+        else:
+            parent = f"{major}:1"
+            _sh(tc + ["class", "add", "dev", dev, "parent", f"{major}:", "classid", parent] + self._htb(rate, rate))
+            # the guarantees add up to the node rate: htb lets a class under its guarantee send
+            # whatever its parent has left, so larger guarantees would overrun the node's cap
+            share = parse_rate(rate) / (len(peers) + 1)
+            guarantees = {addr: min(share, ceiling) for addr, ceiling in ceilings.items()}
+            self._add_htb_leaf(tc, dev, parent, f"{major}:2", parse_rate(rate) - sum(guarantees.values()), rate)
+        for minor, addr in enumerate(ceilings, start=10):
+            self._add_htb_leaf(tc, dev, parent, f"{major}:{minor}", guarantees[addr], ceilings[addr])
+            _sh(tc + ["filter", "add", "dev", dev, "parent", f"{major}:", "protocol", "ip", "prio", "1",
+                      "u32", "match", "ip", direction, f"{addr}/32", "flowid", f"{major}:{minor}"])
+
+    def _htb(self, rate, ceil) -> list[str]:
+        burst = self._burst(ceil)
+        return ["htb", "rate", _tc_rate(rate), "ceil", _tc_rate(ceil), "burst", burst, "cburst", burst,
+                "quantum", "200000"]  # quantum only splits spare rate among siblings; this silences htb's warning
+
+    def _add_htb_leaf(self, tc: list[str], dev: str, parent: str, classid: str, rate, ceil) -> None:
+        """An htb class whose byte fifo holds what a tbf with the same `latency` holds
+        (ceil x latency + burst), so a shaped path queues as deep as a shaped node."""
+        _sh(tc + ["class", "add", "dev", dev, "parent", parent, "classid", classid] + self._htb(rate, ceil))
+        limit = int(parse_rate(ceil) / 8 * _delay_ms(self.latency) / 1e3) + _auto_burst_bytes(ceil)
+        _sh(tc + ["qdisc", "add", "dev", dev, "parent", classid, "bfifo", "limit", str(limit)])
 
     def _apply_shaping(self, nd: Node) -> None:
         ns = nd.netns
         tc_ns = ["tc", "-n", ns, "qdisc"]
         _sh(tc_ns + ["del", "dev", "eth0", "root"], check=False)
         use_nft_loss = bool(nd.loss) and shutil.which("nft") is not None
+        peers = {self.nodes[k].addr: rate for k, rate in self._shaped_peers(nd).items()}
         if nd.delay is not None or (nd.loss and not use_nft_loss):
             netem = ["netem"]
             if nd.delay is not None:
@@ -763,15 +838,13 @@ class EmulatedCluster:
             if nd.loss and not use_nft_loss:
                 netem += ["loss", f"{_percent(nd.loss)}%"]
             _sh(tc_ns + ["add", "dev", "eth0", "root", "handle", "1:"] + netem)
-            if nd.rate is not None:
-                _sh(tc_ns + ["add", "dev", "eth0", "parent", "1:", "handle", "2:"]
-                    + self._tbf(nd.rate))
-        elif nd.rate is not None:
-            _sh(tc_ns + ["add", "dev", "eth0", "root"] + self._tbf(nd.rate))
+            self._add_rate_limit(["tc", "-n", ns], "eth0", ["parent", "1:"], 2, nd.rate, peers, "dst")
+        else:
+            self._add_rate_limit(["tc", "-n", ns], "eth0", ["root"], 1, nd.rate, peers, "dst")
         # towards the node: the host side of its veth
         _sh(["tc", "qdisc", "del", "dev", nd.veth, "root"], check=False)
-        if nd.rate is not None and self.shape_ingress:
-            _sh(["tc", "qdisc", "add", "dev", nd.veth, "root"] + self._tbf(nd.rate))
+        if self.shape_ingress:
+            self._add_rate_limit(["tc"], nd.veth, ["root"], 1, nd.rate, peers, "src")
         # loss through nftables in the node's namespace, on eth0's ingress: a drop on egress would
         # be a local transmit failure that TCP quietly re-sends (no retransmission, no loss seen
         # on the wire), while a drop on ingress is a packet the sender must recover from
