@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from commbench.commands import submit as submit_command
 from commbench.measure import slurm
 from commbench.cli import COMMANDS, main as cli_main
 from commbench.data.rundir import list_runs, load_run
@@ -147,7 +148,7 @@ def test_jobs_without_slurm_shows_the_recorded_states(commands, capsys, tmp_path
     assert cli_main(["jobs"]) == 0
     out, err = capsys.readouterr()
     assert "warning: states as last seen (scontrol not found" in err
-    row = r"^3\s+TIMEOUT\s+00:30:00\s+2026-01-01T00:00:00\s+2 x 4\s+srun\s+/r/slurm-3$"
+    row = r"^3\s+TIMEOUT\s+00:30:00\s+2026-01-01T00:00:00\s+run\s+2 x 4\s+srun\s+/r/slurm-3$"
     assert re.search(row, out, re.MULTILINE), out
 
 
@@ -381,3 +382,103 @@ def test_submit_calibrate_writes_one_processor_per_node(site):
     for path in files:
         assert json.loads(path.read_text())["gemm_surface"]["source"].startswith(f"measured on {path.stem[10:]} ")
         assert f"processor: {path}" in p.stdout
+
+
+# ---- diagnose under Slurm: one task per node, the diagnosis in the job's folder --------------------------
+
+
+def test_dry_run_diagnose_runs_it_once_per_node_without_killing_the_step(commands, capsys):
+    """--diagnose renders diagnose with one task per node (the default), its options as given, and
+    srun without --kill-on-bad-exit: a failing node is what the diagnosis reports."""
+    assert cli_main(["submit", "--diagnose", "--nodes", "4", "--out", "/r", "--dry-run", "--",
+                     "--group-size", "4", "--json"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert "COMMBENCH_COMMAND=${COMMBENCH_COMMAND:-diagnose}" in lines
+    assert "#SBATCH --nodes=4" in lines and "#SBATCH --ntasks-per-node=1" in lines
+    assert "DEFAULT_RUN_ARGS=(--group-size 4 --json)" in lines
+    srun_line = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    assert 'srun --label --kill-on-bad-exit="$kill_on_bad_exit"' in lines[srun_line]
+    assert 'commbench "$COMMBENCH_COMMAND" --out "$job_dir" "${quiet[@]}" "$@"' in lines[srun_line + 1]
+    assert _bash_syntax_ok(text)
+
+
+@pytest.mark.parametrize("command, kill, quiet", [("diagnose", "0", ""), ("run", "1", " --no-progress")])
+@pytest.mark.parametrize("launcher", slurm.LAUNCHERS)
+def test_the_rendered_script_starts_diagnose_without_kill_on_bad_exit_or_progress_flag(
+        tmp_path, command, kill, quiet, launcher):
+    """Run the rendered script with stand-in srun and scontrol; srun prints what it was asked to start."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool, body in {"srun": 'echo "$@"', "scontrol": "echo n0"}.items():
+        (fake / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (fake / tool).chmod(0o755)
+    opts = slurm.JobOptions(nodes=2, ranks_per_node=1, launcher=launcher, command=command, python="python",
+                            results_dir=str(tmp_path), run_args=("--timeout", "5")).validate()
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[0-1]",
+           "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2"}
+    proc = subprocess.run(["bash", "-c", slurm.render(opts)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    started = (tmp_path / "slurm-7" / "job.log").read_text().splitlines()[-1]
+    assert f"--kill-on-bad-exit={kill} python -m " in started, started
+    assert started.endswith(f"-m commbench {command} --out {tmp_path / 'slurm-7'}{quiet} --timeout 5"), started
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "4", "--ntasks-per-node", "2"], "diagnose runs one task per node"),
+    (["--nodes", "1"], "diagnose needs at least 2 nodes"),
+    (["--nodes", "4", "--", "--group-size", "8"], "--group-size 8: must be between 2 and the job's 4 nodes"),
+    (["--nodes", "4", "--", "--simulate", "64"], "--simulate describes a cluster model"),
+    (["--nodes", "4", "--", "--slow", "n1"], "--slow describes a cluster model"),
+    (["--nodes", "4", "--", "--out", "x"], "give the results folder to submit"),
+    (["--nodes", "4", "--", "--max-bytes", "4M"], "unrecognized arguments: --max-bytes"),
+    (["--nodes", "4", "--command", "calibrate"], "--diagnose is --command diagnose"),
+    (["--nodes", "4", "--db", "x.duckdb"], "--db and --cluster apply to --command run, not diagnose"),
+])
+def test_diagnose_bad_input_is_refused_before_queueing(commands, capsys, argv, message):
+    assert _exit_code(["submit", "--diagnose", "--dry-run", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_run_still_needs_its_ranks_per_node(commands, capsys):
+    assert _exit_code(["submit", "--nodes", "2", "--dry-run"]) == 2
+    assert "--ntasks-per-node is needed" in capsys.readouterr().err
+
+
+def test_wait_summarises_the_diagnosis_and_records_the_command(commands, capsys, tmp_path, monkeypatch):
+    """At COMPLETED the summary comes from the diagnosis run directory in the job's folder."""
+    from commbench.diagnose.report import save_run
+
+    monkeypatch.setenv("COMMBENCH_JOBS_FILE", str(tmp_path / "jobs.jsonl"))
+    job_dir = tmp_path / "slurm-9"
+    report = {"source": "measured (test)", "nodes": 4, "rounds": 5, "group_tests": 9, "reference": None,
+              "drain": [{"node": "n2", "reasons": ["slow"], "evidence": []}],
+              "links": [{"link": ["n0", "n3"], "reasons": ["slow"], "evidence": []}],
+              "exclude": "n2", "good": "n[0-1,3]", "round_log": []}
+    run_dir = save_run(report, job_dir, {}, synthetic=False, note="test")
+    sub = slurm.Submission(9, "ci", "t0", "srun", 4, 1, str(job_dir), ["--timeout", "60"], command="diagnose")
+    slurm.remember_submission(sub)
+    assert submit_command.report(sub, slurm.JobStatus(9, "COMPLETED", "scontrol", elapsed="00:01:10")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["job 9 COMPLETED after 00:01:10", f"diagnosis: {run_dir}",
+                   "4 nodes, 5 concurrent rounds, 9 group tests (measured (test))",
+                   "nodes to drain: n2 (slow)", "links to inspect: n0 <-> n3 (slow)", "good nodes: n[0-1,3]",
+                   "# exclude: n2"]
+    assert [s.command for s in slurm.submissions()] == ["diagnose"]
+
+
+def test_a_failed_diagnose_job_still_shows_the_diagnosis_it_wrote(commands, capsys, tmp_path):
+    from commbench.diagnose.report import save_run
+
+    job_dir = tmp_path / "slurm-9"
+    report = {"source": "s", "nodes": 2, "rounds": 1, "group_tests": 1, "reference": None, "drain": [],
+              "links": [], "exclude": "", "good": "n[0-1]", "round_log": []}
+    save_run(report, job_dir, {}, synthetic=False, note="test")
+    (job_dir / "job.log").write_text("1: lost the rendezvous\n")
+    sub = slurm.Submission(9, "ci", "t0", "srun", 2, 1, str(job_dir), command="diagnose")
+    with pytest.raises(CommbenchError, match="job 9 FAILED"):
+        submit_command.report(sub, slurm.JobStatus(9, "FAILED", "scontrol", exit_code="1:0"))
+    captured = capsys.readouterr()
+    assert "# exclude: " in captured.out.splitlines() and "nodes to drain: none" in captured.out
+    assert "1: lost the rendezvous" in captured.err

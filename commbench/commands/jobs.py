@@ -62,15 +62,16 @@ def _row(sub: slurm.Submission, status: slurm.JobStatus | None) -> dict:
     else:
         state, source, elapsed = sub.state or slurm.UNKNOWN, "registry", sub.elapsed
     return {"job_id": sub.job_id, "cluster": sub.cluster, "state": state, "state_source": source,
-            "elapsed": elapsed, "submitted": sub.submitted, "launcher": sub.launcher, "nodes": sub.nodes,
+            "elapsed": elapsed, "submitted": sub.submitted, "command": sub.command, "launcher": sub.launcher,
+            "nodes": sub.nodes,
             "ranks_per_node": sub.ranks_per_node, "job_dir": sub.job_dir, "run_args": sub.run_args}
 
 
 def _print_jobs(rows: list[dict]) -> None:
-    header = ("JOB", "STATE", "ELAPSED", "SUBMITTED (UTC)", "NODES x RANKS", "LAUNCHER", "RESULTS")
+    header = ("JOB", "STATE", "ELAPSED", "SUBMITTED (UTC)", "COMMAND", "NODES x RANKS", "LAUNCHER", "RESULTS")
     lines = [header] + [
         (str(row["job_id"]), row["state"], row["elapsed"] or "-", row["submitted"].replace("+00:00", ""),
-         f"{row['nodes']} x {row['ranks_per_node']}", row["launcher"], row["job_dir"])
+         row["command"], f"{row['nodes']} x {row['ranks_per_node']}", row["launcher"], row["job_dir"])
         for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     for line in lines:

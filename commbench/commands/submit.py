@@ -1,9 +1,11 @@
-"""Submit a commbench run to Slurm as a batch job, and optionally follow it to the end.
+"""Submit a commbench run (or calibrate, or diagnose) to Slurm as a batch job, and optionally follow
+it to the end.
 
 The job script is one of the templates in slurm/ (srun: one task per rank; torchrun: one
 torchrun per node with a c10d rendezvous) with these options filled in; --dry-run prints it,
 and what it prints can be given to sbatch as it is. Everything after `--` goes to
-`commbench run` in the job (checked here first, so a typo fails now, not in the queue).
+`commbench run` (or the --command) in the job, checked here first, so a typo fails now, not in
+the queue.
 
   commbench submit --nodes 2 --ntasks-per-node 8 --gpus-per-node 8 --exclusive -- --max-bytes 1G
   commbench submit --nodes 4 --ntasks-per-node 8 --launcher torchrun --dry-run > job.sbatch
@@ -14,17 +16,26 @@ With --command calibrate every node runs `commbench calibrate` instead (use --nt
 each writes <out>/slurm-<job id>/processor-<its host>.json, so each node type is calibrated where it runs.
   commbench submit --command calibrate --nodes 4 --ntasks-per-node 1 --gpus-per-node 1 --wait -- --quick
 
+With --diagnose (= --command diagnose) every node runs one rank of `commbench diagnose`, which
+finds the nodes to drain and the links to inspect in a few concurrent rounds; the diagnosis run
+directory lands in the job's folder, and --wait prints its summary and the `# exclude:` list in
+Slurm hostlist syntax.
+  commbench submit --diagnose --nodes 64 --time 20 --wait -- --timeout 60
+
 Results and the job log land in <out>/slurm-<job id>/ (job.log, job.sbatch, the run directory).
 --wait follows the job (squeue, then scontrol show job, then sacct where accounting is on) with
 a progress line on stderr. COMPLETED: the run directory and a summary (nodes x ranks, scopes,
-wrong elements, best bus bandwidth per op and scope). FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
-OUT_OF_MEMORY: the tail of the job log and exit status 1.
+wrong elements, best bus bandwidth per op and scope; for diagnose the diagnosis summary). FAILED,
+CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY: the tail of the job log and exit status 1 (after the
+diagnosis summary where a diagnose job wrote one before failing, e.g. when the rank of a node that
+lost its link exits non-zero).
 Every submission is recorded for `commbench jobs` (~/.cache/commbench/jobs.jsonl).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -44,8 +55,9 @@ _UNSET = object()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("the allocation")
     job.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes to allocate")
-    job.add_argument("--ntasks-per-node", type=int, required=True, dest="ranks_per_node", metavar="K",
-                     help="benchmark ranks per node (one per GPU on GPU nodes)")
+    job.add_argument("--ntasks-per-node", type=int, default=None, dest="ranks_per_node", metavar="K",
+                     help="benchmark ranks per node (one per GPU on GPU nodes); needed for run; calibrate and "
+                          "diagnose run one task per node (the default for them, and the only value they take)")
     job.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
                      help="GPUs to allocate per node (default: none asked)")
     job.add_argument("--cpus-per-rank", type=int, default=1, metavar="C", help="host cores per rank (default 1)")
@@ -56,8 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--exclusive", action="store_true", help="whole nodes, no other job beside this one")
     how = parser.add_argument_group("the job")
     how.add_argument("--command", choices=slurm.JOB_COMMANDS, default="run", dest="job_command",
-                     help="what every task runs: run (default) or calibrate (with --ntasks-per-node 1: each node's "
-                          "compute into JOB_DIR/processor-HOST.json)")
+                     help="what every task runs: run (default); calibrate (one task per node: each node's "
+                          "compute into JOB_DIR/processor-HOST.json); diagnose (one task per node: the bad nodes "
+                          "and links of the allocation)")
+    how.add_argument("--diagnose", action="store_true",
+                     help="short for --command diagnose: one task per node runs `commbench diagnose`; --wait prints "
+                          "the nodes to drain, the links to inspect and the exclude list")
     how.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
                      help="srun: one task per rank (default); torchrun: one torchrun per node, c10d rendezvous")
     how.add_argument("--out", default="results", metavar="DIR",
@@ -73,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the job script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow the job to its end and report the outcome")
     parser.add_argument("run_args", nargs="*", metavar="-- RUN OPTIONS",
-                        help="options for `commbench run` (or calibrate) in the job")
+                        help="options for `commbench run` (or calibrate, or diagnose) in the job")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -83,7 +99,8 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(script)
         return 0
     submission = submit(options, script)
-    print(f"submitted job {submission.job_id} ({options.nodes} nodes x {options.ranks_per_node} ranks, "
+    what = "" if options.command == "run" else f"{options.command}, "
+    print(f"submitted job {submission.job_id} ({what}{options.nodes} nodes x {options.ranks_per_node} ranks, "
           f"{options.launcher})")
     print(f"results and log: {submission.job_dir}/ (job.log)", flush=True)
     if not args.wait:
@@ -92,22 +109,39 @@ def main(args: argparse.Namespace) -> int:
 
 
 def options_from_args(args: argparse.Namespace) -> slurm.JobOptions:
-    return slurm.JobOptions(
-        nodes=args.nodes, ranks_per_node=args.ranks_per_node, launcher=args.launcher,
+    command = _job_command(args)
+    options = slurm.JobOptions(
+        nodes=args.nodes, ranks_per_node=_ranks_per_node(args, command), launcher=args.launcher,
         gpus_per_node=args.gpus_per_node, cpus_per_rank=args.cpus_per_rank, partition=args.partition,
         account=args.account, time_limit=args.time_limit, exclusive=args.exclusive,
         results_dir=str(Path(args.out).resolve()), python=args.python,
-        run_args=checked_command_args(args.job_command, args.run_args + _history_args(args)),
-        env=tuple(_env_pairs(args.env)), command=args.job_command,
-    ).validate()
+        env=tuple(_env_pairs(args.env)), command=command,
+    ).validate()  # the allocation first: the command's options are checked against it
+    run_args = checked_command_args(command, args.run_args + _history_args(args, command), options.nodes)
+    return dataclasses.replace(options, run_args=run_args)
 
 
-def _history_args(args: argparse.Namespace) -> list[str]:
+def _job_command(args: argparse.Namespace) -> str:
+    if args.diagnose and args.job_command not in ("run", "diagnose"):  # run: --command left at its default
+        raise UsageError(f"--diagnose is --command diagnose; it cannot go with --command {args.job_command}")
+    return "diagnose" if args.diagnose else args.job_command
+
+
+def _ranks_per_node(args: argparse.Namespace, command: str) -> int:
+    """The benchmark needs the ranks per node said; the one-task-per-node commands default to 1."""
+    if args.ranks_per_node is not None:
+        return args.ranks_per_node
+    if command == "run":
+        raise UsageError("--ntasks-per-node is needed: benchmark ranks per node (one per GPU on GPU nodes)")
+    return 1
+
+
+def _history_args(args: argparse.Namespace, command: str) -> list[str]:
     """--db and --cluster travel to `commbench run` in the job, which ingests when it ends."""
     extra = ["--db", str(Path(args.db).resolve())] if args.db else []
     extra += ["--cluster", args.cluster] if args.cluster else []
-    if extra and args.job_command != "run":
-        raise UsageError(f"--db and --cluster apply to --command run, not {args.job_command}")
+    if extra and command != "run":
+        raise UsageError(f"--db and --cluster apply to --command run, not {command}")
     return extra
 
 
@@ -125,8 +159,38 @@ def submit(options: slurm.JobOptions, script: str) -> slurm.Submission:
     return submission
 
 
-def checked_command_args(command: str, args: list[str]) -> tuple[str, ...]:
+def checked_command_args(command: str, args: list[str], nodes: int) -> tuple[str, ...]:
+    if command == "diagnose":
+        return checked_diagnose_args(args, nodes)
     return checked_calibrate_args(args) if command == "calibrate" else checked_run_args(args)
+
+
+# diagnose's options that describe a cluster model: they make no sense on the job's real nodes
+_MODEL_OPTIONS = {"simulate": "--simulate", "hosts": "--hosts", "faults": "--faults", "slow": "--slow",
+                  "lossy": "--lossy", "link": "--link"}
+
+
+def checked_diagnose_args(diagnose_args: list[str], nodes: int) -> tuple[str, ...]:
+    """The options for `commbench diagnose` on the job's nodes, parsed as diagnose parses them; the
+    fleet is the allocation, so no cluster-model option and a screen group that fits in it."""
+    from commbench.commands import diagnose as diagnose_command
+
+    parser = _RaisingParser(prog="commbench diagnose", add_help=False)
+    diagnose_command.add_arguments(parser)
+    parser.set_defaults(out=_UNSET, nproc=_UNSET)
+    parsed = parser.parse_args(diagnose_args)
+    if parsed.out is not _UNSET:
+        raise UsageError("give the results folder to submit (--out before --), not to diagnose")
+    if parsed.nproc is not _UNSET:
+        raise UsageError("--nproc does not apply under Slurm: diagnose runs one task on each of the --nodes")
+    model = [flag for name, flag in _MODEL_OPTIONS.items() if getattr(parsed, name, None)]
+    if model:
+        raise UsageError(f"{model[0]} describes a cluster model (diagnose --simulate, no Slurm needed); "
+                         "under Slurm the fleet is the job's --nodes")
+    group_size = getattr(parsed, "group_size", None)
+    if group_size is not None and not 2 <= group_size <= nodes:
+        raise UsageError(f"--group-size {group_size}: must be between 2 and the job's {nodes} nodes")
+    return tuple(diagnose_args)
 
 
 def checked_calibrate_args(calibrate_args: list[str]) -> tuple[str, ...]:
@@ -162,7 +226,7 @@ def checked_run_args(run_args: list[str]) -> tuple[str, ...]:
 
 class _RaisingParser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 - argparse hook
-        raise UsageError(f"run options after --: {message}")
+        raise UsageError(f"{self.prog.removeprefix('commbench ')} options after --: {message}")
 
 
 def _env_pairs(items: list[str]):
@@ -250,8 +314,12 @@ def report(submission: slurm.Submission, status: slurm.JobStatus) -> int:
     ended = f"job {status.job_id} {status.state} after {status.elapsed or '?'}" + (
         f" (exit code {status.exit_code})" if status.exit_code and status.exit_code != "0:0" else "")
     if not status.succeeded:
+        if submission.command == "diagnose":
+            _print_diagnosis_if_any(job_dir)
         _print_log_tail(submission, status)
         raise CommbenchError(f"{ended}; log: {job_dir / 'job.log'}")
+    if submission.command == "diagnose":
+        return _report_diagnosis(job_dir, ended, submission, status)
     if submission.command == "calibrate":
         return _report_processors(job_dir, ended, submission, status)
     run = _latest_run(job_dir)
@@ -274,6 +342,53 @@ def _report_processors(job_dir: Path, ended: str, submission: slurm.Submission, 
     for path in files:
         print(f"processor: {path} (commbench plan --processor {path})")
     return 0
+
+
+def _report_diagnosis(job_dir: Path, ended: str, submission: slurm.Submission, status: slurm.JobStatus) -> int:
+    found = _latest_diagnosis(job_dir)
+    if found is None:
+        _print_log_tail(submission, status)
+        raise CommbenchError(f"{ended} but left no diagnosis run directory in {job_dir}")
+    print(ended)
+    for line in diagnosis_summary_lines(*found):
+        print(line)
+    return 0
+
+
+def _print_diagnosis_if_any(job_dir: Path) -> None:
+    """A diagnose job can fail after its report is written (a node's rank exits non-zero): show it."""
+    found = _latest_diagnosis(job_dir)
+    if found is not None:
+        print("the job failed, but its diagnosis was written:")
+        for line in diagnosis_summary_lines(*found):
+            print(line)
+
+
+def _latest_diagnosis(job_dir: Path) -> tuple[Path, dict] | None:
+    """The newest diagnose run directory in the job's folder and its report (None if there is none)."""
+    from commbench.diagnose.report import DIAGNOSE_FILE, load_report
+    from commbench.data.rundir import list_runs
+
+    runs = [run for run in list_runs(job_dir) if (run / DIAGNOSE_FILE).is_file()]
+    return (runs[-1], load_report(runs[-1])) if runs else None
+
+
+def diagnosis_summary_lines(run_dir: Path, report: dict) -> list[str]:
+    """Nodes to drain and why, links to inspect, rounds, and the exclude list in hostlist syntax."""
+    def reasons(item: dict) -> str:
+        return ", ".join(item.get("reasons", [])) or "?"
+
+    drain = [f"{item['node']} ({reasons(item)})" for item in report["drain"]]
+    links = [f"{' <-> '.join(item['link'])} ({reasons(item)})" for item in report["links"]]
+    return [
+        f"diagnosis: {run_dir}",
+        f"{report['nodes']} nodes, {report['rounds']} concurrent rounds, {report['group_tests']} group tests "
+        f"({report['source']})",
+        f"nodes to drain: {'; '.join(drain) or 'none'}",
+        f"links to inspect: {'; '.join(links) or 'none'}",
+        f"good nodes: {report['good'] or '(none)'}",
+        f"# exclude: {report['exclude']}",
+    ]
 
 
 def _latest_run(job_dir: Path):

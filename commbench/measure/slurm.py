@@ -53,7 +53,7 @@ TERMINAL_STATES = frozenset({
 UNKNOWN = "UNKNOWN"
 # environment the templates read; removed from sbatch's environment so the rendered values hold
 RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_PER_NODE", "COMMBENCH_COMMAND")
-JOB_COMMANDS = ("run", "calibrate")  # what a job may run
+JOB_COMMANDS = ("run", "calibrate", "diagnose")  # what a job may run
 
 _TIME_LIMIT = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited)$", re.IGNORECASE)
 _DIRECTIVE = re.compile(r"^#{1,2}SBATCH --([a-z-]+)(?:=(\S+))?\s*$")
@@ -98,6 +98,11 @@ class JobOptions:
             raise UsageError(f"unknown job command {self.command!r}; choose from {', '.join(JOB_COMMANDS)}")
         if self.command == "calibrate" and self.ranks_per_node != 1:
             raise UsageError("calibrate runs one task per node (--ntasks-per-node 1): each measures its node's device")
+        if self.command == "diagnose" and self.ranks_per_node != 1:
+            raise UsageError("diagnose runs one task per node (--ntasks-per-node 1): each node is one member "
+                             "of the diagnosis")
+        if self.command == "diagnose" and self.nodes < 2:
+            raise UsageError(f"diagnose needs at least 2 nodes (--nodes {self.nodes})")
         if self.launcher not in LAUNCHERS:
             raise UsageError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
         if self.time_limit is not None and not _TIME_LIMIT.match(self.time_limit):
