@@ -31,7 +31,7 @@ PACKAGES = ("commbench", "dashboard")
 TORCH_FREE = ("commbench.modeling", "commbench.data", "commbench.traces", "commbench.analysis", "commbench.diagnose")
 TORCH_ALLOWED_IN = ("commbench.traces.demo",)  # trains a small DDP model to produce a trace
 DASHBOARD_COMMAND = "commbench.commands.dashboard"
-DRIVERS = ("commbench.measure.sweep", "commbench.measure.pairwise", "commbench.measure.overlap")
+DRIVERS = ("commbench.measure.sweep", "commbench.measure.pairwise", "commbench.measure.overlap", "commbench.measure.diagnose")
 
 
 def module_name(path: Path) -> str:

@@ -89,7 +89,11 @@ def test_unreadable_hostlists_say_why(text):
     (["--hosts", "@/nonexistent/hosts.txt"], "cannot read the host list"),
     (["--hosts", "node[1-"], "cannot read the host list"),
     (["--hosts", "node[1-4]", "--slow", "node9"], "not in the fleet"),
-    ([], "give the fleet"),
+    (["--slow", "node3"], "injects a fault into the cluster model"),
+    (["--timeout", "0"], "--timeout 0"),
+    (["--iters", "0"], "--iters 0"),
+    (["--nproc", "1"], "--nproc 1"),
+    (["--group-size", "1"], "--group-size 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
     assert main(["diagnose", *argv]) == 2

@@ -1,14 +1,30 @@
 """Find the bad nodes and links of a fleet in a few concurrent rounds: screen, localise by group testing,
 confirm against known-good partners, report (see commbench/diagnose/strategy.py).
 
-This version drives the strategy with the cluster model (--simulate): a synthetic fleet with the
-faults you inject, noise as measured on the emulated cluster. Its output is the report a real run
-gives: nodes to drain with reasons and evidence, links to inspect, rounds taken, a Slurm exclude
-list in hostlist syntax and the good nodes. Every figure it prints is synthetic and says so.
+Two modes, one strategy and one report:
+  real (default)   measures live ranks, one rank per node, launched like `commbench run`: --nproc N
+                   on this machine (each local rank is a "node" of its own: a smoke test), or one
+                   rank per node under torchrun or srun. With several ranks on a node, the node's
+                   lowest rank represents it and the others wait idle until the end. Each round,
+                   disjoint groups run send/recv rings at once (gloo, or NCCL where every rank has
+                   a GPU: that path has not run on a GPU yet), each over its own communicator, so a
+                   node that stops answering costs only its group: it is named after --timeout and
+                   the diagnosis goes on. Rank 0 prints the report; its figures are MEASURED (source:
+                   backend, size, iterations, nodes, date and command). Exit 0 when the diagnosis
+                   completes (bad nodes found or not), 1 when it cannot, 2 on bad input.
+  --simulate/--hosts  drives the cluster model instead: a synthetic fleet with the faults you inject,
+                   noise as measured on the emulated cluster. Every figure it prints is synthetic
+                   and says so.
+
+The report: nodes to drain with reasons and evidence, links to inspect, rounds taken, the good
+nodes, and a last line `# exclude: <hostlist>` (Slurm hostlist syntax, for sbatch --exclude).
 A link fault is found only when a tested ring uses that link (ring neighbours in node order,
 inside one screen group): a link between two nodes that never share a ring is not tested.
 
 Examples:
+  commbench diagnose --nproc 4                                   # 4 local "nodes", a smoke test
+  torchrun --nnodes 8 --nproc-per-node 1 ... -m commbench diagnose --timeout 60
+  srun --nodes 64 --ntasks-per-node 1 commbench diagnose --json
   commbench diagnose --simulate 1024 --faults 4
   commbench diagnose --hosts 'node[01-08]' --slow node03 --lossy node06
   commbench diagnose --hosts 'node[01-08]' --link node03,node04 --json
@@ -18,22 +34,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from commbench.commands.run import size_arg
 from commbench.diagnose.fleet import FleetModel, inject_node_faults
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import save_run, text, to_dict
 from commbench.diagnose.strategy import Thresholds, diagnose
 from commbench.errors import UsageError
 
-HELP = "find bad nodes and links in a few concurrent rounds (group testing); --simulate drives a cluster model"
+HELP = "find bad nodes and links in a few concurrent rounds (group testing) on live ranks; --simulate: a cluster model"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    fleet = parser.add_argument_group("the fleet (a cluster model: the real-rank driver is not built yet)")
+    real = parser.add_argument_group("real mode (the default): live ranks, one per node")
+    real.add_argument("--nproc", type=int, default=None, metavar="N",
+                      help="ranks (\"nodes\") to start on this machine when not under torchrun/srun (default 2)")
+    real.add_argument("--size", type=size_arg, default=8 << 20,
+                      help="bytes each ring member sends per iteration; large enough to saturate a link (default 8M)")
+    real.add_argument("--iters", type=int, default=5, help="timed iterations per group test (default 5)")
+    real.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
+    real.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds per round: a node that has not answered by then is named and left out (default 60)")
+    real.add_argument("--node-name", default=None, help="this node's name in the report (default: hostname)")
+    fleet = parser.add_argument_group("the cluster model (--simulate or --hosts; every figure synthetic)")
     fleet.add_argument("--simulate", type=int, metavar="N", help="nodes of the model (default: as many as --hosts names)")
     fleet.add_argument("--hosts", metavar="HOSTLIST|@FILE", help="node names, Slurm hostlist syntax or @file (one list per line)")
     fleet.add_argument("--faults", type=int, default=0, metavar="D", help="random faulty nodes, alternately slow and lossy")
@@ -48,6 +76,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.simulate is None and args.hosts is None:
+        return measure(args)
+    return simulate(args)
+
+
+def measure(args: argparse.Namespace) -> int:
+    """Real mode: this process is one rank under a launcher, or starts --nproc local ranks."""
+    from commbench.measure.diagnose import DiagnoseConfig  # torch loads only in real mode
+    from commbench.measure.launch import detect_rank_env, spawn_local
+
+    model_only = [flag for flag, value in (("--faults", args.faults), ("--slow", args.slow), ("--lossy", args.lossy),
+                                           ("--link", args.link)) if value]
+    if model_only:
+        raise UsageError(f"{model_only[0]} injects a fault into the cluster model: give --simulate N or --hosts too")
+    for flag, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0), ("--size", args.size, 4)):
+        if value < low:
+            raise UsageError(f"{flag} {value}: must be at least {low}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g}: must be positive (seconds per round)")
+    if args.group_size is not None and args.group_size < 2:
+        raise UsageError(f"--group-size {args.group_size}: must be at least 2")
+    cfg = DiagnoseConfig(size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
+                         group_size=args.group_size, node_name=args.node_name, json=args.json,
+                         out_dir=str(Path(args.out).resolve()) if args.out else None,
+                         command="commbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    env = detect_rank_env()
+    if env is not None:
+        from commbench.measure.diagnose import run_rank
+
+        return run_rank(cfg, env)
+    nproc = 2 if args.nproc is None else args.nproc
+    if nproc < 2:
+        raise UsageError(f"--nproc {nproc}: a diagnosis needs at least 2 ranks")
+    return spawn_local(nproc, cfg.to_json(), "diagnose", grace_s=2.0, leader_decides=True)
+
+
+def simulate(args: argparse.Namespace) -> int:
     names = node_names(args.hosts, args.simulate)
     check_sizes(args, len(names))
     model = FleetModel(len(names), np.random.default_rng(args.seed))
@@ -68,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
 def node_names(hosts: str | None, simulate: int | None) -> list[str]:
     if hosts is None:
         if simulate is None:
-            raise UsageError("give the fleet: --simulate N or --hosts HOSTLIST (the real-rank driver is not built yet)")
+            raise UsageError("give the fleet: --simulate N or --hosts HOSTLIST")
         if simulate < 2:
             raise UsageError(f"--simulate {simulate}: a diagnosis needs at least 2 nodes")
         return [f"node{i:0{len(str(simulate - 1))}d}" for i in range(simulate)]

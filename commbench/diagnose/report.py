@@ -66,13 +66,17 @@ def text(report: dict) -> str:
         lines.append(f"  {' <-> '.join(item['link']):<24} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
     lines.append(f"exclude (sbatch --exclude): {report['exclude'] or '(none)'}")
     lines.append(f"good nodes: {report['good'] or '(none)'}")
+    if report.get("wall_s") is not None:
+        lines.append(f"# wall time of the diagnosis: {report['wall_s']:.1f} s")
+    lines.append(f"# exclude: {report['exclude']}")  # the one line `commbench submit --diagnose` reads
     return "\n".join(lines)
 
 
-def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, note: str) -> Path:
-    """A run directory of kind "diagnose": run.json and the whole report in diagnose.json."""
+def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, note: str, backend: str = "model") -> Path:
+    """A run directory of kind "diagnose": run.json and the whole report in diagnose.json. `backend`:
+    "model" for the cluster model, else the one that measured."""
     info = RunInfo(run_id=new_run_id("diagnose-"), kind="diagnose", source="commbench", created=utc_now(),
-                   backend="model" if synthetic else "gloo", world_size=report["nodes"], args=args,
+                   backend=backend, world_size=report["nodes"], args=args,
                    synthetic=synthetic, note=note)
     return save_document_run(out_dir, info, DIAGNOSE_FILE, report)
 

@@ -8,7 +8,7 @@ Library, used by every driver:
   timing.py, report.py, progress.py, placement.py, watchdog.py, faults.py, linkhealth.py
 Drivers, peers that never import each other (the command chooses one):
   sweep.py      nccl-tests-style sweep           pairwise.py   the link matrix
-  overlap.py    a GEMM beside a collective
+  overlap.py    a GEMM beside a collective       diagnose.py   `commbench diagnose` on live ranks
 Starting ranks: launch.py (torchrun, srun, local), worker.py (the one rank entry point and the
 driver registry), slurm.py (`commbench submit` / `jobs`).
 Not on ranks: calibrate.py times one device's compute for `commbench calibrate`, and

@@ -103,11 +103,13 @@ def default_nproc() -> int:
     return 2
 
 
-def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0) -> int:
+def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0, leader_decides: bool = False) -> int:
     """Start nproc ranks of the worker (WORKER_MODULE) running `driver` on this host and wait for them.
 
     When one rank fails, the others get `grace_s` to notice through their own timeouts, then
     are stopped, so the launcher never waits forever. Returns the first non-zero exit code.
+    With `leader_decides` (diagnose: a rank that fails or hangs is what it reports on) rank 0's
+    exit code is the answer, and the others get `grace_s` after rank 0 ends, then are stopped.
     """
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {nproc})")
@@ -121,7 +123,7 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
         env[WORKER_DRIVER_ENV] = driver
         procs.append(subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env, start_new_session=True))
     try:
-        return _wait_all(procs, grace_s)
+        return _wait_leader(procs, grace_s) if leader_decides else _wait_all(procs, grace_s)
     except KeyboardInterrupt:
         _stop(procs, signal.SIGINT)
         _wait_all(procs, grace_s)
@@ -145,6 +147,14 @@ def _wait_all(procs: list[subprocess.Popen], grace_s: float) -> int:
             _stop(procs, signal.SIGKILL)
             return bad[0]
         time.sleep(0.05)
+
+
+def _wait_leader(procs: list[subprocess.Popen], grace_s: float) -> int:
+    code = procs[0].wait()
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(proc.poll() is None for proc in procs[1:]):
+        time.sleep(0.05)
+    return code
 
 
 def _stop(procs: list[subprocess.Popen], sig: int) -> None:

@@ -12,6 +12,7 @@ node counts too; InfiniBand and RoCE transports retransmit in the NIC and are no
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,14 @@ class TcpCounters:
 
     def __sub__(self, earlier: TcpCounters) -> TcpCounters:
         return TcpCounters(self.segments_sent - earlier.segments_sent, self.retransmitted - earlier.retransmitted)
+
+
+def moves_data_over_tcp(backend: str) -> bool:
+    """gloo always; NCCL only on its socket transport (InfiniBand and RoCE retransmit in the NIC,
+    where these counters would read a clean 0% whatever the link does)."""
+    if backend == "gloo":
+        return True
+    return os.environ.get("NCCL_NET", "").lower() == "socket" or os.environ.get("NCCL_IB_DISABLE") == "1"
 
 
 def read_tcp_counters(path: Path = SNMP) -> TcpCounters | None:

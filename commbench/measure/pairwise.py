@@ -19,7 +19,6 @@ and barrier around it (dozens against the thousands one bandwidth-size measureme
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from dataclasses import replace
 
@@ -30,7 +29,7 @@ from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
 from commbench.errors import UsageError
 from commbench.measure.harness import Row, gather_to_rank0, measure, to_record
-from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, record_retransmit_pct
+from commbench.measure.linkhealth import TcpCounters, moves_data_over_tcp, read_tcp_counters, record_retransmit_pct
 from commbench.measure.options import DTYPES
 from commbench.measure.progress import Progress
 from commbench.measure.runner import MeasuredRun
@@ -100,14 +99,6 @@ def pair_rows(session: Session) -> list[Row]:
         for pairs in inter_rounds + intra_rounds:
             rows.append(Row("pair", pingpong, tuple(pairs), size, counts))
     return rows
-
-
-def moves_data_over_tcp(backend: str) -> bool:
-    """gloo always; NCCL only on its socket transport (InfiniBand and RoCE retransmit in the NIC,
-    where these counters would read a clean 0% whatever the link does)."""
-    if backend == "gloo":
-        return True
-    return os.environ.get("NCCL_NET", "").lower() == "socket" or os.environ.get("NCCL_IB_DISABLE") == "1"
 
 
 def gather_counter_deltas(session: Session, before: TcpCounters | None, after: TcpCounters | None

@@ -55,6 +55,10 @@ def launch_driver(name: str, cfg: RunConfig, nproc: int | None) -> int:
 
 def main() -> int:
     name = os.environ[WORKER_DRIVER_ENV]
+    if name == "diagnose":  # its own rank loop, without the runner's world group and watchdog
+        from commbench.measure.diagnose import DiagnoseConfig, run_rank
+
+        return run_rank(DiagnoseConfig.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
     options = OverlapConfig if name == "overlap" else RunConfig
     return run_driver(name, options.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
 
