@@ -10,7 +10,7 @@ import pytest
 from commbench.cli import main
 from commbench.diagnose.fleet import FleetModel, bound_rounds, simulate_diagnose
 from commbench.diagnose.hostlist import compress, expand
-from commbench.diagnose.strategy import diagnose, ring_edges
+from commbench.diagnose.strategy import diagnose, ring_edges, screen_groups
 
 
 def fleet(n=8, seed=0):
@@ -57,6 +57,16 @@ def test_a_node_that_stops_answering_is_named_and_the_rest_completes():
 def test_a_healthy_fleet_accuses_nobody_in_the_screen_and_one_more_round_at_most():
     result = diagnose(fleet(1024), 1024)
     assert not result.drained() and not result.bad_links and len(result.rounds) <= 2
+
+
+@pytest.mark.parametrize("n, size, groups", [
+    (3, 2, [(0, 1, 2)]),
+    (5, 2, [(0, 1), (2, 3, 4)]),
+    (9, 4, [(0, 1, 2, 3), (4, 5, 6, 7, 8)]),
+    (8, 2, [(0, 1), (2, 3), (4, 5), (6, 7)]),
+])
+def test_screen_groups_cover_every_node_once_a_lone_last_node_joining_the_group_before(n, size, groups):
+    assert screen_groups(list(range(n)), size) == groups
 
 
 def test_ring_edges():

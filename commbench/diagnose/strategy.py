@@ -120,7 +120,8 @@ def screen_groups(nodes: Sequence[int], size: int) -> list[tuple[int, ...]]:
     a lone last node joins the chunk before it."""
     chunks = [tuple(nodes[i:i + size]) for i in range(0, len(nodes), size)]
     if len(chunks) > 1 and len(chunks[-1]) == 1:
-        chunks[-2] = chunks[-2] + chunks.pop()
+        lone = chunks.pop()  # popped first: `chunks[-2] = chunks[-2] + chunks.pop()` assigns one chunk too early
+        chunks[-1] = chunks[-1] + lone
     return chunks
 
 
