@@ -238,7 +238,15 @@ class StoreTester:
         waiting = {rank for g in rank_groups for rank in g} - set(answers)
         answers.update(self._collect(waiting, started + self.cfg.timeout_s))
         self.round_no += 1
-        return self._result(groups, rank_groups, answers)
+        result = self._result(groups, rank_groups, answers)
+        self._progress(len(groups), result, time.monotonic() - started)
+        return result
+
+    def _progress(self, n_groups: int, result: RoundResult, seconds: float) -> None:
+        """One line per round on stderr (stdout is the report): a long diagnosis shows where it is."""
+        silent = ", ".join(self.nodes[n].name for n in sorted(result.hung))
+        print(f"# round {self.round_no}: {n_groups} group(s) in {seconds:.1f} s"
+              + (f"; no answer from {silent}" if silent else ""), file=sys.stderr, flush=True)
 
     def _collect(self, waiting: set[int], deadline: float) -> dict[int, dict]:
         """Results as they come in, until every member answered or the round's time is up."""
