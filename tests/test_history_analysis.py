@@ -1,8 +1,9 @@
 """compare, baseline/check and history on generated runs whose noise was measured on this machine.
 
-The noise profile (tests/fixtures/history-noise-profile.json) comes from 10 repeated sweeps on this
-machine while it was shared (its "measured" entry says how); "quiet" is the same machine's
-run-to-run noise when it was not, with its source. Generated runs are labelled synthetic.
+The noise profile (tests/fixtures/history-noise-profile.json) comes from 12 repeated sweeps (256 KiB
+to 64 MiB) on this machine while it was quiet (its "measured" entry says how); its "quiet" figure is
+the 64 MiB row's run-to-run noise, which QUIET applies to every row (small rows are far noisier).
+Generated runs are labelled synthetic.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from commbench.analysis.baseline import build_baseline, grade
 from commbench.analysis.compare import compare_runs
 from commbench.analysis.history import find_change_points
 from commbench.analysis.runs import read_run, run_differences
-from commbench.analysis.synthetic import Injection, generate_history, generate_series, quiet_variant, read_profile
+from commbench.analysis.synthetic import Injection, generate_history, generate_rows, quiet_variant, read_profile
+from commbench.cli import main as cli_main
 from commbench.data import store
 from commbench.data.schema import RunInfo
 
 PROFILE = read_profile(Path(__file__).parent / "fixtures" / "history-noise-profile.json")
 QUIET = quiet_variant(PROFILE)
-ROW_8M = (8 << 20, False)
+SIZE_64M = 64 << 20  # the size of the acceptance's query, `history ... --size 64M`
 NCCL_UPGRADE = {"nccl": "2.23.4"}
 
 
@@ -37,18 +39,23 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_compare_flags_a_material_slowdown_and_not_noise(tmp_path):
-    before = generate_history(tmp_path / "a", QUIET, 2, seed=1, prefix="a")
+    """Ten pairs of unchanged runs: "mostly no significant change". At the measured 4.8% run-to-run
+    noise (applied to every row) 7 of 180 rows are flagged here, at 16-64 MiB (15 of 360 over 20
+    other pairs, at 32 and 64 MiB): there 20 iterations pin a run's median far tighter than runs
+    agree, and one run's samples cannot see run-to-run noise (`check` against a baseline of several
+    runs does)."""
+    before = generate_history(tmp_path / "a", QUIET, 20, seed=1, prefix="a")
     after = generate_history(tmp_path / "b", QUIET, 1, seed=2, prefix="b",
                              injection=Injection(at=1, drop=0.3, versions=NCCL_UPGRADE))
-    same = compare_runs(read_run(str(before[0])), read_run(str(before[1])))
-    assert all(row.p is not None for row in same.rows)
-    quiet_rows = sum(not row.flagged for row in same.rows)
-    assert quiet_rows >= 0.95 * len(same.rows)
+    pairs = [compare_runs(read_run(str(a)), read_run(str(b))) for a, b in zip(before[::2], before[1::2])]
+    rows = [row for same in pairs for row in same.rows]
+    assert all(row.p is not None for row in rows)
+    assert sum(not row.flagged for row in rows) >= 0.9 * len(rows)
 
     slower = compare_runs(read_run(str(before[0])), read_run(str(after[0])))
     assert "nccl 2.21.5 -> 2.23.4" in slower.differences
     flagged = [row for row in slower.rows if row.verdict == "slower"]
-    large = [row for row in slower.rows if row.key[3] >= 4 << 20]  # per-iteration CV ~0.3 there, ~1 below
+    large = [row for row in slower.rows if row.key[3] >= 8 << 20]  # per-iteration CV <= 0.27 there, 0.35-1.3 below
     assert all(row.flagged for row in large)
     for row in flagged:
         assert row.q < 0.05 and row.time_change > 0.05 and row.ci_low > 0
@@ -120,46 +127,66 @@ def test_check_against_a_hardware_preset_grades_the_largest_sizes():
 # ------------------------------------------------------------------ history (the generated-history acceptance)
 
 
-def test_a_7pct_drop_at_run_200_is_found_and_attributed(tmp_path):
-    """One history through run directories, ingest and the command. At the noise measured on the quiet
-    machine (7.9% at 8 MiB) the detector lands within 5 runs, where the version change pins it, in
-    164 of 200 histories (bench/RESULTS-history.md): seeds 11-16 land at 207, 200, 206, 200, 200 and
-    none. Seed 12 is one that lands; the rate is guarded by the test below."""
+def test_a_7pct_drop_at_run_200_is_found_and_attributed(tmp_path, capsys):
+    """Five histories (seeds 1-5, not chosen) through run directories, one ingest and the command (as a
+    process for the first, in this process for the others: the same code, without 1 s of imports each),
+    at the noise measured on the quiet machine (64 MiB: 4.8% out-of-place, 3.7% in-place). Over 200
+    other histories the detector lands within 2 runs in 194 and within 5, where the version change
+    pins it, in 198 (bench/RESULTS-history.md): all five are expected to be found at 200 and attributed."""
     injection = Injection(at=200, drop=0.07, versions=NCCL_UPGRADE)
-    generate_history(tmp_path / "runs", QUIET, 300, cluster="fleet", injection=injection, seed=12)
+    seeds = range(1, 6)
+    for seed in seeds:
+        generate_history(tmp_path / "runs", PROFILE, 300, cluster=f"fleet{seed}", injection=injection, seed=seed)
     db = tmp_path / "r.duckdb"
     store.ingest(db, [tmp_path / "runs"])
-    result = cli("history", "--cluster", "fleet", "--op", "all_reduce", "--size", "8M", "--db", str(db), "--json")
-    assert result.returncode == 0, result.stderr
-    (series,) = json.loads(result.stdout)
-    assert len(series["points"]) == 300
-    (change,) = series["change_points"]
-    assert abs(change["detected_index"] - 200) <= 5  # how often within 2: test_injected_drops_are_located_...
-    assert change["index"] == 200  # the version change nearby pins it
-    assert "nccl 2.21.5 -> 2.23.4" in change["differences"]
-    assert -0.10 < change["change"] < -0.04
+    for seed in seeds:
+        args = ["history", "--cluster", f"fleet{seed}", "--op", "all_reduce", "--size", "64M", "--db", str(db), "--json"]
+        if seed == seeds[0]:
+            result = cli(*args)
+            assert result.returncode == 0, result.stderr
+            text = result.stdout
+        else:
+            assert cli_main(args) == 0
+            text = capsys.readouterr().out
+        (series,) = json.loads(text)
+        assert len(series["points"]) == 300
+        assert all(point["in_place_busbw_gbps"] > 0 for point in series["points"])  # the detector's second column
+        (change,) = series["change_points"]
+        assert abs(change["detected_index"] - 200) <= 2, (seed, change)
+        assert change["index"] == 200  # the version change nearby pins it
+        assert "nccl 2.21.5 -> 2.23.4" in change["differences"]
+        assert -0.10 < change["change"] < -0.04
 
 
-def test_injected_drops_are_located_within_2_runs_on_most_histories():
-    """50 histories of the 8M row at the quiet machine's measured noise (0.079): where the change point
-    lands. Here 32 within 2 runs, 38 within 5, 49 found; over 200 histories 132, 164 and 194 (see
-    bench/RESULTS-history.md)."""
+def drop_errors(seeds: range, with_in_place: bool = True) -> list[int]:
+    """Per generated 64 MiB history with a 7% drop at run 200: how far the nearest change point is (300: none)."""
     errors = []
-    for seed in range(50):
-        values = generate_series(QUIET, *ROW_8M, 300, injection=Injection(at=200, drop=0.07), seed=100 + seed)
-        found = [index + 1 for index in find_change_points(values)]
+    for seed in seeds:
+        out_of_place, in_place = generate_rows(PROFILE, [(SIZE_64M, False), (SIZE_64M, True)], 300,
+                                               injection=Injection(at=200, drop=0.07), seed=seed)
+        found = [index + 1 for index in find_change_points(out_of_place, companion=in_place if with_in_place else None)]
         errors.append(min((abs(run - 200) for run in found), default=300))
-    assert sum(error <= 2 for error in errors) >= 0.55 * len(errors), errors
-    assert sum(error <= 5 for error in errors) >= 0.7 * len(errors), errors
-    assert sum(error < 300 for error in errors) >= 0.95 * len(errors), errors
+    return errors
+
+
+def test_injected_drops_are_located_within_2_runs_on_nearly_every_history():
+    """50 histories (seeds 2000-2049, apart from those the penalty was chosen on, from 0, and those of
+    the bench, from 1000): here 49 within 2 runs, 50 within 5 and found; over the bench's 200, 194,
+    198 and 198. The out-of-place row alone does worse (39 within 2, 48 within 5): the in-place row is
+    what sharpens the place."""
+    errors = drop_errors(range(2000, 2050))
+    assert sum(error <= 2 for error in errors) >= 47, errors
+    assert sum(error <= 5 for error in errors) >= 48, errors
+    alone = drop_errors(range(2000, 2050), with_in_place=False)
+    assert sum(error <= 2 for error in alone) < sum(error <= 2 for error in errors), alone
 
 
 def test_false_alarms_on_20_unchanged_histories():
-    """At the default threshold and penalty, with the profile's quiet figure and its per-row noise."""
-    alarms = {name: sum(bool(find_change_points(generate_series(profile, *ROW_8M, 300, seed=200 + seed)))
-                        for seed in range(20))
-              for name, profile in (("quiet", QUIET), ("measured", PROFILE))}
-    assert alarms["quiet"] <= 1 and alarms["measured"] <= 1, alarms
+    """At the default threshold and penalty, 64 MiB with its in-place row and alone, at the measured noise."""
+    histories = [generate_rows(PROFILE, [(SIZE_64M, False), (SIZE_64M, True)], 300, seed=200 + seed) for seed in range(20)]
+    alarms = {"with in-place": sum(bool(find_change_points(out, companion=inp)) for out, inp in histories),
+              "alone": sum(bool(find_change_points(out)) for out, _ in histories)}
+    assert alarms["with in-place"] <= 1 and alarms["alone"] <= 1, alarms
 
 
 def test_change_points_need_a_material_change():

@@ -41,7 +41,7 @@ def test_with_a_database_the_listing_comes_from_it_without_reading_a_run(fleet, 
     listed = ResultsStore(root).listing(("sweep",))
     assert [run.key for run in listed] == names[::-1]  # newest first; the later run is not ingested yet
     assert listed[0].label == f"{names[-1]} {SYNTHETIC_BADGE}" and not listed[1].synthetic
-    assert {(run.kind, run.world_size, run.records) for run in listed} == {("sweep", PROFILE["group_size"], 12)}
+    assert {(run.kind, run.world_size, run.records) for run in listed} == {("sweep", PROFILE["group_size"], len(PROFILE["rows"]))}
     assert ResultsStore(root).listing(("overlap",)) == []
 
 
@@ -50,7 +50,7 @@ def test_with_a_database_the_pickers_load_only_the_listed_runs(fleet, monkeypatc
     store.ingest(root / "commbench.duckdb", [root])
     monkeypatch.setattr(dashboard_data, "list_runs", lambda _root: pytest.fail("the folder was walked"))
     entries = ResultsStore(root).usable(("sweep",))
-    assert [entry.key for entry in entries] == names[::-1] and all(len(entry.records) == 12 for entry in entries)
+    assert [entry.key for entry in entries] == names[::-1] and all(len(entry.records) == len(PROFILE["rows"]) for entry in entries)
 
 
 def test_without_a_database_the_folder_is_walked(fleet):
@@ -58,7 +58,7 @@ def test_without_a_database_the_folder_is_walked(fleet):
     (root / "broken").mkdir()
     (root / "broken" / "run.json").write_text("{")
     listed = ResultsStore(root).listing(("sweep",))
-    assert [run.key for run in listed] == names[::-1] and listed[0].synthetic and listed[0].records == 12
+    assert [run.key for run in listed] == names[::-1] and listed[0].synthetic and listed[0].records == len(PROFILE["rows"])
 
 
 def test_a_database_of_other_folders_or_unreadable_falls_back_to_the_folder(fleet, tmp_path_factory, monkeypatch):

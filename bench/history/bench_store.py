@@ -2,7 +2,8 @@
 
     python bench/history/bench_store.py --runs 10000 --work /tmp/commbench-bench-store
 
-Writes RUNS generated run directories (12 rows each, 20 samples per row, from the noise profile in
+Writes RUNS generated run directories (one row per profile row: 18 with the committed profile, 256 KiB
+to 64 MiB out-of-place and in-place; 20 samples per row; from the noise profile in
 tests/fixtures/history-noise-profile.json) under WORK, then times: the first ingest, a second
 ingest with nothing changed, and a history query (series + change points) over all of them.
 Goals (issue 15): first ingest <= 60 s, unchanged re-ingest <= 5 s, history query <= 1 s (for 10,000
@@ -21,6 +22,7 @@ from commbench.analysis.history import attach_change_points, load_series
 from commbench.analysis.synthetic import Injection, generate_history, read_profile
 from commbench.data import store
 
+SIZE = 64 << 20  # `commbench history ... --size 64M`, as issue 15 asks
 PROFILE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "history-noise-profile.json"
 
 
@@ -35,16 +37,16 @@ def series_only(db: Path):
     """The series query alone (one SQL join), without change points."""
     con = store.open_read_only(db)
     try:
-        return load_series(con, "bench", "all_reduce", 8 << 20, None)
+        return load_series(con, "bench", "all_reduce", SIZE, None)
     finally:
         con.close()
 
 
 def history(db: Path):
-    """The series of the 8 MiB row and its change points, as `commbench history` computes them."""
+    """The series of the 64 MiB row (the issue's query) and its change points, as `commbench history` computes them."""
     con = store.open_read_only(db)
     try:
-        return [attach_change_points(series) for series in load_series(con, "bench", "all_reduce", 8 << 20, None)]
+        return [attach_change_points(series) for series in load_series(con, "bench", "all_reduce", SIZE, None)]
     finally:
         con.close()
 
@@ -64,7 +66,7 @@ def main() -> None:
         return
     shutil.rmtree(work, ignore_errors=True)
     profile = read_profile(PROFILE)
-    print(f"# {args.runs} generated runs, load average before: {os.getloadavg()[0]:.2f}")
+    print(f"# {args.runs} generated runs of {len(profile['rows'])} rows, load average before: {os.getloadavg()[0]:.2f}")
     timed("generate run directories", lambda: generate_history(
         runs_dir, profile, args.runs, cluster="bench", seed=1, injection=Injection(at=args.runs * 2 // 3, drop=0.07,
                                                                                   versions={"nccl": "2.23.4"})))
@@ -74,7 +76,7 @@ def main() -> None:
     print(f"#   {report.summary()}")
 
     timed("series query alone (SQL join)", lambda: series_only(db))
-    series = timed("history query (8M, with change points)", lambda: history(db))
+    series = timed("history query (64M, with change points)", lambda: history(db))
     print(f"#   {len(series[0].points)} points, change points at {[c.index for c in series[0].change_points]}")
     print(f"# load average after: {os.getloadavg()[0]:.2f}; database {db.stat().st_size / 1e6:.1f} MB")
 

@@ -1,16 +1,21 @@
 """A row's history across a cluster's runs, and the points where it changed, with their likely cause.
 
 The series: per run of one cluster (ordered by start time), the out-of-place row of one op and
-size (and scope), its busbw. Change points come from ruptures' PELT (least-squares cost: KernelCPD
-with the linear kernel, ruptures' compiled PELT) on the
-log of busbw, scaled by a robust estimate of the run-to-run noise (the median absolute
-difference between neighbouring runs, which a level shift barely moves), with a BIC-like penalty
-of PENALTY_PER_LOG_N x log(n). A change point is kept only when it is also material: the medians
-of the segments on each side differ by more than the threshold (default 5%), the same threshold
-`compare` uses. Each kept change point names the first run after the change and what its run.json
-changed against the run before it; when exactly one run within ATTRIBUTION_WINDOW runs of the
-detected place changed its run.json, that run is taken as the first run after the change
-(`detected_index` keeps the detector's own estimate).
+size (and scope), its busbw, and beside it the same run's in-place row of that op and size when
+every run has one. Change points come from ruptures' PELT (least-squares cost: KernelCPD with the
+linear kernel, ruptures' compiled PELT) on the log of busbw, each column scaled by a robust
+estimate of its run-to-run noise (the median absolute difference between neighbouring runs, which
+a level shift barely moves), with a BIC-like penalty of PENALTY_PER_LOG_N x columns x log(n).
+Why both variants: they are the same op on the same ranks in the same run, so whatever moves one
+(a library, a setting, a node) moves the other, while their run-to-run noise is nearly independent
+(correlation 0.02 over the 12 runs of the noise profile at 64 MiB); two looks at one change place
+it far more sharply than one (bench/RESULTS-history.md). A change point is kept only when it is
+also material on the row asked for: the medians of the out-of-place segments on each side differ
+by more than the threshold (default 5%), the same threshold `compare` uses. Each kept change point
+names the first run after the change and what its run.json changed against the run before it;
+when exactly one run within ATTRIBUTION_WINDOW runs of the detected place changed its run.json,
+that run is taken as the first run after the change (`detected_index` keeps the detector's own
+estimate).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from commbench.analysis.runs import run_differences
 from commbench.data.rundir import load_run
 from commbench.errors import CommbenchError
 
-PENALTY_PER_LOG_N = 3.0  # 0 false alarms in 1,000 generated flat histories; 2.0 gave 24 (bench/RESULTS-history.md)
+PENALTY_PER_LOG_N = 3.0  # per column; false alarms in generated flat histories: bench/RESULTS-history.md
 MIN_SEGMENT = 3
 ATTRIBUTION_WINDOW = 5  # runs either side of a detected change searched for its cause
 DEFAULT_THRESHOLD = 0.05
@@ -40,6 +45,7 @@ class Point:
     busbw_gbps: float
     time_us: float
     source: str                    # commbench, nccl-tests, or synthetic (generated: never a measurement)
+    in_place_busbw_gbps: float | None = None  # the same run's in-place row, a second look at the same change
 
 
 @dataclass
@@ -68,8 +74,12 @@ class Series:
 
 
 SERIES_SQL = """
-SELECT r.run_id, CAST(r.created AS VARCHAR), r.path, rec.scope, rec.group_size, rec.busbw_gbps, rec.time_us, r.source
+SELECT r.run_id, CAST(r.created AS VARCHAR), r.path, rec.scope, rec.group_size, rec.busbw_gbps, rec.time_us, r.source,
+       inp.busbw_gbps
 FROM runs r JOIN records rec USING (run_id)
+LEFT JOIN records inp ON inp.run_id = rec.run_id AND inp.in_place AND inp.op = rec.op AND inp.size_bytes = rec.size_bytes
+  AND inp.scope = rec.scope AND inp.group_size = rec.group_size AND inp.dtype IS NOT DISTINCT FROM rec.dtype
+  AND inp.direction IS NOT DISTINCT FROM rec.direction
 WHERE r.cluster = ? AND rec.op = ? AND rec.size_bytes = ? AND NOT rec.in_place
   AND r.kind IN ('sweep', 'import') AND (? IS NULL OR rec.scope = ?)
 ORDER BY rec.scope, rec.group_size, r.created, r.run_id
@@ -80,23 +90,29 @@ def load_series(con, cluster: str, op: str, size_bytes: int, scope: str | None) 
     """One series per (scope, group size) that the cluster's runs measured for this op and size."""
     rows = con.execute(SERIES_SQL, [cluster, op, size_bytes, scope, scope]).fetchall()
     grouped: dict[tuple[str, int], list[Point]] = {}
-    for run_id, created, path, row_scope, group_size, busbw, time_us, source in rows:
-        grouped.setdefault((row_scope, group_size), []).append(Point(run_id, created, path, busbw, time_us, source))
+    for run_id, created, path, row_scope, group_size, busbw, time_us, source, in_place_busbw in rows:
+        grouped.setdefault((row_scope, group_size), []).append(
+            Point(run_id, created, path, busbw, time_us, source, in_place_busbw))
     return [Series(cluster, op, size_bytes, row_scope, group_size, points, [])
             for (row_scope, group_size), points in grouped.items()]
 
 
 def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD,
-                       penalty_per_log_n: float = PENALTY_PER_LOG_N) -> list[int]:
-    """0-based indices where a new segment starts (material changes only)."""
-    signal = np.log(np.clip(np.asarray(values, dtype=float), 1e-12, None))
+                       penalty_per_log_n: float = PENALTY_PER_LOG_N, companion: list | None = None) -> list[int]:
+    """0-based indices where a new segment of `values` starts (material changes in `values` only).
+    `companion`, when given and complete, is a second series of the same runs that any real change
+    moves too (the in-place row): it sharpens where the change is, not whether `values` changed."""
+    signal = _log(values)
     if signal.size < 2 * MIN_SEGMENT:
         return []
-    noise = _noise_sigma(signal)
-    scaled = (signal - np.median(signal)) / noise
+    columns = [signal]
+    if companion is not None and len(companion) == signal.size and all(value is not None for value in companion):
+        columns.append(_log(companion))
+    scaled = np.column_stack([(column - np.median(column)) / _noise_sigma(column) for column in columns])
     # KernelCPD with the linear kernel is PELT on the least-squares cost, in ruptures' C code
-    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT, jump=1).fit(scaled.reshape(-1, 1))
-    ends = [int(end) for end in algo.predict(pen=penalty_per_log_n * math.log(signal.size))[:-1]]
+    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT, jump=1).fit(scaled)
+    penalty = penalty_per_log_n * len(columns) * math.log(signal.size)
+    ends = [int(end) for end in algo.predict(pen=penalty)[:-1]]
     bounds = [0] + ends + [signal.size]
     kept = []
     for i, start in enumerate(ends, 1):
@@ -105,6 +121,10 @@ def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD
         if abs(math.exp(after - before) - 1) > threshold:
             kept.append(start)
     return kept
+
+
+def _log(values) -> np.ndarray:
+    return np.log(np.clip(np.asarray(values, dtype=float), 1e-12, None))
 
 
 def _noise_sigma(signal: np.ndarray) -> float:
@@ -116,7 +136,7 @@ def _noise_sigma(signal: np.ndarray) -> float:
 
 def attach_change_points(series: Series, threshold: float = DEFAULT_THRESHOLD) -> Series:
     values = [point.busbw_gbps for point in series.points]
-    starts = find_change_points(values, threshold)
+    starts = find_change_points(values, threshold, companion=[point.in_place_busbw_gbps for point in series.points])
     bounds = [0] + starts + [len(values)]
     series.change_points = []
     read = _InfoCache()

@@ -91,12 +91,20 @@ def generate_series(profile: dict, size_bytes: int, in_place: bool, n_runs: int,
                     injection: Injection | None = None, seed: int = 0) -> list[float]:
     """One row's busbw over n_runs with the same run-to-run noise as generate_runs, without the runs
     around it: thousands of histories in a second, for counting false alarms."""
-    (row,) = [row for row in profile["rows"] if (row["size_bytes"], row["in_place"]) == (size_bytes, in_place)]
+    return generate_rows(profile, [(size_bytes, in_place)], n_runs, injection=injection, seed=seed)[0]
+
+
+def generate_rows(profile: dict, keys: list[tuple[int, bool]], n_runs: int, *,
+                  injection: Injection | None = None, seed: int = 0) -> list[list[float]]:
+    """Several rows' busbw (one list per (size_bytes, in_place) key) over the same n_runs, each row's
+    run-to-run noise drawn independently, as generate_runs draws it."""
+    by_key = {(row["size_bytes"], row["in_place"]): row for row in profile["rows"]}
+    rows = [by_key[key] for key in keys]
     scale = np.ones(n_runs)
     if injection is not None:
         scale[injection.at - 1:] = 1 - injection.drop
-    noise = np.random.default_rng(seed).normal(0.0, row["run_sigma"], n_runs)
-    return (row["busbw_gbps"] * scale * np.exp(noise)).tolist()
+    noise = np.random.default_rng(seed).normal(0.0, [row["run_sigma"] for row in rows], (n_runs, len(rows)))
+    return [(row["busbw_gbps"] * scale * np.exp(noise[:, i])).tolist() for i, row in enumerate(rows)]
 
 
 def quiet_variant(profile: dict) -> dict:
