@@ -171,6 +171,53 @@ def test_a_real_sweep_keeps_its_samples_and_run_db_ingests_it(tmp_path):
     assert json.loads((run_dir / "run.json").read_text())["cluster"] == "lab"
 
 
+def kept_for(run_dir: Path) -> list[tuple[dict, dict]]:
+    """(record, its samples) for every record of a run directory; fails when a record kept none."""
+    kept = read_samples(run_dir)
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    keys = [row_key(record) + ((tuple(record["pair"]),) if record.get("pair") else ()) for record in records]
+    assert len(kept) == len(records) and set(keys) == set(kept)
+    return [(record, kept[key]) for record, key in zip(records, keys)]
+
+
+def test_pairwise_and_overlap_runs_keep_samples_and_ingest_loads_them(tmp_path):
+    """Every kind of measured run keeps per-iteration samples: pairwise per pair (4 ranks: two pairs
+    per round share every key field but the pair), overlap per row (the collective alone)."""
+    pairwise = cli("run", "--pairwise", "--nproc", "4", "-b", "1K", "-e", "4K", "-n", "5", "-w", "1",
+                   "--out", str(tmp_path), "--run-id", "pw", "--no-progress")
+    assert pairwise.returncode == 0, pairwise.stderr
+    overlap = cli("overlap", "--nproc", "2", "--gemm-size", "64", "-b", "64K", "-e", "128K", "--iters", "3",
+                  "--warmup", "1", "--out", str(tmp_path), "--run-id", "ov", "--no-progress")
+    assert overlap.returncode == 0, overlap.stderr
+    pairs = kept_for(tmp_path / "pw")
+    assert len(pairs) == 12 and {tuple(record["pair"]) for record, _ in pairs} == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)}
+    for record, samples in pairs + kept_for(tmp_path / "ov"):
+        assert len(samples["time_us"]) == record["iters"] and samples["slowest_rank"] == record["slowest_rank"]
+        assert abs(float(np.median(samples["time_us"])) - record["time_us"]) <= 1e-3 * record["time_us"]
+        assert samples["ranks"] == (record["pair"] if record.get("pair") else [0, 1])
+
+    db = tmp_path / "r.duckdb"
+    assert cli("db", "ingest", str(tmp_path), "--db", str(db)).returncode == 0
+    per_kind = store.query(db, "SELECT r.kind, count(*), count(s.pair) FROM samples s JOIN runs r USING (run_id) "
+                               "GROUP BY r.kind ORDER BY r.kind")[1]
+    assert per_kind == [("overlap", 4, 0), ("pairwise", 12, 12)]
+    joined = "SELECT count(*) FROM samples s JOIN pairs p ON p.run_id = s.run_id AND p.size_bytes = s.size_bytes " \
+             "AND [p.rank_a, p.rank_b] = s.pair AND abs(list_median(s.time_us) - p.time_us) <= 1e-3 * p.time_us"
+    assert count(db, joined) == 12
+
+
+def test_a_schema_2_database_gains_the_samples_pair_column(tmp_path):
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [EXAMPLES])
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE samples DROP COLUMN pair")
+    con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    con.close()
+    store.ingest(db, [EXAMPLES])
+    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(store.STORE_SCHEMA_VERSION),)]
+    assert "pair" in store.query(db, "SELECT * FROM samples LIMIT 0")[0]
+
+
 def test_submit_passes_db_and_cluster_to_the_job(tmp_path):
     script = cli("submit", "--nodes", "2", "--ntasks-per-node", "2", "--db", str(tmp_path / "f.duckdb"),
                  "--cluster", "lab", "--dry-run", "--", "-e", "4M")

@@ -4,11 +4,14 @@ Format of `<run_dir>/samples.jsonl` (optional: runs written before it existed ha
 every reader treats a missing file as "no samples"): one JSON object per measured row,
   {"key": [op, scope, group_size, size_bytes, dtype, in_place, direction],
    "slowest_rank": R, "time_us": [...], "ranks": [...], "rank_median_us": [...]}
+and, for a pairwise row, "pair": [rank_a, rank_b] (the pairs of one round share every key field).
 `time_us` are the per-iteration times of the rank whose median was reported (the record's
 `time_us` is their median); `rank_median_us[i]` is the median of rank `ranks[i]`, for every rank
 in the row's groups (a documented subset of every rank's samples: it keeps the file small on
-large jobs). `key` is the same tuple as `row_key(record)`, which is how samples find their record;
-sweeps keep samples (pairwise rows share one key per size and keep none).
+large jobs). `key` is the same tuple as `row_key(record)`, which is how samples find their record.
+Every measuring driver keeps them: sweeps per row and variant, pairwise runs per pair (the
+ping-pong's one-way times), overlap runs per row (the collective alone, whose median is the
+record's `time_us`; the both-at-once figures stay medians in the record).
 """
 
 from __future__ import annotations
@@ -29,18 +32,22 @@ def row_key(record: dict) -> tuple:
 def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], ranks: list[int],
                  rank_medians_us: list[float]) -> str:
     """One line of samples.jsonl for `record` (the writer appends these as rows are measured)."""
-    return json.dumps({
+    line = {
         "key": list(row_key(record)),
         "slowest_rank": slowest_rank,
         "time_us": [round(value, 4) for value in times_us],
         "ranks": ranks,
         "rank_median_us": [round(value, 4) for value in rank_medians_us],
-    }) + "\n"
+    }
+    if record.get("pair"):
+        line["pair"] = list(record["pair"])
+    return json.dumps(line) + "\n"
 
 
 def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict[tuple, dict]:
-    """row key -> {"slowest_rank", "time_us", "rank_median_us"}; {} when the run kept no samples.
-    Lines that do not parse are skipped with a warning, never an error: samples are an addition."""
+    """row key -> {"slowest_rank", "time_us", "ranks", "rank_median_us"}; {} when the run kept no
+    samples. A pairwise row's key is the row key followed by its pair (rank_a, rank_b). Lines that
+    do not parse are skipped with a warning, never an error: samples are an addition."""
     path = Path(run_dir) / SAMPLES_JSONL
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -50,7 +57,7 @@ def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict
     for number, line in enumerate(lines, 1):
         try:
             item = json.loads(line)
-            key = tuple(item["key"])
+            key = tuple(item["key"]) + ((tuple(item["pair"]),) if item.get("pair") else ())
             times = [float(value) for value in item["time_us"]]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             if warnings is not None and line.strip():

@@ -14,8 +14,9 @@ Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
   records  one row per record: the schema's fields, extra fields (overlap runs) as JSON.
   samples  per-iteration times of the reported (slowest) rank and every rank's median, per record,
            keyed by run_id and the record's key columns (op, scope, group_size, size_bytes, dtype,
-           in_place, direction); runs written before samples were kept have none. DuckDB reads the
-           samples.jsonl files itself: the numbers never pass through Python.
+           in_place, direction), and for pairwise rows the pair of ranks (schema 3; null otherwise);
+           sweeps, pairwise and overlap runs keep them, runs written before samples were kept have
+           none. DuckDB reads the samples.jsonl files itself: the numbers never pass through Python.
   pairs    pairwise runs' links: the two ranks and nodes, latency/bandwidth and flags.
 
 Writers take an exclusive lock file beside the database, so two ingests at once run one after the
@@ -46,7 +47,7 @@ from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
 
-STORE_SCHEMA_VERSION = 2  # 2: runs.synthetic (added to a version-1 file by _migrate)
+STORE_SCHEMA_VERSION = 3  # 2: runs.synthetic; 3: samples.pair (both added to an older file by _migrate)
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
@@ -81,7 +82,8 @@ RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
     name: _column_type(info.annotation) for name, info in Record.model_fields.items() if name not in _PAIR_ONLY
 } | {"extra": "JSON"}
 SAMPLE_COLUMNS = {"run_id": "VARCHAR"} | {name: RECORD_COLUMNS[name] for name in KEY_FIELDS} | {
-    "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]", "rank_median_us": "DOUBLE[]"}
+    "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]", "rank_median_us": "DOUBLE[]",
+    "pair": "INTEGER[]"}  # last: added to a version-2 table by ALTER TABLE, and inserts go by position
 PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "rank_b": "INTEGER",
                 "node_a": "VARCHAR", "node_b": "VARCHAR", "op": "VARCHAR", "direction": "VARCHAR",
                 "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
@@ -146,10 +148,14 @@ def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring a version-1 file to this version: runs.synthetic added (null until a run is re-ingested)."""
+    """Bring an older file to this version: runs.synthetic (2) and samples.pair (3) added, null until
+    a run is re-ingested (older runs' pairwise samples were never kept, so nothing is lost)."""
     version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
     if version < 2:
         con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS synthetic BOOLEAN")
+    if version < 3:
+        con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS pair INTEGER[]")
+    if version < STORE_SCHEMA_VERSION:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(STORE_SCHEMA_VERSION)])
 
 
@@ -313,7 +319,7 @@ def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict]
 
 
 _SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]",
-                        "rank_median_us": "DOUBLE[]"}
+                        "rank_median_us": "DOUBLE[]", "pair": "INTEGER[]"}
 
 
 def _insert_samples(con, files: list[tuple[Path, str]]) -> None:
@@ -323,7 +329,8 @@ def _insert_samples(con, files: list[tuple[Path, str]]) -> None:
         return
     key_columns = ", ".join(f"CAST(s.key->>{i} AS {SAMPLE_COLUMNS[name]})" for i, name in enumerate(KEY_FIELDS))
     con.execute(
-        f"INSERT INTO samples SELECT m.run_id, {key_columns}, s.slowest_rank, s.time_us, s.ranks, s.rank_median_us "
+        f"INSERT INTO samples SELECT m.run_id, {key_columns}, s.slowest_rank, s.time_us, s.ranks, s.rank_median_us, "
+        "s.pair "
         "FROM read_json(?, format='newline_delimited', columns=?, filename=true, ignore_errors=true) s "
         "JOIN (SELECT unnest(?) AS filename, unnest(?) AS run_id) m ON s.filename = m.filename "
         "WHERE s.key IS NOT NULL AND s.time_us IS NOT NULL",

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from commbench.collectives.base import Variant
 from commbench.data.overlap import OverlapRecord, overlap_achieved
 from commbench.data.records import Stats, build_record
+from commbench.data.samples import samples_line
 from commbench.measure.harness import (Row, allocate, count_wrong, fill_known_inputs, my_context, op_callable, row_facts,
                                        scope_rows)
 from commbench.measure.progress import Progress
@@ -177,6 +178,7 @@ class RankFigures:
 
     compute: float
     comm: Stats
+    comm_samples: list[float]  # per iteration, the collective alone: kept in samples.jsonl
     both: float
     compute_during_comm: float
     comm_during_compute: float
@@ -228,7 +230,7 @@ class OverlapDriver:
             gathered = self._gather(self._measure(row, variant))
             if gathered is not None:
                 record = self._record(row, variant, gathered)
-                run.add([record])
+                run.add([record], [_kept_samples(record, gathered)])
                 self.printer.row(record)
             progress.advance(f"overlap {row.collective.name} {row.size} B")
 
@@ -257,7 +259,8 @@ class OverlapDriver:
         session.sync()
         expected = row.collective.expected(ctx, row.counts, buffers.recv.dtype, buffers.recv.device, variant)
         return RankFigures(
-            compute=statistics.median(compute), comm=Stats.of(comm), both=statistics.median(both),
+            compute=statistics.median(compute), comm=Stats.of(comm), comm_samples=list(comm),
+            both=statistics.median(both),
             compute_during_comm=statistics.median(compute_during), comm_during_compute=statistics.median(comm_during),
             wrong=count_wrong(buffers.recv, expected, ctx.size),
         )
@@ -291,6 +294,12 @@ class OverlapDriver:
         threads = f", {self.threads} thread(s)" if self.threads else ""
         return (f"{row.collective.name} beside a {size}x{size}x{size} {_dtype_name(self.gemm.dtype)} GEMM{threads}: "
                 f"{len(row.groups[0])} rank(s), backend {s.backend}, dtype {s.cfg.dtype}, timer {self.overlap.kind}")
+
+
+def _kept_samples(record: OverlapRecord, ranks: list[RankFigures]) -> str:
+    """The row's samples.jsonl line: the reported rank's collective-alone times and every rank's median."""
+    return samples_line(record.model_dump(), record.slowest_rank, ranks[record.slowest_rank].comm_samples,
+                        list(range(len(ranks))), [figures.comm.median for figures in ranks])
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

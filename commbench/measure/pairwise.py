@@ -28,7 +28,7 @@ import torch.distributed as dist
 from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
 from commbench.errors import UsageError
-from commbench.measure.harness import Row, gather_to_rank0, measure, to_record
+from commbench.measure.harness import Row, gather_to_rank0, kept_samples, measure, to_record
 from commbench.measure.linkhealth import TcpCounters, moves_data_over_tcp, read_tcp_counters, record_retransmit_pct
 from commbench.measure.options import DTYPES
 from commbench.measure.progress import Progress
@@ -68,9 +68,14 @@ class PairwiseDriver:
             samples = gather_to_rank0(session, measured)
             counters = gather_counter_deltas(session, before, after)
             if samples is not None:
-                run.add([to_record(session, replace(row, groups=(pair,)), UNI, samples, measured).model_copy(
-                    update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]],
-                            **pair_counters(counters, pair, host)}) for pair in row.groups])
+                records, kept = [], []
+                for pair in row.groups:
+                    one_pair = replace(row, groups=(pair,))
+                    records.append(to_record(session, one_pair, UNI, samples, measured).model_copy(
+                        update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]],
+                                **pair_counters(counters, pair, host)}))
+                    kept.append(kept_samples(one_pair, UNI, samples, measured, records[-1]))
+                run.add(records, kept)
             progress.advance(f"pairwise {row.size} B round")
 
     def report(self, run: MeasuredRun) -> None:
