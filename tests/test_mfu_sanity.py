@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
 from commbench.modeling.cluster import Cluster
-from commbench.modeling.hardware import load_system
+from commbench.modeling.compute import layer_compute
+from commbench.modeling.hardware import load_processor, load_system
+from commbench.modeling.layout import LayoutBatch, parse_layout
 from commbench.modeling.job import EXECUTIONS, TrainingJob
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
@@ -57,3 +61,17 @@ def test_no_ranking_beats_the_best_published_mfu(system, execution):
         job = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution])
         ranked = Planner(job, Cluster(gpus, hardware, PresetNetwork(hardware))).rank(1).ranked
         assert ranked[0].mfu <= bound, f"{model} on {gpus} {system} GPUs ({execution}): {ranked[0].layout} at MFU {ranked[0].mfu:.1%} > {bound:.1%} published"
+
+
+@pytest.mark.parametrize("execution", ["megatron-core", "megatron-2021"])
+def test_megatrons_cross_entropy_is_priced_as_its_separate_passes_over_fp32_logits(execution):
+    """Megatron's vocab-parallel cross entropy moves 38 + 14 bytes per logit, not a fused kernel's
+    12 + 12: at tp=1 with a 128K vocabulary (llama3.2-1b) that is a visible share of the step."""
+    h100 = load_processor("h100")
+    batch = LayoutBatch.from_layouts([parse_layout("dp=8,mbs=2", 8)])
+    megatron = TrainingJob(PRESETS["llama3.2-1b"], 2048, 256, execution=EXECUTIONS[execution])
+    fused = replace(megatron, execution=replace(EXECUTIONS[execution], loss_bytes=(12.0, 12.0)))
+    logits = 2 * 2048 * PRESETS["llama3.2-1b"].vocab
+    mine, theirs = layer_compute(megatron, batch, h100), layer_compute(fused, batch, h100)
+    assert float(mine.head_fwd[0] - theirs.head_fwd[0]) == pytest.approx(logits * 26 / h100.elementwise_bandwidth)
+    assert float(mine.head_bwd[0] - theirs.head_bwd[0]) == pytest.approx(logits * 2 / h100.elementwise_bandwidth)

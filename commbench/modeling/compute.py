@@ -190,11 +190,12 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> Laye
     elementwise = elementwise_bytes(job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_width, n, t,
                                     replicated, hidden_passes) / proc.elementwise_bandwidth
     head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h)
-    loss = n * model.vocab / t * 12 / proc.elementwise_bandwidth  # softmax + loss over fp32 logits
+    logits = n * model.vocab / t  # on this rank, per micro-batch
+    loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
     kernels = kernels_per_layer(model, execution) * proc.kernel_overhead_s
     return LayerCompute(
         fwd_gemm=attention_fwd + mlp_fwd, bwd_gemm=attention_bwd + mlp_bwd,
         fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
         fwd_kernels=np.broadcast_to(kernels, np.shape(n)).astype(float),
-        head_fwd=head_fwd + loss, head_bwd=head_bwd + loss,
+        head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd,
     )

@@ -85,6 +85,15 @@ class Execution:
     grad_clipping
         the step computes the gradient norm (one read of the gradients the rank owns) before the
         optimizer.
+    loss_bytes
+        (forward, backward) HBM bytes per logit (per token per vocabulary entry on this rank) of
+        the cross-entropy after the output layer. (12, 12): a fused softmax + loss over fp32
+        logits. Megatron's vocab-parallel cross entropy (Megatron-LM 2021 and Megatron-Core
+        without --cross-entropy-loss-fusion) runs it as separate passes over fp32 logits: the
+        fp32 cast (read 2, write 4), max (read 4), subtract the max (read 4, write 4), exp in
+        place (4 + 4), sum (4), divide in place to keep the softmax (4 + 4) = 38 forward; the
+        backward multiplies the saved softmax by the loss gradient in place (4 + 4) and casts
+        it back to bf16 (4 + 2) = 14.
     """
 
     name: str
@@ -97,13 +106,19 @@ class Execution:
     fused_norm_residual: bool = True
     fused_bias_activation: bool = True
     grad_clipping: bool = True
+    loss_bytes: tuple[float, float] = (12.0, 12.0)
+
+
+# Megatron's unfused vocab-parallel cross entropy, bytes per logit (see Execution.loss_bytes)
+MEGATRON_LOSS_BYTES = (38.0, 14.0)
 
 
 def _megatron_2021() -> Execution:
     return Execution("megatron-2021", "Megatron-LM of 2021-2022 (SC21, BLOOM's Megatron-DeepSpeed): unfused "
                      "attention (batched QK^T/AV GEMMs, fused scale-mask-softmax, dropout), fused bias-GeLU and "
                      "bias-dropout-add, 1F1B/interleaved pipeline, fused gradient accumulation, TP backward "
-                     "all-reduce overlapped, gradient clipping", attention="unfused")
+                     "all-reduce overlapped, gradient clipping, unfused vocab-parallel cross entropy over fp32 logits",
+                     attention="unfused", loss_bytes=MEGATRON_LOSS_BYTES)
 
 
 EXECUTIONS = {
@@ -111,7 +126,9 @@ EXECUTIONS = {
                                "(flash3 is not assumed), TE fused LayerNorm/RMSNorm + bias-dropout-add, fused "
                                "SwiGLU/bias-GeLU, TP backward collectives overlapped with the weight-gradient "
                                "GEMMs and forward TP collectives overlapped with the GEMMs they feed (TE TP communication overlap), fused "
-                               "gradient accumulation, distributed optimizer, gradient clipping", tp_forward_overlap=True),
+                               "gradient accumulation, distributed optimizer, gradient clipping, vocab-parallel cross entropy "
+                               "over fp32 logits (--cross-entropy-loss-fusion not assumed)", tp_forward_overlap=True,
+                               loss_bytes=MEGATRON_LOSS_BYTES),
     "megatron-2021": _megatron_2021(),
     "deepspeed": Execution("deepspeed", "DeepSpeed ZeRO (Megatron-DeepSpeed models): FlashAttention-2, unfused "
                            "dropout/residual/norm, fused bias-GeLU, ZeRO-3 reduce-scatters on their own stream, "
