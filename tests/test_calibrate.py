@@ -45,6 +45,7 @@ def test_writes_a_processor_in_the_presets_format(calibrated):
     assert "sdpa-math" in written["attention_rates"]["value"]
     processor = load_processor(str(out))
     assert processor.surface("fp32") is not None and processor.kernel_overhead_s > 0
+    assert all(seconds > 0 for seconds in processor.autograd_op_s)
 
 
 def test_plan_reads_the_calibrated_processor(calibrated):
@@ -69,6 +70,7 @@ def measurements(gemm_seconds=1.0) -> dict:
                         {"dtype": "fp32", "kind": "gelu", "bytes": 100.0, "seconds": 2.0},
                         {"dtype": "fp32", "kind": "add", "bytes": 150.0, "seconds": 2.0}],
         "launch_s": 5e-6, "optimizer": {"params": 2, "seconds": 1.0},
+        "autograd_op": {"forward_s": 4e-6, "backward_s": 3e-6},
     }
 
 
@@ -89,6 +91,7 @@ def test_figures_follow_from_the_timings():
     assert value["elementwise_efficiency"] == pytest.approx(0.625)  # median of 0.5 and 0.75
     assert value["optimizer_efficiency"] == pytest.approx(0.48)  # 2 params x 24 B per s over 100 B/s
     assert value["kernel_overhead_s"] == 5e-6
+    assert value["autograd_op_s"] == {"forward": 4e-6, "backward": 3e-6}
     assert raw["peak_flops_bf16"]["source"].startswith("measured on host at 2026-12-01T00:00:00Z by commbench 0.0")
     processor_from_json(raw)  # the schema's reader takes it
 
@@ -154,3 +157,13 @@ def test_no_gpu_here_is_refused(capsys, tmp_path):
         pytest.skip("this machine has a GPU")
     code, err = calibrate_in_process(capsys, "--device", "cuda", "--out", str(tmp_path / "p.json"))
     assert code == 2 and "no CUDA device" in err and len(err.strip().splitlines()) == 1
+
+
+def test_calibrations_combine_the_autograd_op_and_older_ones_without_it_still_combine():
+    from commbench.measure.processor_json import combine
+
+    slow = {**measurements(), "autograd_op": {"forward_s": 8e-6, "backward_s": 1e-6}}
+    older = {key: value for key, value in measurements().items() if key != "autograd_op"}
+    assert combine([measurements(), slow], statistic=max)["autograd_op"] == {"forward_s": 8e-6, "backward_s": 3e-6}
+    assert "autograd_op" not in combine([older, older])
+    assert "autograd_op_s" not in processor_json(older, FACTS, "h", "t", "v")

@@ -14,6 +14,7 @@ KERNEL_FIELDS = {
     "gemm_surface": {"value": {"bf16": [[4096, 4096, 4096, 0.7], [512, 512, 512, 0.2]]}, "source": "test"},
     "attention_rates": {"value": {"flash2": {"forward": 0.5, "backward": 0.4}}, "source": "test"},
     "kernel_overhead_s": {"value": 4e-6, "source": "test"},
+    "autograd_op_s": {"value": {"forward": 3e-6, "backward": 2e-6}, "source": "test"},
     "optimizer_efficiency": {"value": 0.8, "source": "test"},
 }
 
@@ -35,6 +36,7 @@ def test_kernel_fields_are_read_back(tmp_path):
     assert proc.surface("fp32") is None
     assert proc.attention_rate("flash2") == (0.5, 0.4)
     assert proc.kernel_overhead_s == 4e-6 and proc.optimizer_efficiency == 0.8
+    assert proc.autograd_op_s == (3e-6, 2e-6)
     assert proc.sources["gemm_surface"] == "test"
 
 
@@ -42,7 +44,7 @@ def test_kernel_fields_are_optional(tmp_path):
     proc = load_processor(write(tmp_path, {}))
     assert (proc.sm_count, proc.gemm_tile, proc.gemm_surface) == (None, None, ())
     assert proc.attention_rate("flash3") == (proc.attention_efficiency,) * 2
-    assert (proc.kernel_overhead_s, proc.optimizer_efficiency) == (0.0, 1.0)
+    assert (proc.kernel_overhead_s, proc.optimizer_efficiency, proc.autograd_op_s) == (0.0, 1.0, (0.0, 0.0))
 
 
 @pytest.mark.parametrize("key, value", [
@@ -51,6 +53,7 @@ def test_kernel_fields_are_optional(tmp_path):
     ("gemm_surface", {"bf16": []}), ("gemm_surface", {"bf16": [[64, 64, 0.5]]}),
     ("attention_rates", {"flash2": {"forward": 0.5}}), ("attention_rates", {"flash2": {"forward": 0, "backward": 1}}),
     ("kernel_overhead_s", -1e-6), ("kernel_overhead_s", float("nan")), ("optimizer_efficiency", 2),
+    ("autograd_op_s", {"forward": 1e-6}), ("autograd_op_s", {"forward": -1e-6, "backward": 0.0}),
 ])
 def test_bad_kernel_fields_are_one_line(tmp_path, key, value):
     with pytest.raises(UsageError, match="not a processor description"):

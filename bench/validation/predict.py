@@ -14,8 +14,8 @@ A processor is built from calibrations: by default each layout's own, taken righ
 its timed steps (the machine's speed changes from minute to minute with other work on it), or
 with `pooled` one processor for all layouts from all their calibrations. Either way it is what
 `commbench calibrate` writes from the same timings (commbench/measure/processor_json.py: GEMM
-surface and curve, attention rates per SDPA backend, copy bandwidth, elementwise, kernel overhead
-and optimizer rates), each timing the median of the calibrations that have it. `quick` is
+surface and curve, attention rates per SDPA backend, copy bandwidth, elementwise, kernel overhead,
+eager autograd op and optimizer rates), each timing the median of the calibrations that have it. `quick` is
 the file `commbench calibrate --quick` wrote on a node of the cluster before training, as a user
 would have it. `ablate` drops measured inputs by name (ABLATIONS) to show what each one does.
 And the compute slowdown while communication runs beside it, measured on the same cluster by
@@ -57,9 +57,11 @@ ABLATIONS = {
     "elementwise": "the measured elementwise rate (norms and activations at the copy rate instead)",
     "surface": "the GEMM surface by shape (the curve by FLOPs alone instead)",
     "kernel-overhead": "the per-kernel overhead (0 instead)",
+    "autograd-op": "the eager autograd op's cost (the per-kernel overhead instead)",
     "attention-rates": "the per-backend attention rates (one attention efficiency instead)",
 }
-_ABLATED_FIELDS = {"surface": "gemm_surface", "kernel-overhead": "kernel_overhead_s", "attention-rates": "attention_rates"}
+_ABLATED_FIELDS = {"surface": "gemm_surface", "kernel-overhead": "kernel_overhead_s", "attention-rates": "attention_rates",
+                   "autograd-op": "autograd_op_s"}
 
 
 def calibrated_processor(calibrations: list[dict], ablate: tuple[str, ...] = ()) -> dict:

@@ -12,6 +12,10 @@ after one untimed warm-up (allocator, kernel selection, cuBLAS heuristics):
                bytes moved per second (read + write)
   launch       the cost of one tiny kernel (adding one element), back to back: what a kernel costs
                when it does no work
+  autograd op  the cost of one eager autograd op that does no work: a chain of one-element
+               multiplies on a tensor that requires grad, timed forward (dispatch + recording the
+               graph) and backward (running the graph) apart; what eager torch pays per op
+               on the thread that computes
   optimizer    a fused (else foreach) AdamW step over fp32 parameters: parameters per second
 Timing: CUDA events around each run on a GPU (one synchronisation per run), the host clock on a
 CPU. The validation's training script times its own layouts' shapes with the same functions
@@ -195,6 +199,21 @@ def time_launch(clock, device, repeats: int) -> float:
     return clock.seconds(tiny_kernels, repeats) / LAUNCH_OPS
 
 
+def time_autograd_op(clock, device, repeats: int) -> tuple[float, float]:
+    """(forward, backward) seconds per op of LAUNCH_OPS chained one-element multiplies with autograd."""
+    x = torch.ones(1, device=device, requires_grad=True)
+
+    def forward():
+        y = x
+        for _ in range(LAUNCH_OPS):
+            y = y * 1.0
+        return y
+
+    graph = forward()  # kept, so that its backward can be timed again and again on its own
+    return (clock.seconds(forward, repeats) / LAUNCH_OPS,
+            clock.seconds(lambda: graph.backward(retain_graph=True), repeats) / LAUNCH_OPS)
+
+
 def adamw(parameters, device) -> torch.optim.Optimizer:
     """Fused AdamW where this torch has it for the device, else the multi-tensor (foreach) one."""
     try:
@@ -217,7 +236,7 @@ def time_optimizer(clock, device, params: int, repeats: int) -> float:
 def steps(grid: Grid, dtypes: tuple[str, ...]) -> int:
     """How many measurements `measure` makes (for a progress bar)."""
     return (len(grid.shapes()) * len(dtypes) + len(grid.attention) * len(dtypes) * len(ATTENTION_BACKENDS)
-            + len(ELEMENTWISE_KINDS) * len(dtypes) + 2)
+            + len(ELEMENTWISE_KINDS) * len(dtypes) + 3)
 
 
 def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=lambda what: None) -> dict:
@@ -246,6 +265,9 @@ def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=l
             advance(f"elementwise {kind} {dtype}")
     result["launch_s"] = time_launch(clock, device, repeats)
     advance("kernel launch")
+    forward_s, backward_s = time_autograd_op(clock, device, repeats)
+    result["autograd_op"] = {"forward_s": forward_s, "backward_s": backward_s}
+    advance("autograd op")
     result["optimizer"] = {"params": grid.optimizer_params,
                            "seconds": time_optimizer(clock, device, grid.optimizer_params, repeats)}
     advance("optimizer step")

@@ -19,6 +19,8 @@ schema in commbench/modeling/hardware.py), every figure {"value": V, "source": S
   elementwise_efficiency        median over add, GELU, LayerNorm and softmax of bytes/s over the
                                 copy's bytes/s (at most 1)
   kernel_overhead_s             seconds per tiny kernel, back to back
+  autograd_op_s                 forward and backward seconds per eager autograd op doing no work
+                                (calibrations without that timing have none)
   optimizer_efficiency          the fp32 Adam step's traffic as the step model counts it
                                 (Precision.optimizer_traffic_bytes) per second, over the copy's
   sm_count, memory_bytes        read from the device (a CPU: torch's threads, physical memory)
@@ -121,6 +123,16 @@ def optimizer_efficiency(measurements: dict) -> float:
     return min(1.0, traffic / optimizer["seconds"] / copy_rate(measurements))
 
 
+def autograd_op(measurements: dict, figure) -> dict:
+    """The autograd_op_s entry, where the calibration timed it (older measurements did not)."""
+    if "autograd_op" not in measurements:
+        return {}
+    timed = measurements["autograd_op"]
+    return {"autograd_op_s": figure({"forward": timed["forward_s"], "backward": timed["backward_s"]},
+                                    "one-element multiplies with requires_grad, chained: seconds per op forward "
+                                    "(dispatch + graph) and backward (its node run)")}
+
+
 def processor_json(measurements: dict, facts: dict, host: str, when: str, version: str,
                    peak_flops: float | None = None) -> dict:
     """The processor description (presets' format) of one calibration; `peak_flops` a datasheet
@@ -158,6 +170,7 @@ def processor_json(measurements: dict, facts: dict, host: str, when: str, versio
         "elementwise_efficiency": figure(elementwise_efficiency(measurements),
                                          "add, GELU, LayerNorm, softmax: bytes/s over the copy's (median)"),
         "kernel_overhead_s": figure(measurements["launch_s"], "one-element adds back to back, seconds per kernel"),
+        **autograd_op(measurements, figure),
         "optimizer_efficiency": figure(optimizer_efficiency(measurements),
                                        "AdamW step over fp32 parameters, traffic the step model counts / seconds / "
                                        "memory bandwidth"),
@@ -175,6 +188,9 @@ def summary_lines(description: dict) -> list[str]:
              f"elementwise {value['elementwise_efficiency']:.2f} of it; optimizer {value['optimizer_efficiency']:.2f} of it",
              f"  kernel overhead {value['kernel_overhead_s'] * 1e6:.2f} us; attention (default backend) "
              f"{value['attention_efficiency']:.2f} of peak"]
+    if "autograd_op_s" in value:
+        op = value["autograd_op_s"]
+        lines.append(f"  eager autograd op: {op['forward'] * 1e6:.2f} us forward, {op['backward'] * 1e6:.2f} us backward")
     for dtype, points in value["gemm_surface"].items():
         fractions = [point[3] for point in points]
         lines.append(f"  GEMM {dtype}: {len(points)} shapes, {min(fractions):.2f} to {max(fractions):.2f} of peak")
@@ -206,6 +222,9 @@ def combine(calibrations: list[dict], statistic=statistics.median) -> dict:
         combined[kind] = [{**points[0], **{name: statistic([p[name] for p in points]) for name in SECONDS[kind]}}
                           for points in groups.values()]
     combined["launch_s"] = statistic([c["launch_s"] for c in calibrations])
+    timed = [c["autograd_op"] for c in calibrations if "autograd_op" in c]
+    if timed:
+        combined["autograd_op"] = {name: statistic([t[name] for t in timed]) for name in ("forward_s", "backward_s")}
     combined["optimizer"] = {"params": first["optimizer"]["params"],
                              "seconds": statistic([c["optimizer"]["seconds"] for c in calibrations])}
     return combined

@@ -60,6 +60,9 @@ class LayerCompute:
     fwd_kernels: np.ndarray  # per-kernel launch and framework cost of the forward's kernels
     head_fwd: np.ndarray  # output projection + loss, last stage only, per micro-batch
     head_bwd: np.ndarray
+    # the backward's framework cost where it is measured apart (eager autograd ops); None: the
+    # backward's kernels cost BACKWARD_ELEMENTWISE_FACTOR times the forward's
+    bwd_kernels: np.ndarray | None = None
 
     @property
     def forward(self) -> np.ndarray:
@@ -67,6 +70,8 @@ class LayerCompute:
 
     @property
     def backward(self) -> np.ndarray:
+        if self.bwd_kernels is not None:
+            return self.bwd_gemm + self.bwd_attention + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise + self.bwd_kernels
         return (self.bwd_gemm + self.bwd_attention
                 + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels))
 
@@ -174,9 +179,21 @@ def kernels_per_layer(model, execution) -> float:
     return gemms + attention + hidden + activation + 1
 
 
+def framework_costs(model, execution, proc: Processor, n) -> tuple[np.ndarray, np.ndarray | None]:
+    """(forward, backward or None) framework seconds of one layer per micro-batch: each kernel an
+    eager autograd op at the processor's measured cost where the execution runs them so, else
+    kernels times the per-kernel overhead (the backward then BACKWARD_ELEMENTWISE_FACTOR times it)."""
+    kernels = kernels_per_layer(model, execution)
+    if execution.eager_autograd and any(proc.autograd_op_s):
+        forward, backward = proc.autograd_op_s
+        return (np.broadcast_to(kernels * forward, np.shape(n)).astype(float),
+                np.broadcast_to(kernels * backward, np.shape(n)).astype(float))
+    return np.broadcast_to(kernels * proc.kernel_overhead_s, np.shape(n)).astype(float), None
+
+
 def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> LayerCompute:
     model, execution = job.model, job.execution
-    proc = proc.for_execution(execution.name)
+    proc = proc.for_execution(execution.name).for_dtype(job.precision.compute_dtype)
     h, t = model.hidden, batch.tp
     n = batch.mbs * job.seq_len / batch.cp  # tokens per rank per micro-batch
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
@@ -192,10 +209,9 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> Laye
     head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h)
     logits = n * model.vocab / t  # on this rank, per micro-batch
     loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
-    kernels = kernels_per_layer(model, execution) * proc.kernel_overhead_s
+    fwd_kernels, bwd_kernels = framework_costs(model, execution, proc, n)
     return LayerCompute(
         fwd_gemm=attention_fwd + mlp_fwd, bwd_gemm=attention_bwd + mlp_bwd,
         fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
-        fwd_kernels=np.broadcast_to(kernels, np.shape(n)).astype(float),
-        head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd,
+        fwd_kernels=fwd_kernels, head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd, bwd_kernels=bwd_kernels,
     )

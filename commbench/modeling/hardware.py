@@ -39,6 +39,12 @@ the calibration half of bench/RESULTS-published.md"):
                                   (causal pairs counted once) / seconds / peak (attention_efficiency)
     kernel_overhead_s             seconds each kernel costs beyond its work: launch, tail and
                                   the framework's dispatch, as a tiny kernel measures it (0)
+    autograd_op_s                 {"forward": s, "backward": s}: what one eager autograd op costs
+                                  beyond its work, forward (dispatch + recording the graph) and
+                                  backward (running its node), as a tiny op with requires_grad
+                                  measures it; priced instead of kernel_overhead_s by an execution
+                                  whose ops run eagerly on this processor's own thread (torch-eager
+                                  on CPU) (not priced)
     optimizer_efficiency          fraction of memory bandwidth a multi-tensor Adam step's traffic
                                   reaches (1.0)
     execution_gemm_efficiency     {execution preset: factor}: the GEMM efficiency (curve or surface)
@@ -83,9 +89,17 @@ class Processor:
     gemm_surface: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()
     attention_rates: tuple[tuple[str, float, float], ...] = ()  # (implementation, forward, backward)
     kernel_overhead_s: float = 0.0
+    autograd_op_s: tuple[float, float] = (0.0, 0.0)  # (forward, backward) of one eager autograd op
     optimizer_efficiency: float = 1.0
     execution_gemm_efficiency: tuple[tuple[str, float], ...] = ()
+    # the dtype the job's GEMMs run in, which picks the gemm_surface points they are priced from
+    # (TrainingJob sets it from its precision; a bf16 job on an fp32-only surface falls back to the curve)
+    gemm_dtype: str = "bf16"
     sources: dict = field(default_factory=dict, compare=False)
+
+    def for_dtype(self, dtype: str) -> "Processor":
+        """This processor pricing GEMMs in `dtype`."""
+        return self if dtype == self.gemm_dtype else replace(self, gemm_dtype=dtype)
 
     def for_execution(self, execution: str) -> "Processor":
         """This processor as the named execution's stack sees it (execution_gemm_efficiency)."""
@@ -220,6 +234,7 @@ def processor_from_json(raw: dict) -> Processor:
         gemm_surface=_gemm_surface(values.get("gemm_surface", {})),
         attention_rates=_attention_rates(values.get("attention_rates", {})),
         kernel_overhead_s=_non_negative(values.get("kernel_overhead_s", 0.0), "kernel_overhead_s"),
+        autograd_op_s=_autograd_op(values.get("autograd_op_s", {"forward": 0.0, "backward": 0.0})),
         optimizer_efficiency=_fraction(values.get("optimizer_efficiency", 1.0), "optimizer_efficiency"),
         execution_gemm_efficiency=tuple((str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
                                         for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())),
@@ -228,6 +243,7 @@ def processor_from_json(raw: dict) -> Processor:
 
 
 GEMM_DTYPES = ("bf16", "fp16", "fp32")
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
 
 
 def _positive_int(value, name: str) -> int:
@@ -241,6 +257,11 @@ def _non_negative(value, name: str) -> float:
     if not value >= 0 or value == float("inf"):  # also refuses nan
         raise ValueError(f"{name} must be a finite number >= 0, not {value}")
     return value
+
+
+def _autograd_op(value: dict) -> tuple[float, float]:
+    return (_non_negative(value["forward"], "autograd_op_s.forward"),
+            _non_negative(value["backward"], "autograd_op_s.backward"))
 
 
 def _gemm_tile(value) -> tuple[int, int]:

@@ -18,6 +18,7 @@ class Precision:
     master_bytes: int = 4  # fp32 master weights, 0 when the optimizer updates bf16 weights directly
     moment_bytes: int = 8  # Adam m + v in fp32
     activation_bytes: int = 2  # bf16 activations and the messages TP/PP/CP/EP move
+    compute_dtype: str = "bf16"  # the GEMMs' dtype: which of a processor's gemm_surface points price them
 
     @property
     def optimizer_bytes(self) -> int:
@@ -42,7 +43,8 @@ PRECISIONS = {
     "18": Precision("bf16 + fp32 main grads + Adam (Megatron): 2 weights + 4 grads + 12 optimizer", grad_bytes=4),
     # plain fp32 training (no autocast): fp32 weights, gradients and activations, Adam m and v, no master copy
     "fp32": Precision("fp32 + Adam: 4 weights + 4 grads + 8 optimizer (m 4, v 4), fp32 activations",
-                      param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=8, activation_bytes=4),
+                      param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=8, activation_bytes=4,
+                      compute_dtype="fp32"),
 }
 
 
@@ -94,6 +96,11 @@ class Execution:
         place (4 + 4), sum (4), divide in place to keep the softmax (4 + 4) = 38 forward; the
         backward multiplies the saved softmax by the loss gradient in place (4 + 4) and casts
         it back to bf16 (4 + 2) = 14.
+    eager_autograd
+        True: every op is dispatched and recorded by autograd on the same thread that computes
+        it (torch eager on CPU), so each op's framework cost (the processor's autograd_op_s,
+        forward and backward) adds to the step. False: the per-kernel cost is kernel_overhead_s
+        (on a GPU the host's dispatch runs ahead of the device and only the launch shows).
     """
 
     name: str
@@ -107,6 +114,7 @@ class Execution:
     fused_bias_activation: bool = True
     grad_clipping: bool = True
     loss_bytes: tuple[float, float] = (12.0, 12.0)
+    eager_autograd: bool = False
 
 
 # Megatron's unfused vocab-parallel cross entropy, bytes per logit (see Execution.loss_bytes)
@@ -142,10 +150,11 @@ EXECUTIONS = {
                             fused_grad_accumulation=False),
     "torch-eager": Execution("torch-eager", "torch eager on CPU/gloo (DTensor TP, FSDP2; commbench's validation "
                              "GPT): TP backward all-reduces and ZeRO-3 reduce-scatters block, gradients "
-                             "accumulate unfused, SDPA attention, eager elementwise kernels, no clipping",
+                             "accumulate unfused, SDPA attention, eager elementwise kernels, each op's "
+                             "autograd cost on the computing thread, no clipping",
                              tp_backward_overlap=False, zero3_reduce_scatter_overlap=False,
                              fused_grad_accumulation=False, attention="sdpa", fused_norm_residual=False,
-                             grad_clipping=False),
+                             grad_clipping=False, eager_autograd=True),
 }
 # `plan --execution megatron` predates the presets above and meant Megatron with flash attention and
 # overlapped collectives: it stays, as another name for megatron-core

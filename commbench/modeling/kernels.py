@@ -1,6 +1,8 @@
 """Kernel costs: one GEMM from its shape, attention by implementation, elementwise traffic by fusion.
 
-GEMM C[M,N] = A[M,K] B[K,N] (2MNK FLOPs). Its output is cut into tiles (the processor's gemm_tile),
+GEMM C[M,N] = A[M,K] B[K,N] (2MNK FLOPs). A shape the processor's gemm_surface measured in the
+GEMM's dtype (the processor's gemm_dtype: the job's compute dtype) is priced at its measured
+fraction of peak, wave quantisation included. Any other shape: its output is cut into tiles (the processor's gemm_tile),
 one per SM (sm_count) per wave, so the last wave may leave SMs idle: the wave factor is
 tiles / (waves * SMs). The processor's efficiency curve (or its measured gemm_surface, reduced to
 the same curve) is read as the efficiency of a GEMM whose waves are full; a GEMM reaches
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commbench.modeling.hardware import Processor
+from commbench.modeling.hardware import DTYPE_BYTES, Processor
 
 # score-element traffic of the unfused path, bytes per element at 2-byte scores: the fused
 # scale-mask-softmax kernel reads and writes the scores (4), dropout reads them, writes them and
@@ -41,16 +43,19 @@ def wave_factor(proc: Processor, m, n, batch=1.0):
     return tiles / (np.ceil(tiles / proc.sm_count) * proc.sm_count)
 
 
-def full_wave_curve(proc: Processor, dtype: str = "bf16") -> np.ndarray:
-    """(FLOPs, efficiency with full waves) points: the measured surface de-quantised, else gemm_curve."""
+def full_wave_curve(proc: Processor, dtype: str) -> np.ndarray:
+    """(FLOPs, efficiency with full waves) points, sorted: the measured surface of `dtype`
+    de-quantised, else gemm_curve."""
     points = proc.surface(dtype)
     if points is None:
         return np.asarray(proc.gemm_curve, dtype=float)
     m, n, k, fraction = points.T
     factor = wave_factor(proc, m, n)
     flops = 2 * m * n * k / factor
-    curve = np.column_stack([flops, np.minimum(1.0, fraction / factor)])
-    return curve[np.argsort(curve[:, 0])]
+    efficiency = np.minimum(1.0, fraction / factor)
+    # shapes of equal FLOPs: their median, as calibrate's gemm_efficiency (interpolation needs one per FLOPs)
+    unique = np.unique(flops)
+    return np.column_stack([unique, [np.median(efficiency[flops == f]) for f in unique]])
 
 
 def kernel_described(proc: Processor) -> bool:
@@ -58,8 +63,21 @@ def kernel_described(proc: Processor) -> bool:
     return bool(proc.sm_count and proc.gemm_tile or proc.gemm_surface)
 
 
-def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float = 2.0, dtype: str = "bf16"):
-    """Seconds of one (batched) GEMM of shape (M, N, K) on `proc`; arrays broadcast."""
+def measured_fraction(proc: Processor, m, n, k, dtype: str) -> np.ndarray:
+    """The surface's fraction of peak where (M, N, K) is a shape it measured in `dtype`, NaN elsewhere."""
+    m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
+    points = proc.surface(dtype)
+    if points is None:
+        return np.full(m.shape, np.nan)
+    same = ((m[..., None] == points[:, 0]) & (n[..., None] == points[:, 1]) & (k[..., None] == points[:, 2]))
+    return np.where(same.any(axis=-1), points[:, 3][np.argmax(same, axis=-1)], np.nan)
+
+
+def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float | None = None, dtype: str | None = None):
+    """Seconds of one (batched) GEMM of shape (M, N, K) on `proc`, in `dtype` (the processor's
+    gemm_dtype unless given; element_bytes follow it); arrays broadcast."""
+    dtype = dtype or proc.gemm_dtype
+    element_bytes = element_bytes or DTYPE_BYTES[dtype]
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2 * m * n * k * batch
     if not kernel_described(proc):
@@ -67,15 +85,17 @@ def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float = 2.0
     factor = wave_factor(proc, m, n, batch)
     curve = full_wave_curve(proc, dtype)
     efficiency = np.interp(np.log10(np.maximum(flops / factor, 1.0)), np.log10(curve[:, 0]), curve[:, 1]) * factor
+    if np.ndim(batch) == 0 and batch == 1.0:  # the surface holds single GEMMs, not batched ones
+        measured = measured_fraction(proc, m, n, k, dtype)
+        efficiency = np.where(np.isnan(measured), efficiency, measured)
     compute = flops / (proc.peak_flops * efficiency)
     memory = element_bytes * batch * (m * k + k * n + m * n) / proc.memory_bandwidth
     return np.maximum(compute, memory)
 
 
-def gemm_forward_backward(proc: Processor, m, n, k, element_bytes: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+def gemm_forward_backward(proc: Processor, m, n, k) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of a linear layer: y[M,N] = x[M,K] w[K,N]; the backward computes
     the input gradient (M, K, N) and the weight gradient (K, N, M)."""
-    forward = gemm_seconds(proc, m, n, k, element_bytes=element_bytes)
-    backward = (gemm_seconds(proc, m, k, n, element_bytes=element_bytes)
-                + gemm_seconds(proc, k, n, m, element_bytes=element_bytes))
+    forward = gemm_seconds(proc, m, n, k)
+    backward = gemm_seconds(proc, m, k, n) + gemm_seconds(proc, k, n, m)
     return forward, backward
