@@ -6,7 +6,8 @@ needs root), with one rank per node (the machine's 2 cores, one each):
      reduce_scatter, sendrecv, one intra-op thread per rank as in training), and `commbench
      overlap` how much a GEMM slows down while those collectives run beside it;
   2. bench/validation/train_gpt.py trains a small GPT (bench/validation/gpt.py) with DDP, FSDP2
-     (ZeRO-3), tensor parallel and pipeline parallel (1F1B), timing its steps, and measures this
+     (ZeRO-3), tensor parallel and pipeline parallel (1F1B), with and without gradient
+     accumulation (bench/validation/layouts.py), timing its steps, and measures this
      machine's compute rates (GEMMs of the model's shapes, attention, one block's elementwise
      work, memory copies) right before and right after each layout, under the same sharing of
      the cores;
@@ -17,7 +18,9 @@ needs root), with one rank per node (the machine's 2 cores, one each):
      for comparison also with the default Megatron-style execution (overlapped TP backward
      all-reduces and ZeRO-3 reduce-scatters), which torch on CPU/gloo does not do;
   4. prints measured vs predicted step time per layout, the error and the mean absolute
-     percentage error (MAPE) over the four parallel layouts, and writes them to --work.
+     percentage error (MAPE) over the parallel layouts trained (per round too, and over the
+     layouts this run is the first to measure: the work directory's machine.json names them),
+     and writes them to --work.
 A diagnostic "local" row (each rank trains alone, no communication) checks the compute side alone;
 it is not part of the MAPE.
 
@@ -48,7 +51,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the emulated cluster: tests/cluster/e
 sys.path.insert(0, str(BENCH / "validation"))
 
 from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
-from layouts import PARALLEL_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
+from layouts import FIRST_VALIDATION_UNSEEN, PARALLEL_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
 from predict import ABLATIONS, predict  # noqa: E402
 
 from commbench.data.slowdown import measured_slowdown  # noqa: E402
@@ -104,10 +107,19 @@ def machine_state(work: Path, moment: str) -> None:
     state_file.write_text(json.dumps(state, indent=1))
 
 
+def unseen_layouts(work: Path) -> tuple[str, ...]:
+    """The layouts this work directory's measurements were the first of (see layouts.py)."""
+    state_file = work / "machine.json"
+    recorded = json.loads(state_file.read_text()).get("unseen_layouts") if state_file.exists() else None
+    return FIRST_VALIDATION_UNSEEN if recorded is None else tuple(recorded)
+
+
 def measure(args, work: Path) -> None:
     """`commbench calibrate --quick` and the bandwidth table, then `--rounds` rounds of training, on one emulated cluster."""
     log = work / "measure.log"
     machine_state(work, "start")
+    state = json.loads((work / "machine.json").read_text())
+    (work / "machine.json").write_text(json.dumps({**state, "unseen_layouts": list(UNSEEN_LAYOUTS)}, indent=1))
     # node names in /etc/hosts while it runs: gloo and c10d look them up
     with EmulatedCluster(nodes=2, rate=args.rate, etc_hosts=True) as cluster:
         start = time.monotonic()
@@ -200,7 +212,7 @@ def compare(work: Path, ablations: tuple[str, ...] = (), processors: Path | None
 
     per_round = [statistics.fmean(abs(rows[name]["round_errors_pct"][r]) for name in in_mape)
                  for r in range(len(rounds))] if in_mape else []
-    unseen = [name for name in in_mape if name in UNSEEN_LAYOUTS]
+    unseen = [name for name in in_mape if name in unseen_layouts(work)]
     return {"rows": rows, "mape_pct": {variant: mape(variant) for variant in chosen},
             "mape_unseen_layouts_pct": mape("predicted", unseen), "unseen_layouts": unseen,
             "mape_per_round_pct": per_round,
@@ -224,7 +236,7 @@ def markdown_table(summary: dict) -> str:
                           sorted(row["breakdown"].items(), key=lambda item: -item[1]) if value >= 0.0005)
         load = f"{min(row['load_average']):.1f}-{max(row['load_average']):.1f}"
         label = name if name in PARALLEL_LAYOUTS else f"{name} (diagnostic)"
-        label += " (unseen)" if name in UNSEEN_LAYOUTS else ""
+        label += " (unseen)" if name in summary["unseen_layouts"] else ""
         rounds = " / ".join(f"{error:+.1f}%" for error in row["round_errors_pct"])
         others = "".join(f" {row[v]:.3f} | {row[f'{v}_error_pct']:+.1f}% |" for v in shown)
         lines.append(f"| {label} | `{row['planner_layout']}` | {row['measured']:.3f} | {row['predicted']:.3f} | "

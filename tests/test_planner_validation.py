@@ -66,3 +66,32 @@ def test_committed_out_of_sample_measurements_re_predict(tmp_path, monkeypatch):
     assert set(summary["mape_pct"]) == {"predicted", "predicted_pooled", "predicted_quick", "predicted_megatron",
                                         "without_slowdown"}
     assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
+
+
+def test_a_work_directory_says_which_layouts_were_unseen_and_older_ones_keep_the_first_validations(tmp_path,
+                                                                                                   monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import shutil
+
+    from validate_planner import unseen_layouts
+
+    assert unseen_layouts(COMMITTED) == ("ddp-accum", "pp-mb1")  # measured before the record existed
+    work = tmp_path / "run"
+    shutil.copytree(COMMITTED, work)
+    state = json.loads((work / "machine.json").read_text())
+    (work / "machine.json").write_text(json.dumps({**state, "unseen_layouts": ["tp-accum", "pp-mb4"]}))
+    assert unseen_layouts(work) == ("tp-accum", "pp-mb4")
+
+
+def test_the_accumulating_layouts_split_the_global_batch_as_their_names_say(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "bench" / "validation"))
+    from layouts import PARALLEL_LAYOUTS, UNSEEN_LAYOUTS, layout_runs
+
+    from commbench.modeling.layout import parse_layout
+
+    runs = layout_runs(global_batch=8, pp_micro_batches=4)
+    assert set(UNSEEN_LAYOUTS) <= set(PARALLEL_LAYOUTS) and set(PARALLEL_LAYOUTS) < set(runs)
+    micro_batches = {name: run.global_batch // (parse_layout(run.planner, run.gpus).dp * run.mbs)
+                     for name, run in runs.items()}
+    assert micro_batches == {"ddp": 1, "fsdp": 1, "tp": 1, "pp": 4, "ddp-accum": 2, "pp-mb1": 8, "tp-accum": 2,
+                             "fsdp-accum": 2, "pp-mb4": 2, "local": 1}

@@ -5,10 +5,17 @@ All of them run on 2 ranks, one per emulated node, and train the same global bat
   fsdp  the same split, ZeRO-3 (FSDP2 full sharding)
   tp    tp=2 without sequence parallelism, both ranks on the whole batch (one micro-batch)
   pp    pp=2, the batch cut into `pp_micro_batches` micro-batches, 1F1B
-Added for the out-of-sample validation (not trained while the step model was developed):
+Added for the first out-of-sample validation (2026-12-01, runs 1 and 2; seen since: the step model
+was changed after looking at them):
   ddp-accum  dp=2 with gradient accumulation: 2 micro-batches of global_batch/4 per rank, DDP's
              no_sync() on the first, the gradient all-reduce overlapping the second's backward
   pp-mb1     pp=2 with one sequence per micro-batch (global_batch micro-batches), 1F1B
+Added for validation 3 (never trained before it, nor looked at while the model was changed):
+  tp-accum   tp=2 with gradient accumulation: 2 micro-batches of global_batch/2 sequences
+  fsdp-accum ZeRO-3 (FSDP2) with gradient accumulation: 2 micro-batches of global_batch/4 per
+             rank, FSDP2's default (gathers and reduce-scatters in every micro-batch)
+  pp-mb4     pp=2 with 2 micro-batches of global_batch/2 sequences (as many micro-batches as
+             stages: the largest bubble 1F1B allows)
   local diagnostic, not a parallel layout: each rank trains its own copy on global_batch/2
         sequences with no communication at all; the planner prices it as one rank (dp=1), which
         checks the compute side of the model alone, under the same sharing of the cores
@@ -19,8 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 WORLD_SIZE = 2
-PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1")
-UNSEEN_LAYOUTS = ("ddp-accum", "pp-mb1")  # layouts no measurement of which the step model was developed on
+PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1", "tp-accum", "fsdp-accum", "pp-mb4")
+# layouts no measurement of which the step model was developed on: validation 2's new ones, which
+# validate_planner.py records in the work directory it measures (machine.json); the runs of the
+# first out-of-sample validation recorded none, and theirs were FIRST_VALIDATION_UNSEEN
+UNSEEN_LAYOUTS = ("tp-accum", "fsdp-accum", "pp-mb4")
+FIRST_VALIDATION_UNSEEN = ("ddp-accum", "pp-mb1")
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,9 @@ def layout_runs(global_batch: int, pp_micro_batches: int) -> dict[str, LayoutRun
         LayoutRun("pp", f"pp=2,dp=1,mbs={pp_mbs}", 2, global_batch, pp_mbs, 1),
         LayoutRun("ddp-accum", f"dp=2,mbs={half // 2},zero=0", 2, global_batch, half // 2, 1),
         LayoutRun("pp-mb1", "pp=2,dp=1,mbs=1", 2, global_batch, 1, 1),
+        LayoutRun("tp-accum", f"tp=2,dp=1,mbs={half},sp=0", 2, global_batch, half, 2),
+        LayoutRun("fsdp-accum", f"dp=2,mbs={half // 2},zero=3", 2, global_batch, half // 2, 1),
+        LayoutRun("pp-mb4", f"pp=2,dp=1,mbs={half}", 2, global_batch, half, 1),
         LayoutRun("local", f"dp=1,mbs={half}", 1, half, half, 1),
     )
     return {run.name: run for run in runs}

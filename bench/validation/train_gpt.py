@@ -102,7 +102,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # same initial weights on every rank (tensor parallel splits them)
 
-    if name in ("ddp", "local", "fsdp", "ddp-accum"):
+    if name in ("ddp", "local", "fsdp", "ddp-accum", "fsdp-accum"):
         model = GPT(cfg)
         micro_batches = run.global_batch // (run.mbs * run.gpus)
         x, y = batch(cfg, run.mbs * micro_batches, seed=1 + rank)
@@ -110,7 +110,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
             from torch.nn.parallel import DistributedDataParallel
 
             model = DistributedDataParallel(model, bucket_cap_mb=25)  # PyTorch's default, as the job prices
-        elif name == "fsdp":
+        elif name in ("fsdp", "fsdp-accum"):
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import fully_shard
 
@@ -141,7 +141,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
 
         return step
 
-    if name == "tp":
+    if name in ("tp", "tp-accum"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Shard
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
@@ -153,17 +153,18 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
                                              "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()})
         parallelize_module(model, mesh, {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
         optimizer = adamw(model.parameters())
-        x, y = batch(cfg, run.mbs, seed=1)  # both ranks work on the same sequences
+        x, y = batch(cfg, run.global_batch, seed=1)  # both ranks work on the same sequences
 
         def step():
             optimizer.zero_grad(set_to_none=True)
-            with loss_parallel():
-                lm_loss(model(x), y).backward()
+            for start in range(0, run.global_batch, run.mbs):
+                with loss_parallel():
+                    lm_loss(model(x[start:start + run.mbs]), y[start:start + run.mbs]).backward()
             optimizer.step()
 
         return step
 
-    if name in ("pp", "pp-mb1"):
+    if name in ("pp", "pp-mb1", "pp-mb4"):
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
         stage_model = GPT(cfg, first=rank == 0, last=rank == world - 1, blocks=cfg.layers // world)
@@ -200,7 +201,8 @@ def time_steps(step, steps: int) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="ddp,fsdp,tp,pp,local",
-                        help="comma-separated: ddp, fsdp, tp, pp, ddp-accum, pp-mb1, local")
+                        help="comma-separated: ddp, fsdp, tp, pp, ddp-accum, pp-mb1, tp-accum, fsdp-accum, pp-mb4, "
+                             "local")
     parser.add_argument("--hidden", type=int, default=GPTConfig.hidden)
     parser.add_argument("--layers", type=int, default=GPTConfig.layers)
     parser.add_argument("--heads", type=int, default=GPTConfig.heads)
