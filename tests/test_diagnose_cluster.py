@@ -83,6 +83,13 @@ def diagnose_on(cluster, args, on_progress=None, timeout=300):
     return json.loads(out), "".join(err_lines)
 
 
+def show(case: str, report: dict) -> None:
+    """The figures of a case, for the log (bench/RESULTS-diagnose.md quotes them)."""
+    print(f"\n{case}: {report['rounds']} rounds, {report['group_tests']} group tests, {report['wall_s']} s; "
+          f"reference {report['reference']['busbw_gbps']:.4f} GB/s; drain "
+          f"{[(d['node'], d['reasons']) for d in report['drain']]}; links {[item['link'] for item in report['links']]}")
+
+
 def drained(report):
     return {item["node"]: item["reasons"] for item in report["drain"]}
 
@@ -94,6 +101,7 @@ def round_bound(d: int, n: int = NODES) -> int:
 def test_one_slow_node_is_named_alone(cluster):
     cluster.shape(3, rate="300mbit")
     report, _ = diagnose_on(cluster, [*OPTIONS, "--timeout", "30"])
+    show("slow node", report)
     assert drained(report) == {cluster.names[3]: ["slow"]}, report["round_log"]
     assert report["links"] == [] and report["exclude"] == cluster.names[3]
     assert report["rounds"] <= round_bound(1)
@@ -106,6 +114,7 @@ def test_a_slow_and_a_lossy_node_are_both_named_with_their_reasons(cluster):
     cluster.shape(3, rate="300mbit")
     cluster.shape(6, loss=3)
     report, _ = diagnose_on(cluster, [*OPTIONS, "--timeout", "30"])
+    show("slow + lossy", report)
     found = drained(report)
     assert set(found) == {cluster.names[3], cluster.names[6]}, report["round_log"]
     assert "slow" in found[cluster.names[3]] and "lossy" in found[cluster.names[6]]
@@ -116,6 +125,7 @@ def test_a_slow_path_between_two_nodes_is_that_link_and_neither_node(cluster):
     # nodes 2 and 3 share a screen ring (groups of 2 in node order), so the path is tested
     cluster.shape_path(2, 3, "300mbit")
     report, _ = diagnose_on(cluster, [*OPTIONS, "--timeout", "30"])
+    show("slow path", report)
     assert report["drain"] == [], report["round_log"]
     assert [item["link"] for item in report["links"]] == [[cluster.names[2], cluster.names[3]]]
     assert report["exclude"] == ""
@@ -134,6 +144,8 @@ def test_a_node_cut_off_mid_diagnosis_is_named_within_the_timeout_and_the_rest_c
 
     timeout = 8
     report, err = diagnose_on(cluster, [*OPTIONS, "--timeout", str(timeout)], on_progress=cut_after_round_1)
+    show("cut link", report)
+    print(err)
     assert cut_at, err
     assert drained(report) == {cluster.names[2]: ["no answer"], cluster.names[3]: ["slow"]}, report["round_log"]
     hung_round = next(i for i, r in enumerate(report["round_log"]) if r["hung"])
