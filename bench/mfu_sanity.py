@@ -1,0 +1,101 @@
+"""Where the MFU sanity line stands (issue 13): the planner's best MFU per preset against the best
+published run on that GPU, and what the published Megatron-Core rows say about compute alone.
+
+Run: python bench/mfu_sanity.py
+
+Part 1 ranks the jobs of tests/test_mfu_sanity.py on each preset and prints the best layout's MFU
+and how its step divides (compute = kernels incl. recompute; the rest = communication, bubble,
+optimizer), next to the bound: the highest MFU a published run on that GPU reached (PaLM's FLOP
+count over the preset's peak, as the planner counts).
+
+Part 2 reads each published row of one GPU and execution and prints its published MFU, the
+model's error, the share of the model's step that is compute, and two compute-only MFUs: the
+model's (model FLOPs over the model's compute seconds) and the one the published step implies if
+the model's non-compute seconds are right (published step minus them). A compute-bound ranking
+can only be checked against the second: it is what a run with no exposed communication would
+reach, if the model prices communication right.
+
+Predictions only (deterministic); no timing on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scorecard import (HARDWARE, RUNS, layout_of, load_runs, model_argument, palm_flops,  # noqa: E402
+                       peak_flops, published_step_seconds, split_halves)
+
+from commbench.modeling.cluster import Cluster  # noqa: E402
+from commbench.modeling.hardware import load_system  # noqa: E402
+from commbench.modeling.job import EXECUTIONS, TrainingJob  # noqa: E402
+from commbench.modeling.models import PRESETS  # noqa: E402
+from commbench.modeling.network import PresetNetwork  # noqa: E402
+from commbench.modeling.planner import Planner  # noqa: E402
+from commbench.modeling.spec import PlanSpec, build_planner  # noqa: E402
+
+JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama3-70b", 64, 512, 4096)]
+COMPUTE = ("compute", "recompute", "slowdown")  # kernels, their repetition, and their stretching
+
+
+def published_mfu(row: dict) -> float:
+    return palm_flops(row) / (row["gpus"] * peak_flops(row) * published_step_seconds(row))
+
+
+def compute_share(categories: dict[str, float], step_s: float) -> float:
+    return sum(categories.get(name, 0.0) for name in COMPUTE) / step_s
+
+
+def rankings(systems: list[str], executions: list[str], rows: list[dict]) -> list[str]:
+    lines = ["| system | execution | job (GPUs) | best layout | MFU | compute share | published best on the GPU |",
+             "|---|---|---|---|---|---|---|"]
+    for system in systems:
+        gpu = next(g for g, s in HARDWARE.items() if s == system)
+        bound = max(published_mfu(r) for r in rows if r["gpu"] == gpu)
+        hardware = load_system(system)
+        for execution in executions:
+            for model, gpus, global_batch, seq_len in JOBS:
+                job = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution])
+                best = Planner(job, Cluster(gpus, hardware, PresetNetwork(hardware))).rank(1).ranked[0]
+                lines.append(f"| {system} | {execution} | {model} ({gpus}) | {best.layout} | {best.mfu:.1%} "
+                             f"| {compute_share(best.categories, best.step_s):.0%} | {bound:.1%} |")
+    return lines
+
+
+def published_rows(rows: list[dict], gpu: str, execution: str) -> list[str]:
+    half = split_halves(rows)
+    lines = ["| row | half | layout | published MFU | model error | model compute share | compute-only MFU: model "
+             "| compute-only MFU: published step less the model's non-compute |", "|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as folder:
+        for row in rows:
+            if row["gpu"] != gpu or row["execution"] != execution or "flops_convention" in row["assumed"]:
+                continue
+            spec = PlanSpec(model=model_argument(row, Path(folder)), gpus=row["gpus"], global_batch=row["global_batch"],
+                            seq_len=row["seq_len"], hardware=HARDWARE[gpu], gpus_per_node=row["gpus_per_node"],
+                            execution=execution)
+            result, _ = build_planner(spec).evaluate_layout(layout_of(row))
+            share = compute_share(result.categories, result.step_s)
+            published = published_step_seconds(row)
+            implied = published_mfu(row) * published / (published - (1 - share) * result.step_s)
+            lines.append(f"| {row['id']} | {half[row['id']]} | {layout_of(row)} | {published_mfu(row):.1%} "
+                         f"| {result.step_s / published - 1:+.1%} | {share:.0%} | {result.mfu / share:.1%} | {implied:.1%} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="H100", choices=sorted(HARDWARE))
+    parser.add_argument("--execution", default="megatron-core", choices=("megatron-core", "megatron-2021", "torch-fsdp"))
+    args = parser.parse_args(argv)
+    rows = load_runs(RUNS)
+    print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core", "torch-fsdp", "megatron-2021"], rows)))
+    print()
+    print("\n".join(published_rows(rows, args.gpu, args.execution)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
