@@ -7,7 +7,9 @@ odd positions of each source (ordered by GPUs, id) may be fitted to; this script
 held-out row's published figure. Two stages, each a grid search for the lowest MAPE:
   1. per GPU type, `gemm_scale`: the processor preset's gemm_efficiency curve multiplied by it
      (the plateau a training run's GEMMs reach: clocks under the power limit, kernel choice),
-     over that GPU's calibration rows run by Megatron (megatron-2021, megatron-core)
+     over that GPU's calibration rows run by Megatron (megatron-2021, megatron-core). The preset
+     read is the committed one, already fitted: 1.0 keeps it, and the grid reaches above 1.0 so
+     that a refit after a model change can move it either way
   2. per GPU type, the processor's execution_gemm_efficiency for torch-fsdp (the 2023-2024
      PyTorch stacks of MosaicML and torchtitan on that GPU), over that GPU's torch-fsdp calibration
      rows, with stage 1's processor
@@ -31,7 +33,7 @@ from scorecard import HARDWARE, RUNS, execution_for, load_runs, predict, publish
 
 from commbench.modeling.hardware import PRESET_DIR, load_system  # noqa: E402
 
-GEMM_SCALES = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
+GEMM_SCALES = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15)
 FSDP_SCALES = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 
