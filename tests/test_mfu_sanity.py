@@ -35,7 +35,7 @@ NOT_YET = (
     "(Megatron-Core 16B, tp=4). Not ZeRO-3 (without it the 70B ranks a ZeRO-1 layout at 58%) and not TP "
     "overlap (the 1B and 7B rankings have no TP): their MFU is the model's compute efficiency. The published "
     "Megatron-Core rows, less the model's own communication and bubble, run their compute at 43% (1.7B, h=2048), "
-    "52% (7.1B, h=4096) and 59-60% (16B, 70B) MFU (bench/mfu_sanity.py), so the 70B's 59% has that support "
+    "52% (7.1B, h=4096) and 59-60% (16B, 70B) MFU (bench/mfu_sanity.py), so the 70B's 59% is close to that support "
     "but the 1B's and 7B's do not: the model prices small-hidden Megatron-Core compute 12-18% too fast (the "
     "7.1B calibration row -10%, the 1.7B held-out row -15%). What it lacks is not pinned down (per-GPU GEMMs of "
     "the 7.1B and 16B rows are alike in FLOPs; attention at 2/3 of the preset's FlashAttention-2 rate would fit "
