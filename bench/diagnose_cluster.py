@@ -2,8 +2,8 @@
 
 Builds an emulated cluster (tests/cluster/emulated.py: network namespaces, tc-shaped 1 Gbit/s links;
 needs root), one rank per node started with the variables torchrun sets, and measures:
-  1. how well this machine drives the cluster: a healthy diagnosis's screen round (every node in a
-     ring of 2, all rings at once), each ring's bandwidth against the link's TCP ceiling;
+  1. how well this machine drives the cluster: a healthy diagnosis's first group round (every node
+     in a ring of 2, all rings at once), each ring's bandwidth against the link's TCP ceiling;
   2. with node 3 at 300 Mbit/s: the wall time of `commbench diagnose` (from starting the ranks to
      rank 0's exit, and the diagnosis's own rounds) and of `commbench run --pairwise -b 8 -e 8M`
      (the same 8 MiB per measurement), and what each names.
@@ -74,7 +74,7 @@ def main() -> None:
         for _ in range(args.repeats):
             _, healthy = diagnose(cluster)
             rings = healthy["round_log"][0]["busbw_gbps"]
-            print(f"healthy screen, {len(rings)} rings of 2 at once: "
+            print(f"healthy fleet, first group round, {len(rings)} rings of 2 at once: "
                   + ", ".join(f"{bw:.4f}" for bw in rings) + f" GB/s = {min(rings) / ceiling:.0%}-{max(rings) / ceiling:.0%} "
                   f"of the ceiling; named: {healthy['exclude'] or 'none'}")
         cluster.shape(SLOW_NODE, rate="300mbit")
@@ -84,7 +84,7 @@ def main() -> None:
         scratch = Path(f"/tmp/diagnose-cluster-bench-{random.randint(0, 1 << 30)}")
         for _ in range(args.repeats):
             seconds, report = diagnose(cluster)
-            print(f"| diagnose | {seconds:.1f} | {report['wall_s']:.1f} s, {report['rounds']} rounds, "
+            print(f"| diagnose | {seconds:.1f} | {report['wall_s']:.1f} s, straggler screen + {report['rounds']} rounds, "
                   f"{report['group_tests']} group tests | {report['exclude'] or 'none'} |")
             seconds, named = pairwise(cluster, scratch)
             print(f"| run --pairwise | {seconds:.1f} | {args.nodes - 1} rounds x 2 sizes | {named} |")

@@ -142,6 +142,16 @@ def test_out_writes_a_run_directory_the_dashboard_reads(tmp_path, capsys):
     assert [d["node"] for d in load_report(path)["drain"]] == ["node03"]
 
 
+def test_a_ring_names_the_node_slow_itself_and_the_one_the_others_wait_for():
+    from commbench.diagnose.stragglers import ring_stragglers
+
+    # node 1 is slow in 4 of 5 iterations; node 3 arrives late, so its own time is the short one
+    times = [[1.0, 1.0, 1.1, 1.0, 1.0], [1.6, 1.7, 1.0, 1.6, 1.8], [1.0, 1.1, 1.0, 1.0, 1.0], [0.2, 0.3, 0.2, 0.2, 0.25]]
+    slow, waited_for = ring_stragglers(times)
+    assert [s.process for s in slow] == [1] and [s.process for s in waited_for] == [3]
+    assert ring_stragglers([[1.0, 1.0], [1.05, 0.98], [1.0, 1.02]]) == ([], [])
+
+
 def test_stragglers_are_slow_in_most_sizes_not_once():
     from commbench.diagnose.stragglers import find_stragglers
 

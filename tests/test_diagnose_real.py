@@ -52,6 +52,21 @@ def test_the_text_report_ends_with_the_exclude_line_slurm_reads(tmp_path):
     assert lines[-1].startswith("# exclude:")
 
 
+def test_the_straggler_screen_names_the_rank_the_others_wait_for():
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COMMBENCH_INJECT_DELAY": "2:screen",
+           "COMMBENCH_INJECT_DELAY_US": "30000"}  # 30 ms late to each iteration of a ~1 ms ring
+    done = subprocess.run([sys.executable, "-m", "commbench", "diagnose", "--nproc", "4", "--size", "64K",
+                           "--iters", "5", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    screen = json.loads(done.stdout)["stragglers"]
+    assert [s["node"] for s in screen["waited_for"]] == [f"{screen_host(done.stdout)}-rank2"], screen
+    assert screen["waited_for"][0]["iterations_slow"] >= 3 and screen["slow"] == []
+
+
+def screen_host(report_json: str) -> str:
+    return json.loads(report_json)["source"].split("rank 0 on ")[1].split("-rank0")[0]
+
+
 def part(times, error=None, sent=1000, retransmitted=0):
     return {"times": times, "error": error, "sent": sent, "retransmitted": retransmitted}
 

@@ -5,7 +5,9 @@ Two modes, one strategy and one report:
   real (default)   measures live ranks, one rank per node, launched like `commbench run`: --nproc N
                    on this machine (each local rank is a "node" of its own: a smoke test), or one
                    rank per node under torchrun or srun. With several ranks on a node, the node's
-                   lowest rank represents it and the others wait idle until the end. Each round,
+                   lowest rank represents it and the others wait idle until the end. First a
+                   straggler screen: one ring over every node names the nodes the others wait for
+                   (reported, not drained; --no-straggler-screen skips it). Then each round,
                    disjoint groups run send/recv rings at once (gloo, or NCCL where every rank has
                    a GPU: that path has not run on a GPU yet), each over its own communicator, so a
                    node that stops answering costs only its group: it is named after --timeout and
@@ -17,7 +19,7 @@ Two modes, one strategy and one report:
                    and says so.
 
 The report: nodes to drain with reasons and evidence, links to inspect, rounds taken, the good
-nodes, and a last line `# exclude: <hostlist>` (Slurm hostlist syntax, for sbatch --exclude).
+nodes, and the line `# exclude: <hostlist>` (Slurm hostlist syntax, for sbatch --exclude).
 A link fault is found only when a tested ring uses that link (ring neighbours in node order,
 inside one screen group): a link between two nodes that never share a ring is not tested.
 
@@ -60,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     real.add_argument("--timeout", type=float, default=60.0,
                       help="seconds per round: a node that has not answered by then is named and left out (default 60)")
+    real.add_argument("--no-straggler-screen", action="store_true",
+                      help="skip the first round: one ring over every node whose per-node, per-iteration times name "
+                           "the nodes slow themselves and those the others wait for (reported, not drained)")
     real.add_argument("--node-name", default=None, help="this node's name in the report (default: hostname)")
     fleet = parser.add_argument_group("the cluster model (--simulate or --hosts; every figure synthetic)")
     fleet.add_argument("--simulate", type=int, metavar="N", help="nodes of the model (default: as many as --hosts names)")
@@ -99,6 +104,7 @@ def measure(args: argparse.Namespace) -> int:
         raise UsageError(f"--group-size {args.group_size}: must be at least 2")
     cfg = DiagnoseConfig(size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
                          group_size=args.group_size, node_name=args.node_name, json=args.json,
+                         straggler_screen=not args.no_straggler_screen,
                          out_dir=str(Path(args.out).resolve()) if args.out else None,
                          command="commbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     env = detect_rank_env()

@@ -64,12 +64,28 @@ def text(report: dict) -> str:
     lines.append("links to inspect:" if report["links"] else "links to inspect: none")
     for item in report["links"]:
         lines.append(f"  {' <-> '.join(item['link']):<24} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
+    lines += straggler_lines(report.get("stragglers"))
     lines.append(f"exclude (sbatch --exclude): {report['exclude'] or '(none)'}")
     lines.append(f"good nodes: {report['good'] or '(none)'}")
     if report.get("wall_s") is not None:
         lines.append(f"# wall time of the diagnosis: {report['wall_s']:.1f} s")
     lines.append(f"# exclude: {report['exclude']}")  # the one line `commbench submit --diagnose` reads
     return "\n".join(lines)
+
+
+def straggler_lines(screen: dict | None) -> list[str]:
+    """The screen's ring over every node (real mode): who was slow itself, who the others waited for.
+    Reported, not drained: the group tests decide."""
+    if screen is None:
+        return []
+    if "note" in screen:
+        return [f"stragglers (screen ring): {screen['note']}"]
+    found = [f"{s['node']} slow itself ({s['ratio']:.2f}x the median node's time in {s['iterations_slow']} of "
+             f"{s['iterations']} iterations)" for s in screen["slow"]]
+    found += [f"{s['node']} made the others wait (its time {s['ratio']:.2f}x shorter than the median node's in "
+              f"{s['iterations_slow']} of {s['iterations']} iterations: it arrived late)" for s in screen["waited_for"]]
+    return [f"stragglers (screen ring over every node, {screen['size']} B x {screen['iterations']} iterations): "
+            + ("; ".join(found) if found else "none")]
 
 
 def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, note: str, backend: str = "model") -> Path:

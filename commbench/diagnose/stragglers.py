@@ -4,6 +4,9 @@ Input: for each measured size, every process's time (nccl-tests `-I` JSON: the m
 iterations of each process's slowest time per iteration). A process is a straggler when its time
 is at least `ratio` x the median process's in most sizes: one slow size is noise, a process slow
 at every size is a node to look at.
+
+`commbench diagnose` screens with a ring over every node and reads each node's per-iteration times
+the same way, iterations in place of sizes, both ways (`ring_stragglers`).
 """
 
 from __future__ import annotations
@@ -29,3 +32,14 @@ def find_stragglers(times_per_size: list[list[float]], ratio: float = 1.2) -> li
     ratios = [[times[p] / statistics.median(times) for times in usable] for p in range(processes)]
     found = [Straggler(p, sum(r >= ratio for r in rs), len(rs), statistics.median(rs)) for p, rs in enumerate(ratios)]
     return sorted((s for s in found if 2 * s.sizes_slow > s.sizes), key=lambda s: -s.median_ratio)
+
+
+def ring_stragglers(times_by_node: list[list[float]], ratio: float = 1.2) -> tuple[list[Straggler], list[Straggler]]:
+    """From every node's per-iteration times in one ring: the nodes slow themselves (their own time
+    >= ratio x the median node's in most iterations), and the nodes the others wait for. A node that
+    arrives late to every iteration (busy elsewhere) finds its peers ready: its own time is the
+    short one, by >= ratio against the median node's; its `median_ratio` says how many times shorter."""
+    per_iteration = [list(times) for times in zip(*times_by_node)]
+    slow = find_stragglers(per_iteration, ratio)
+    waited_for = find_stragglers([[1.0 / t if t > 0 else 0.0 for t in times] for times in per_iteration], ratio)
+    return slow, waited_for

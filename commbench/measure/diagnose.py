@@ -34,9 +34,10 @@ import torch.distributed as dist
 
 from commbench.data.rundir import utc_now
 from commbench.diagnose.report import save_run, text, to_dict
+from commbench.diagnose.stragglers import Straggler, ring_stragglers
 from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose
 from commbench.errors import CommbenchError, UsageError
-from commbench.measure.faults import die_if_asked, hang_if_asked
+from commbench.measure.faults import delayed_if_asked, die_if_asked, hang_if_asked
 from commbench.measure.launch import RankEnv
 from commbench.measure.linkhealth import moves_data_over_tcp, read_tcp_counters
 from commbench.topology import node_name
@@ -58,6 +59,7 @@ class DiagnoseConfig:
     group_size: int | None = None
     node_name: str | None = None
     json: bool = False
+    straggler_screen: bool = True
     out_dir: str | None = None
     command: str = ""
 
@@ -153,8 +155,8 @@ def run_ring_part(store, plan: dict, group: Sequence[int], env: RankEnv) -> dict
     """This rank's part of its group's ring: per-iteration seconds and the node's TCP counter deltas,
     or the error that stopped it (a peer gone, the time up)."""
     deadline = time.monotonic() + DATA_SHARE * plan["timeout_s"]
-    hang_if_asked(env.rank, f"round{plan['round'] + 1}")
-    die_if_asked(env.rank, f"round{plan['round'] + 1}")
+    hang_if_asked(env.rank, plan["label"])
+    die_if_asked(env.rank, plan["label"])
     over_tcp = plan["count_tcp"] and moves_data_over_tcp(plan["backend"])
     before = read_tcp_counters() if over_tcp else None
     try:
@@ -182,8 +184,10 @@ def _ring(store, plan: dict, group: list[int], env: RankEnv, deadline: float) ->
     elements = max(1, plan["size"] // 4)
     send = torch.ones(elements, dtype=torch.float32, device=device)
     recv = torch.empty(elements, dtype=torch.float32, device=device)
+    arrive = delayed_if_asked(env.rank, plan["label"], lambda: None)  # a compute straggler: late to every iteration
     times = []
     for i in range(plan["warmup"] + plan["iters"]):
+        arrive()
         start = time.perf_counter()
         works = [pgs[me % len(pgs)].send([send], nxt, 0), pgs[prev % len(pgs)].recv([recv], prev, 0)]
         for work in works:
@@ -220,13 +224,42 @@ class StoreTester:
 
     def __init__(self, store, cfg: DiagnoseConfig, env: RankEnv, nodes: list[Node], backend: str):
         self.store, self.cfg, self.env, self.nodes, self.backend = store, cfg, env, nodes, backend
-        self.round_no = 0
+        self.round_no = 0  # plans posted (the screen's included): keys and communicators of each are its own
+        self.rounds_done = 0  # the strategy's rounds, numbered as its report numbers them
         self.gone: set[int] = set()  # node indices that did not answer once: never waited for again
 
     def run_round(self, groups: Sequence[tuple[int, ...]]) -> RoundResult:
+        self.rounds_done += 1
         rank_groups = [[self.nodes[n].rank for n in g] for g in groups]
-        plan = {"round": self.round_no, "groups": rank_groups, "size": self.cfg.size, "iters": self.cfg.iters,
-                "warmup": self.cfg.warmup, "timeout_s": self.cfg.timeout_s, "backend": self.backend,
+        started = time.monotonic()
+        answers = self._play(rank_groups, f"round{self.rounds_done}")
+        result = self._result(groups, rank_groups, answers)
+        self._progress(f"round {self.rounds_done}: {len(groups)} group(s)", result.hung, time.monotonic() - started)
+        return result
+
+    def straggler_screen(self) -> dict:
+        """Step 1: one ring over every node, every node's per-iteration times; who is slow itself, and
+        who the others wait for (commbench.diagnose.stragglers.ring_stragglers)."""
+        ranks = [node.rank for node in self.nodes]
+        started = time.monotonic()
+        answers = self._play([ranks], "screen")
+        hung = {i for i, node in enumerate(self.nodes) if node.rank not in answers}
+        self.gone |= hung
+        self._progress(f"straggler screen: a ring of {len(ranks)}", hung, time.monotonic() - started)
+        broken = [answers[rank]["error"] for rank in ranks if rank in answers and answers[rank]["error"]]
+        if hung or broken:
+            return {"note": "the screen's ring did not complete: " + (f"no answer from "
+                    f"{', '.join(self.nodes[i].name for i in sorted(hung))}" if hung else broken[0])}
+        slow, waited_for = ring_stragglers([answers[rank]["times"] for rank in ranks])
+        return {"iterations": self.cfg.iters, "size": self.cfg.size,
+                "slow": [_straggler(self.nodes[s.process].name, s) for s in slow],
+                "waited_for": [_straggler(self.nodes[s.process].name, s) for s in waited_for]}
+
+    def _play(self, rank_groups: list[list[int]], label: str) -> dict[int, dict]:
+        """Post one plan, run rank 0's own part, collect the others' until the round's timeout."""
+        plan = {"round": self.round_no, "label": label, "groups": rank_groups, "size": self.cfg.size,
+                "iters": self.cfg.iters, "warmup": self.cfg.warmup, "timeout_s": self.cfg.timeout_s,
+                "backend": self.backend,
                 # local ranks share one host's counters: they would not be any group's own
                 "count_tcp": self.env.launcher != "commbench"}
         started = time.monotonic()
@@ -238,24 +271,22 @@ class StoreTester:
         waiting = {rank for g in rank_groups for rank in g} - set(answers)
         answers.update(self._collect(waiting, started + self.cfg.timeout_s))
         self.round_no += 1
-        result = self._result(groups, rank_groups, answers)
-        self._progress(len(groups), result, time.monotonic() - started)
-        return result
+        return answers
 
-    def _progress(self, n_groups: int, result: RoundResult, seconds: float) -> None:
+    def _progress(self, what: str, hung: set[int] | frozenset[int], seconds: float) -> None:
         """One line per round on stderr (stdout is the report): a long diagnosis shows where it is."""
-        silent = ", ".join(self.nodes[n].name for n in sorted(result.hung))
-        print(f"# round {self.round_no}: {n_groups} group(s) in {seconds:.1f} s"
-              + (f"; no answer from {silent}" if silent else ""), file=sys.stderr, flush=True)
+        silent = ", ".join(self.nodes[n].name for n in sorted(hung))
+        print(f"# {what} in {seconds:.1f} s" + (f"; no answer from {silent}" if silent else ""), file=sys.stderr, flush=True)
 
     def _collect(self, waiting: set[int], deadline: float) -> dict[int, dict]:
         """Results as they come in, until every member answered or the round's time is up."""
         answers = {}
         node_of = {node.rank: i for i, node in enumerate(self.nodes)}
         waiting = {rank for rank in waiting if node_of[rank] not in self.gone}
+        round_no = self.round_no
         while waiting and time.monotonic() < deadline:
             for rank in sorted(waiting):
-                key = RESULT.format(self.round_no, rank)
+                key = RESULT.format(round_no, rank)
                 if self.store.check([key]):  # get() would block on a rank that never answers
                     answers[rank] = json.loads(self.store.get(key))
                     waiting.discard(rank)
@@ -274,6 +305,11 @@ class StoreTester:
             busbw[i] = group_busbw(parts, self.cfg.size)
             loss[i] = group_retransmit_pct(parts)
         return RoundResult(busbw, loss, frozenset(hung))
+
+
+def _straggler(name: str, found: Straggler) -> dict:
+    return {"node": name, "iterations_slow": found.sizes_slow, "iterations": found.sizes,
+            "ratio": round(found.median_ratio, 3)}
 
 
 def group_busbw(parts: list[dict], size: int) -> float:
@@ -308,6 +344,7 @@ class Coordinator:
             check_group_size(self.cfg.group_size, len(nodes))
             tester = StoreTester(self.store, self.cfg, self.env, nodes, backend)
             started = time.monotonic()
+            stragglers = tester.straggler_screen() if self.cfg.straggler_screen else None
             result = diagnose(tester, len(nodes), Thresholds(group_size=self.cfg.group_size or Thresholds.group_size))
             wall_s = time.monotonic() - started
         except CommbenchError as exc:
@@ -322,6 +359,7 @@ class Coordinator:
         self._release(tester)
         report = to_dict(result, [node.name for node in nodes], source=self._source(nodes, backend))
         report["wall_s"] = round(wall_s, 2)
+        report["stragglers"] = stragglers
         print(json.dumps(report, indent=1) if self.cfg.json else text(report), flush=True)
         if self.cfg.out_dir:
             path = save_run(report, self.cfg.out_dir, {**asdict(self.cfg), "launcher": self.env.launcher},

@@ -9,8 +9,10 @@ COMMBENCH_INJECT_KILL=RANK[:OP]        that rank kills itself with SIGKILL when 
 COMMBENCH_INJECT_DELAY=RANK[:OP]       that rank sleeps COMMBENCH_INJECT_DELAY_US microseconds
                                        (default 2000) inside every timed op (of OP): a straggler,
                                        to see which rank the report names as the slowest
-`commbench diagnose` names its ops `round<N>` (N counted from 1, as its report does): a rank that
-hangs or dies in round N is the node the diagnosis must name as not answering.
+`commbench diagnose` names its ops `screen` (the straggler screen's ring) and `round<N>` (N counted
+from 1, as its report does): a rank that hangs or dies in round N is the node the diagnosis must name
+as not answering; there the delay comes before each timed iteration (a node busy elsewhere, late to
+every iteration), so the others wait for it.
 """
 
 from __future__ import annotations
