@@ -17,6 +17,7 @@ from commbench.data.rundir import list_runs, load_run
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import load_report
 from commbench.measure.diagnose import group_busbw, group_retransmit_pct
+from commbench.measure.launch import free_port
 from tests.conftest import REPO
 
 
@@ -49,7 +50,20 @@ def test_the_text_report_ends_with_the_exclude_line_slurm_reads(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("# diagnose: 2 nodes") and "measured" in lines[0]
+    assert lines[1].endswith("median retransmissions not measured")  # local ranks share one host's counters
     assert lines[-1].startswith("# exclude:")
+
+
+def test_ranks_all_on_one_host_are_refused_in_one_line_and_every_rank_released():
+    """Under a launcher (RANK, WORLD_SIZE set) node names are host names: one host is one node."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "COMMBENCH_LAUNCHER": "env"}
+    procs = [subprocess.Popen([sys.executable, "-m", "commbench", "diagnose", "--size", "64K", "--timeout", "5"], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    (out0, err0), (_, _) = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [2, 0]
+    errors = [line for line in err0.splitlines() if "error" in line]
+    assert len(errors) == 1 and "at least 2 nodes" in errors[0] and out0 == ""
 
 
 def test_the_straggler_screen_names_the_rank_the_others_wait_for():

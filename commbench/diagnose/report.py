@@ -56,8 +56,10 @@ def text(report: dict) -> str:
              f"{report['group_tests']} group tests ({report['source']})"]
     ref = report["reference"]
     if ref:
+        loss = ref["retransmit_pct"]
         lines.append(f"# fleet reference: median ring bandwidth {ref['busbw_gbps']:.4g} GB/s, robust sigma "
-                     f"{ref['sigma']:.3f} (log), median retransmissions {ref['retransmit_pct']:.3f}%")
+                     f"{ref['sigma']:.3f} (log), median retransmissions "
+                     + (f"{loss:.3f}%" if loss == loss else "not measured"))
     lines.append("nodes to drain:" if report["drain"] else "nodes to drain: none")
     for item in report["drain"]:
         lines.append(f"  {item['node']:<16} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")

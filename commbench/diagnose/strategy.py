@@ -148,7 +148,10 @@ def reference_from(result: RoundResult, t: Thresholds) -> Reference:
         sigma = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
         window = max(t.fail_sigmas * sigma, t.min_fail_drop)
     healthy_loss = loss[keep][np.isfinite(loss[keep])]
-    return Reference(median, sigma, float(np.median(healthy_loss)) if healthy_loss.size else 0.0)
+    if healthy_loss.size:
+        return Reference(median, sigma, float(np.median(healthy_loss)))
+    # no group's loss measured at all (not TCP, or ranks sharing a host's counters): NaN, nobody lossy
+    return Reference(median, sigma, 0.0 if np.isfinite(loss).any() else float("nan"))
 
 
 def classify(busbw: np.ndarray, retransmit_pct: np.ndarray, ref: Reference, t: Thresholds) -> tuple[np.ndarray, np.ndarray]:
