@@ -9,7 +9,7 @@ a level shift barely moves), with a BIC-like penalty of PENALTY_PER_LOG_N x colu
 Why both variants: they are the same op on the same ranks in the same run, so whatever moves one
 (a library, a setting, a node) moves the other, while their run-to-run noise is nearly independent
 (correlation 0.02 over the 12 runs of the noise profile at 64 MiB); two looks at one change place
-it far more sharply than one (bench/RESULTS-history.md). A change point is kept only when it is
+it more sharply than one (bench/RESULTS-history.md). A change point is kept only when it is
 also material on the row asked for: the medians of the out-of-place segments on each side differ
 by more than the threshold (default 5%), the same threshold `compare` uses. Each kept change point
 names the first run after the change and what its run.json changed against the run before it;
