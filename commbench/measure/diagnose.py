@@ -128,10 +128,12 @@ class Member:
             round_no += 1
 
     def _next_plan(self, round_no: int) -> dict | None:
-        """Rank 0 posts a plan at least every round timeout; waiting much longer means it is gone."""
+        """Rank 0 posts a plan at least every round timeout (the first once every rank has said who it
+        is); waiting much longer means it is gone."""
         key = PLAN.format(round_no)
+        patience = 3 * self.cfg.timeout_s + 60 + (STARTUP_TIMEOUT_S if round_no == 0 else 0)
         try:
-            self.store.wait([key], timedelta(seconds=3 * self.cfg.timeout_s + 60))
+            self.store.wait([key], timedelta(seconds=patience))
             return json.loads(self.store.get(key))
         except RuntimeError as exc:
             self._lost(exc)
