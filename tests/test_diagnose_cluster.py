@@ -5,6 +5,7 @@ nodes that is neither node's fault, and a node whose link is cut mid-diagnosis; 
 within 2*d*ceil(log2(N/d)) + 2 concurrent rounds. One cluster serves every case (module scope);
 each test starts from healthy links. Ranks are started with the variables torchrun sets (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT): eight torchrun agents would only load the two cores.
+The last test starts real torchrun (2 ranks per node) on a small cluster of its own.
 Needs root; skips with the reason otherwise (and fails in CI, see tests/conftest.py).
 """
 
@@ -159,3 +160,21 @@ def test_a_node_cut_off_mid_diagnosis_is_named_within_the_timeout_and_the_rest_c
     seconds = float(round_lines[hung_round].split(" in ")[1].split(" s")[0])
     assert timeout - 1 <= seconds <= timeout + 2, round_lines  # named when the round's timeout ran out
     assert report["exclude"] == f"{cluster.names[2][:-1]}[2-3]"
+
+
+@pytest.mark.parametrize("emulated_cluster", [dict(nodes=3)], indirect=True)
+def test_under_torchrun_with_two_ranks_per_node_each_node_is_one_rank_and_every_rank_ends(emulated_cluster):
+    """torchrun (static rendezvous) on every node, 2 ranks each: the node's lowest rank represents it,
+    the other waits idle and is released at the end, so every torchrun exits 0."""
+    c = emulated_cluster
+    procs = [c.node(i).popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc-per-node", "2",
+                              "--node-rank", str(i), "--master-addr", c.addr(0), "--master-port", "29621",
+                              "-m", "commbench", "diagnose", "--size", "4M", "--iters", "3", "--json"],
+                             env={"GLOO_SOCKET_IFNAME": "eth0"}, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for i in range(3)]
+    results = wait_procs(procs, 300)
+    assert [code for code, _, _ in results] == [0, 0, 0], results[0][2][-3000:]
+    report = json.loads(results[0][1])
+    assert report["nodes"] == 3 and report["good"] == f"{c.names[0][:-1]}[0-2]"
+    assert report["source"].startswith("measured: gloo") and "(torchrun)" in report["source"]
+    assert [len(group) for group in report["round_log"][0]["groups"]] == [3]  # one rank per node
