@@ -39,7 +39,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (`only`) the one subcommand about to run: each command module
+    imports what its work needs (numpy, DuckDB, ruptures, torch...), so a command imports only its own."""
     parser = _Parser(
         prog="commbench",
         description="Measure collectives (NCCL/gloo) the nccl-tests way, map the machine, and plan training layouts.",
@@ -48,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"commbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)  # still a valid choice; never parsed on this call
+            continue
         module = importlib.import_module(f"commbench.commands.{module_name}")
         doc = (module.__doc__ or "").strip()
         command = sub.add_parser(
@@ -61,8 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_named(argv: list[str]) -> str | None:
+    """The subcommand when argv starts with one (the usual call); None for --help, --version, typos."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=_command_named(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
