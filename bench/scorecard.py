@@ -52,6 +52,9 @@ EXECUTION_CHOICES = {
     "megatron-core": ("megatron-core", "megatron"),
     "torch-fsdp": ("torch-fsdp", "fsdp", "megatron"),
 }
+# sources entered after the compute figures were fitted (bench/RESULTS-published.md, calibration rule):
+# the model is frozen for them, no figure may be fitted to either half, and the report lists them apart
+ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 INT_COLUMNS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
                "vocab", "seq_len", "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "sp", "zero",
                "tied_embeddings")
