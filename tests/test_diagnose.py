@@ -181,3 +181,23 @@ def test_import_shows_the_per_process_times_of_nccl_tests_dash_I(tmp_path, capsy
     from commbench.data.rundir import list_runs, load_run
     [run] = list_runs(tmp_path / "runs")
     assert load_run(run).records[0]["process_times_us"][5] == pytest.approx(180.0)
+
+
+def test_a_hung_node_gives_strict_json_and_readable_reports(tmp_path):
+    """A hung group has no bandwidth: the JSON says null (jq and browsers refuse NaN), and the text
+    report, the stored run and the dashboard's round chart still read it."""
+    from commbench.diagnose.report import json_ready, load_report, save_run, text, to_dict
+    from dashboard.figures.diagnose import rounds_chart, verdict_rows
+
+    model = FleetModel(16, np.random.default_rng(3))
+    model.stops_at_round[5] = 1
+    names = [f"n{i:02d}" for i in range(16)]
+    report = to_dict(diagnose(model, 16), names, source="synthetic: test")
+    assert "n05" in report["exclude"]
+    strict = json.loads(json.dumps(json_ready(report), allow_nan=False))
+    assert None in [bw for r in strict["round_log"] for bw in r["busbw_gbps"]]
+    stored = load_report(save_run(report, tmp_path, {}, synthetic=True, note="test"))
+    for readable in (report, strict, stored):
+        assert "no answer" in text(readable)
+        rounds_chart(readable)
+        verdict_rows(readable)

@@ -431,6 +431,8 @@ def test_the_rendered_script_starts_diagnose_without_kill_on_bad_exit_or_progres
     (["--nodes", "4", "--", "--simulate", "64"], "--simulate describes a cluster model"),
     (["--nodes", "4", "--", "--slow", "n1"], "--slow describes a cluster model"),
     (["--nodes", "4", "--", "--out", "x"], "give the results folder to submit"),
+    (["--nodes", "4", "--", "--timeout", "0"], "--timeout 0: must be positive"),
+    (["--nodes", "4", "--", "--iters", "0"], "--iters 0: must be at least 1"),
     (["--nodes", "4", "--", "--max-bytes", "4M"], "unrecognized arguments: --max-bytes"),
     (["--nodes", "4", "--command", "calibrate"], "--diagnose is --command diagnose"),
     (["--nodes", "4", "--db", "x.duckdb"], "--db and --cluster apply to --command run, not diagnose"),

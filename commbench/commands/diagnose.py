@@ -45,7 +45,7 @@ import numpy as np
 from commbench.commands.run import size_arg
 from commbench.diagnose.fleet import FleetModel, inject_node_faults
 from commbench.diagnose.hostlist import expand
-from commbench.diagnose.report import save_run, text, to_dict
+from commbench.diagnose.report import json_ready, save_run, text, to_dict
 from commbench.diagnose.strategy import Thresholds, diagnose
 from commbench.errors import UsageError
 
@@ -91,17 +91,7 @@ def measure(args: argparse.Namespace) -> int:
     from commbench.measure.diagnose import DiagnoseConfig  # torch loads only in real mode
     from commbench.measure.launch import detect_rank_env, spawn_local
 
-    model_only = [flag for flag, value in (("--faults", args.faults), ("--slow", args.slow), ("--lossy", args.lossy),
-                                           ("--link", args.link)) if value]
-    if model_only:
-        raise UsageError(f"{model_only[0]} injects a fault into the cluster model: give --simulate N or --hosts too")
-    for flag, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0), ("--size", args.size, 4)):
-        if value < low:
-            raise UsageError(f"{flag} {value}: must be at least {low}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout:g}: must be positive (seconds per round)")
-    if args.group_size is not None and args.group_size < 2:
-        raise UsageError(f"--group-size {args.group_size}: must be at least 2")
+    check_real_options(args)
     cfg = DiagnoseConfig(size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
                          group_size=args.group_size, node_name=args.node_name, json=args.json,
                          straggler_screen=not args.no_straggler_screen,
@@ -118,6 +108,21 @@ def measure(args: argparse.Namespace) -> int:
     return spawn_local(nproc, cfg.to_json(), "diagnose", grace_s=2.0, leader_decides=True)
 
 
+def check_real_options(args: argparse.Namespace) -> None:
+    """Real mode's own values, refused before any rank starts (and by `submit --diagnose` before sbatch)."""
+    model_only = [flag for flag, value in (("--faults", args.faults), ("--slow", args.slow), ("--lossy", args.lossy),
+                                           ("--link", args.link)) if value]
+    if model_only:
+        raise UsageError(f"{model_only[0]} injects a fault into the cluster model: give --simulate N or --hosts too")
+    for flag, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0), ("--size", args.size, 4)):
+        if value < low:
+            raise UsageError(f"{flag} {value}: must be at least {low}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g}: must be positive (seconds per round)")
+    if args.group_size is not None and args.group_size < 2:
+        raise UsageError(f"--group-size {args.group_size}: must be at least 2")
+
+
 def simulate(args: argparse.Namespace) -> int:
     names = node_names(args.hosts, args.simulate)
     check_sizes(args, len(names))
@@ -128,7 +133,7 @@ def simulate(args: argparse.Namespace) -> int:
     result = diagnose(model, len(names), Thresholds(group_size=args.group_size or Thresholds.group_size))
     source = f"synthetic: commbench.diagnose.fleet cluster model, seed {args.seed}, noise sigma {model.noise_sigma}"
     report = to_dict(result, names, source=source)
-    print(json.dumps(report, indent=1) if args.json else text(report))
+    print(json.dumps(json_ready(report), indent=1) if args.json else text(report))
     if args.out:
         options = {k: v for k, v in vars(args).items() if k not in ("handler", "command")}
         path = save_run(report, args.out, options, synthetic=True, note=f"{source}; faults injected: see args")

@@ -187,6 +187,7 @@ def checked_diagnose_args(diagnose_args: list[str], nodes: int) -> tuple[str, ..
     if model:
         raise UsageError(f"{model[0]} describes a cluster model (diagnose --simulate, no Slurm needed); "
                          "under Slurm the fleet is the job's --nodes")
+    diagnose_command.check_real_options(parsed)
     group_size = getattr(parsed, "group_size", None)
     if group_size is not None and not 2 <= group_size <= nodes:
         raise UsageError(f"--group-size {group_size}: must be between 2 and the job's {nodes} nodes")

@@ -3,6 +3,7 @@ directory (run.json + diagnose.json) the dashboard reads."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from commbench.data.rundir import load_document, new_run_id, save_document_run, utc_now
@@ -37,6 +38,23 @@ def to_dict(result: Diagnosis, names: list[str], source: str) -> dict:
     }
 
 
+def json_ready(value):
+    """The report with every NaN (a hung group's bandwidth, retransmissions not measured) as None: JSON has
+    no NaN, and `jq` or a browser refuses the token Python would write."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(item) for item in value]
+    return value
+
+
+def measured(value) -> bool:
+    """A figure that was measured: not None (JSON) and not NaN (in memory)."""
+    return value is not None and value == value
+
+
 def _named(evidence: dict, names: list[str]) -> dict:
     return {**evidence, "group": [names[n] for n in evidence.get("group", [])]}
 
@@ -46,8 +64,10 @@ def evidence_line(e: dict) -> str:
     if "busbw_gbps" not in e:
         return e.get("note", "")
     loss = e.get("retransmit_pct")
-    return (f"round {e['round']}: {'+'.join(e['group'])} {e['busbw_gbps']:.4g} GB/s = {e['of_median']:.0%} of the fleet median"
-            + (f", {loss:.2f}% re-sent" if loss == loss and loss is not None else "")
+    result = (f"{e['busbw_gbps']:.4g} GB/s = {e['of_median']:.0%} of the fleet median" if measured(e["busbw_gbps"])
+              else f"no result ({e.get('outcome', 'hung')})")
+    return (f"round {e['round']}: {'+'.join(e['group'])} {result}"
+            + (f", {loss:.2f}% re-sent" if measured(loss) else "")
             + (f" ({e['note']})" if e.get("note") else ""))
 
 
@@ -59,7 +79,7 @@ def text(report: dict) -> str:
         loss = ref["retransmit_pct"]
         lines.append(f"# fleet reference: median ring bandwidth {ref['busbw_gbps']:.4g} GB/s, robust sigma "
                      f"{ref['sigma']:.3f} (log), median retransmissions "
-                     + (f"{loss:.3f}%" if loss == loss else "not measured"))
+                     + (f"{loss:.3f}%" if measured(loss) else "not measured"))
     lines.append("nodes to drain:" if report["drain"] else "nodes to drain: none")
     for item in report["drain"]:
         lines.append(f"  {item['node']:<16} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
@@ -96,7 +116,7 @@ def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, not
     info = RunInfo(run_id=new_run_id("diagnose-"), kind="diagnose", source="commbench", created=utc_now(),
                    backend=backend, world_size=report["nodes"], args=args,
                    synthetic=synthetic, note=note)
-    return save_document_run(out_dir, info, DIAGNOSE_FILE, report)
+    return save_document_run(out_dir, info, DIAGNOSE_FILE, json_ready(report))
 
 
 def load_report(run_dir: str | Path) -> dict:

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.data.rundir import utc_now
-from commbench.diagnose.report import save_run, text, to_dict
+from commbench.diagnose.report import json_ready, save_run, text, to_dict
 from commbench.diagnose.stragglers import Straggler, ring_stragglers
 from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose
 from commbench.errors import CommbenchError, UsageError
@@ -362,7 +362,7 @@ class Coordinator:
         report = to_dict(result, [node.name for node in nodes], source=self._source(nodes, backend))
         report["wall_s"] = round(wall_s, 2)
         report["stragglers"] = stragglers
-        print(json.dumps(report, indent=1) if self.cfg.json else text(report), flush=True)
+        print(json.dumps(json_ready(report), indent=1) if self.cfg.json else text(report), flush=True)
         if self.cfg.out_dir:
             path = save_run(report, self.cfg.out_dir, {**asdict(self.cfg), "launcher": self.env.launcher},
                             synthetic=False, note=report["source"], backend=backend)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from commbench.diagnose.report import evidence_line
+from commbench.diagnose.report import evidence_line, measured
 from dashboard.figures.common import message_figure
 
 VERDICT_COLOURS = {"good": "#2ca02c", "slow": "#d62728", "lossy": "#ff7f0e", "slow, lossy": "#8c564b",
@@ -61,7 +61,8 @@ def rounds_chart(report: dict) -> go.Figure:
     if len(columns) > MAX_ROUND_COLUMNS:
         columns = [n for n in columns if any(n in c and c[n][0] != "pass" for c in cells)] or columns[:MAX_ROUND_COLUMNS]
     z = [[OUTCOMES.index(c[n][0]) if n in c else None for n in columns] for c in cells]
-    hover = [[(f"{n}: {c[n][0]}, group {'+'.join(c[n][1])}, {c[n][2]:.4g} GB/s" if n in c else f"{n}: not tested")
+    hover = [[(f"{n}: {c[n][0]}, group {'+'.join(c[n][1])}, " + (f"{c[n][2]:.4g} GB/s" if measured(c[n][2]) else "no result")
+               if n in c else f"{n}: not tested")
               for n in columns] for c in cells]
     labels = [f"{i + 1}. {r['step']}" for i, r in enumerate(rounds)]
     step = 1 / len(OUTCOMES)  # one flat band of colour per outcome
