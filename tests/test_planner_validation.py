@@ -95,3 +95,16 @@ def test_the_accumulating_layouts_split_the_global_batch_as_their_names_say(monk
                      for name, run in runs.items()}
     assert micro_batches == {"ddp": 1, "fsdp": 1, "tp": 1, "pp": 4, "ddp-accum": 2, "pp-mb1": 8, "tp-accum": 2,
                              "fsdp-accum": 2, "pp-mb4": 2, "local": 1}
+
+
+def test_validation_2_measurements_re_predict_with_the_layouts_they_were_the_first_to_measure(tmp_path, monkeypatch):
+    """bench/validation/runs/out-of-sample-3 (validation 2) predicts again from its raw files alone,
+    every collective from its measured table, and names its three unseen layouts."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    from validate_planner import compare
+
+    summary = compare(COMMITTED.parent / "out-of-sample-3", processors=tmp_path)
+    assert summary["layouts_in_mape"] == ["ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1", "tp-accum", "fsdp-accum",
+                                          "pp-mb4"]
+    assert summary["unseen_layouts"] == ["tp-accum", "fsdp-accum", "pp-mb4"] and summary["rounds"] == 3
+    assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
