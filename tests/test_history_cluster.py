@@ -64,9 +64,10 @@ def test_rate_drop_found_by_history_compare_and_check(emulated_cluster, tmp_path
     print("inter 4M busbw per run:", [round(point["busbw_gbps"], 4) for point in series["points"]])
     found = [change["index"] for change in series["change_points"]]
     print("change points at runs", found)
-    # the first change is the rate's; a later one can be real too (this 2-core machine's load moves
-    # the last runs), so only the first is asserted
-    assert found and found[0] == 11, series["change_points"]
+    # the rate's change must be found at run 11; this 2-core machine's load can move a few runs for
+    # real (a CI run measured runs 7-10 at 1 Gbit/s 12-17% slower than runs 1-6, and history rightly
+    # found that too), so one or two other change points are allowed, not a detector that fires everywhere
+    assert 11 in found and len(found) <= 3, series["change_points"]
 
     same = json.loads(cli("compare", runs[0], runs[1], "--json").stdout)
     unchanged = sum(row["verdict"] == "no significant change" for row in same["rows"])
