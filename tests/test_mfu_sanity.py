@@ -29,7 +29,13 @@ from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama3-70b", 64, 512, 4096)]
+JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama2-7b", 16, 64, 4096),
+        ("llama2-7b", 32, 64, 4096), ("llama3-70b", 64, 512, 4096)]  # 7B on 32: the issue's own example
+# Does not hold yet, so the test says so (strict: the mark fails once the job holds). Found at the end
+# of stop 21 by ranking more GPU counts than the first three jobs: not fixed after seeing it.
+NOT_YET = {("dgx-h100", "megatron-core", ("llama2-7b", 16, 64, 4096)):
+           "ranks tp=1,dp=16,mbs=2,zero=3 at 59.52% MFU, 0.09 point above the best published H100 run "
+           "(dgxc Llama 3.1 8B on 8 GPUs, 59.43%)"}
 GPU_OF = {"dgx-a100": "A100", "dgx-h100": "H100"}  # no H200 run is published: the h200 preset has no bound
 
 
@@ -53,7 +59,9 @@ def _cases():
     for system in GPU_OF:
         for execution in ("megatron-core", "torch-fsdp", "megatron-2021"):
             for job in JOBS:
-                yield pytest.param(system, execution, job, id=f"{system}-{execution}-{job[0]}")
+                reason = NOT_YET.get((system, execution, job))
+                yield pytest.param(system, execution, job, id=f"{system}-{execution}-{job[0]}-{job[1]}gpus",
+                                   marks=[pytest.mark.xfail(strict=True, reason=reason)] if reason else [])
 
 
 @pytest.mark.parametrize("system, execution, job", list(_cases()))
