@@ -175,12 +175,7 @@ def checked_diagnose_args(diagnose_args: list[str], nodes: int) -> tuple[str, ..
     fleet is the allocation, so no cluster-model option and a screen group that fits in it."""
     from commbench.commands import diagnose as diagnose_command
 
-    parser = _RaisingParser(prog="commbench diagnose", add_help=False)
-    diagnose_command.add_arguments(parser)
-    parser.set_defaults(out=_UNSET, nproc=_UNSET)
-    parsed = parser.parse_args(diagnose_args)
-    if parsed.out is not _UNSET:
-        raise UsageError("give the results folder to submit (--out before --), not to diagnose")
+    parsed = _parse_job_options("diagnose", diagnose_command, diagnose_args)
     if parsed.nproc is not _UNSET:
         raise UsageError("--nproc does not apply under Slurm: diagnose runs one task on each of the --nodes")
     model = [flag for name, flag in _MODEL_OPTIONS.items() if getattr(parsed, name, None)]
@@ -198,12 +193,7 @@ def checked_calibrate_args(calibrate_args: list[str]) -> tuple[str, ...]:
     """The options for `commbench calibrate`, checked as far as they can be off the nodes (no torch)."""
     from commbench.commands import calibrate as calibrate_command
 
-    parser = _RaisingParser(prog="commbench calibrate", add_help=False)
-    calibrate_command.add_arguments(parser)
-    parser.set_defaults(out=_UNSET)
-    parsed = parser.parse_args(calibrate_args)
-    if parsed.out is not _UNSET:
-        raise UsageError("give the results folder to submit (--out before --), not to calibrate")
+    parsed = _parse_job_options("calibrate", calibrate_command, calibrate_args)
     calibrate_command.grid_changes(parsed)
     return tuple(calibrate_args)
 
@@ -212,17 +202,24 @@ def checked_run_args(run_args: list[str]) -> tuple[str, ...]:
     """The options for `commbench run`, parsed here as run would parse them."""
     from commbench.commands import run as run_command
 
-    parser = _RaisingParser(prog="commbench run", add_help=False)
-    run_command.add_arguments(parser)
-    parser.set_defaults(out=_UNSET, nproc=_UNSET)
-    parsed = parser.parse_args(run_args)
-    if parsed.out is not _UNSET:
-        raise UsageError("give the results folder to submit (--out before --), not to run")
+    parsed = _parse_job_options("run", run_command, run_args)
     if parsed.nproc is not _UNSET:
         raise UsageError("--nproc does not apply under Slurm: the ranks are --nodes x --ntasks-per-node")
     parsed.out, parsed.nproc = "results", None
     run_command.config_from_args(parsed)  # the same checks run makes before starting ranks
     return tuple(run_args)
+
+
+def _parse_job_options(name: str, command_module, options: list[str]) -> argparse.Namespace:
+    """The options after `--`, parsed with the job command's own parser; --out belongs to submit.
+    --out and --nproc default to _UNSET, so a caller can tell that the user gave one."""
+    parser = _RaisingParser(prog=f"commbench {name}", add_help=False)
+    command_module.add_arguments(parser)
+    parser.set_defaults(out=_UNSET, nproc=_UNSET)
+    parsed = parser.parse_args(options)
+    if parsed.out is not _UNSET:
+        raise UsageError(f"give the results folder to submit (--out before --), not to {name}")
+    return parsed
 
 
 class _RaisingParser(argparse.ArgumentParser):
