@@ -39,7 +39,7 @@ from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose
 from commbench.errors import CommbenchError, UsageError
 from commbench.measure.faults import delayed_if_asked, die_if_asked, hang_if_asked
 from commbench.measure.launch import RankEnv
-from commbench.measure.linkhealth import moves_data_over_tcp, read_tcp_counters
+from commbench.measure.linkhealth import moves_data_over_tcp, read_tcp_counters, retransmit_percent
 from commbench.topology import node_name
 
 WHO, PLAN, RESULT, BYE = "diag/who/{}", "diag/plan/{}", "diag/result/{}/{}", "diag/bye/{}"
@@ -329,8 +329,8 @@ def group_retransmit_pct(parts: list[dict]) -> float:
     some member could not read its counters or the transport is not TCP."""
     if any(part["sent"] is None or part["retransmitted"] is None for part in parts):
         return float("nan")
-    sent = sum(part["sent"] for part in parts)
-    return 100.0 * sum(part["retransmitted"] for part in parts) / sent if sent > 0 else float("nan")
+    share = retransmit_percent(sum(part["sent"] for part in parts), sum(part["retransmitted"] for part in parts))
+    return float("nan") if share is None else share
 
 
 class Coordinator:
