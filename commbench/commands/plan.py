@@ -189,7 +189,9 @@ def _print_header(planner, warnings) -> None:
     console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_node} per node; "
                   f"{planner.cluster.cost.describe()}")
     console.print(f"compute slowdown under overlapping communication: {planner.cluster.slowdown_intra:.1%} "
-                  f"intra-node, {planner.cluster.slowdown_inter:.1%} inter-node")
+                  f"intra-node, {planner.cluster.slowdown_inter:.1%} inter-node"
+                  + (" (a group with several ranks in each of several nodes: each rate over its phase's share)"
+                     if planner.cluster.slowdown_intra != planner.cluster.slowdown_inter else ""))
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 

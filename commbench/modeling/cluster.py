@@ -7,12 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.modeling.hardware import System
-from commbench.modeling.network import CollectiveCost
+from commbench.modeling.network import CollectiveCost, Placement, PresetNetwork
 
 # Compute slowdown while communication overlaps it: one public simulator charges 15% for NVLink
 # and 2% for InfiniBand traffic; used when no measured factor is given.
 DEFAULT_SLOWDOWN_INTRA = 0.15
 DEFAULT_SLOWDOWN_INTER = 0.02
+# A group with several ranks in each of several nodes runs an NVLink phase and a network phase;
+# their shares of its time are read at a size in the bandwidth regime, where the overlapped
+# collectives that matter sit (ZeRO-3 weight gathers and gradient buckets: tens to hundreds of MB).
+PHASE_REFERENCE_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,25 @@ class Cluster:
     def gpus_per_node(self) -> int:
         return self.system.gpus_per_node
 
-    def slowdown(self, inter_node: np.ndarray) -> np.ndarray:
-        """Extra compute time per second of overlapping communication, by whether it crosses nodes."""
-        return np.where(inter_node, self.slowdown_inter, self.slowdown_intra)
+    def slowdown(self, group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """Extra compute time per second of overlapping communication on each layout's group
+        (size, ranks_per_node, nodes, as layout.layout_groups gives them): the NVLink rate inside a
+        node, the network rate with one rank per node, and for a group with several ranks in each of
+        several nodes both rates, each over the share of the collective's time its phase takes. The
+        NVLink phase of such a collective keeps the SMs and HBM as busy as any intra-node one; charging
+        all of it at the network rate made ZeRO-3 across two nodes overlap almost for free."""
+        _, per_node, nodes = group
+        nvlink_share = np.where(nodes > 1, 0.0, 1.0)
+        if self.slowdown_intra != self.slowdown_inter:
+            mixed = (nodes > 1) & (per_node > 1)
+            for r, k in set(zip(per_node[mixed].tolist(), nodes[mixed].tolist())):
+                nvlink_share[mixed & (per_node == r) & (nodes == k)] = self._nvlink_phase_share(r, k)
+        return self.slowdown_inter + (self.slowdown_intra - self.slowdown_inter) * nvlink_share
+
+    def _nvlink_phase_share(self, ranks_per_node: int, nodes: int) -> float:
+        """The intra-node phase's share of a hierarchical all-gather's time on the system's preset
+        network (the rates are preset figures too; a measured factor is the same for both tiers)."""
+        network = PresetNetwork(self.system)
+        whole = network.time_s("all_gather", PHASE_REFERENCE_BYTES, ranks_per_node * nodes,
+                               Placement(ranks_per_node, nodes))
+        return float(network.flat("all_gather", PHASE_REFERENCE_BYTES, ranks_per_node, "intra") / whole)

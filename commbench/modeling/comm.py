@@ -181,7 +181,7 @@ class CommCosts:
     zero3: Zero3Costs
     dp: DataParallelCosts
     pp: PipelineCosts
-    inter_node: dict[str, np.ndarray]  # per group kind: does it cross nodes
+    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # per group kind: (size, ranks_per_node, nodes)
 
     @property
     def bytes_per_step(self) -> dict[str, np.ndarray]:
@@ -200,7 +200,7 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gp
     return CommCosts(
         tp=tensor_parallel(pricing), cp=context_parallel(pricing), ep=expert_parallel(pricing),
         zero3=zero3_sharding(pricing), dp=data_parallel(pricing), pp=pipeline_parallel(pricing),
-        inter_node={name: group[2] > 1 for name, group in pricing.groups.items()},
+        groups=pricing.groups,
     )
 
 

@@ -13,7 +13,8 @@ Inside one layer (the event schedule in schedule.py reuses these per-op costs):
             the input gradient's all-reduce the head's weight-gradient GEMM does not cover
 Compute runs slower while a collective overlaps it (SM and HBM contention): the overlapped time
 of gradient buckets, overlapped TP collectives and pipeline sends is charged the cluster's
-slowdown extra. Where the execution does not fuse gradient accumulation into the GEMMs (torch
+slowdown extra (Cluster.slowdown: by the group's placement, a hierarchical group's NVLink phase at
+the intra-node rate). Where the execution does not fuse gradient accumulation into the GEMMs (torch
 eager), every micro-batch after the first adds a pass over the kept gradients.
 
 Across layers and micro-batches, `StepModel.evaluate` prices thousands of layouts as arrays, for
@@ -72,7 +73,7 @@ class OpCosts:
 
 def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Cluster, layers: np.ndarray,
              tp_forward_overlap: bool = False) -> OpCosts:
-    slow = {name: cluster.slowdown(inter) for name, inter in cc.inter_node.items()}
+    slow = {name: cluster.slowdown(group) for name, group in cc.groups.items()}
     fwd = _layer_forward(lc, cc, slow, tp_forward_overlap)
     bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap)
     forward = {name: layers * value for name, value in fwd.items()}
@@ -216,14 +217,14 @@ class StepModel:
         window = np.where(batch.zero == 2, (m - 1) * v * (f + b), 0.0) + v * b * (1 - 1 / cc.dp.buckets)
         total = cc.dp.reductions * cc.dp.reduction
         exposed = np.where(cc.dp.reductions > 0, np.maximum(cc.dp.bucket, total - window), 0.0)
-        return exposed, self.cluster.slowdown(cc.inter_node["dp"]) * np.minimum(total, window)
+        return exposed, self.cluster.slowdown(cc.groups["dp"]) * np.minimum(total, window)
 
     def _pipeline_send_slowdown(self, batch: LayoutBatch, ops: OpCosts, cc: CommCosts, m: np.ndarray) -> np.ndarray:
         # a stage sends one activation or gradient per op but the first stage's backward and the
         # last stage's forward: 2m(pv - 1)/p sends on average, each beside the next op's compute
         p, v = batch.pp, batch.vpp
         sends = np.where(p > 1, 2 * m * (p * v - 1) / p * cc.pp.p2p, 0.0)
-        return self.cluster.slowdown(cc.inter_node["pp"]) * np.minimum(sends, m * v * (ops.f + ops.b))
+        return self.cluster.slowdown(cc.groups["pp"]) * np.minimum(sends, m * v * (ops.f + ops.b))
 
     def accumulation_seconds(self, batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
         """Unfused gradient accumulation: m - 1 adds (read 2, write 1) over the gradients the rank

@@ -148,7 +148,9 @@ def rank_layouts(*controls):
     rows = ranked_rows(view.ranked)
     summary = (f"{view.fitting} of {view.screened} layouts fit in {view.capacity_bytes / 1e9:.0f} GB; "
                f"network: {view.network}; execution: {view.execution}; compute slowdown under overlapping "
-               f"communication: {view.slowdown_intra:.1%} intra-node, {view.slowdown_inter:.1%} inter-node")
+               f"communication: {view.slowdown_intra:.1%} intra-node, {view.slowdown_inter:.1%} inter-node"
+               + (" (a group spanning nodes with several ranks in each: each rate over its phase's share)"
+                  if view.slowdown_intra != view.slowdown_inter else ""))
     return (columns_of(rows), rows, [0], breakdown_figure(ranked),
             memory_figure(ranked, view.capacity_bytes), summary, notices(view.warnings))
 
