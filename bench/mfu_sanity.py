@@ -1,9 +1,10 @@
 """Where the MFU sanity line stands (issue 13): the planner's best MFU per preset against the best
 published run on that GPU, and what the published Megatron-Core rows say about compute alone.
 
-Run: python bench/mfu_sanity.py
+Run: python bench/mfu_sanity.py [--grid]
 
-Part 1 ranks the jobs of tests/test_mfu_sanity.py on each preset and prints the best layout's MFU
+Part 1 ranks the jobs of tests/test_mfu_sanity.py (JOBS, or with --grid the wider GRID the test
+also ranks) on each preset and prints the best layout's MFU
 and how its step divides (compute = kernels incl. recompute; the rest = communication, bubble,
 optimizer), next to the bound: the highest MFU a published run on that GPU reached (PaLM's FLOP
 count over the preset's peak, as the planner counts).
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scorecard import (HARDWARE, RUNS, layout_of, load_runs, model_argument, palm_flops,  # noqa: E402
                        peak_flops, published_step_seconds, split_halves)
 
+from commbench.errors import UsageError  # noqa: E402
 from commbench.modeling.cluster import Cluster  # noqa: E402
 from commbench.modeling.hardware import load_system  # noqa: E402
 from commbench.modeling.job import EXECUTIONS, TrainingJob  # noqa: E402
@@ -40,6 +42,10 @@ from commbench.modeling.spec import PlanSpec, build_planner  # noqa: E402
 # the jobs tests/test_mfu_sanity.py ranks on every preset: the 7B on 32 GPUs is the issue's own example
 JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama2-7b", 16, 64, 4096),
         ("llama2-7b", 32, 64, 4096), ("llama3-70b", 64, 512, 4096)]
+# and a wider sweep: every dense model preset on one node and on eight, at a global batch of 1024
+# (many micro-batches per GPU: the compute-bound end, where MFU peaks) and a short and a long sequence
+DENSE_MODELS = tuple(name for name, model in PRESETS.items() if model.moe is None)
+GRID = [(model, gpus, 1024, seq) for model in DENSE_MODELS for gpus in (8, 64) for seq in (2048, 8192)]
 COMPUTE = ("compute", "recompute", "slowdown")  # kernels, their repetition, and their stretching
 
 
@@ -51,19 +57,32 @@ def compute_share(categories: dict[str, float], step_s: float) -> float:
     return sum(categories.get(name, 0.0) for name in COMPUTE) / step_s
 
 
-def rankings(systems: list[str], executions: list[str], rows: list[dict]) -> list[str]:
-    lines = ["| system | execution | job (GPUs) | best layout | MFU | compute share | published best on the GPU |",
-             "|---|---|---|---|---|---|---|"]
+def best_ranking(system: str, execution: str, job: tuple[str, int, int, int]):
+    """The planner's best layout for (model, GPUs, global batch, sequence) on a system preset, or None
+    where no layout fits in memory (a 175B on 8 GPUs)."""
+    model, gpus, global_batch, seq_len = job
+    hardware = load_system(system)
+    training = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution])
+    try:
+        return Planner(training, Cluster(gpus, hardware, PresetNetwork(hardware))).rank(1).ranked[0]
+    except UsageError:
+        return None
+
+
+def rankings(systems: list[str], executions: list[str], rows: list[dict], jobs: list[tuple]) -> list[str]:
+    lines = ["| system | execution | job (GPUs, global batch, sequence) | best layout | MFU | compute share "
+             "| published best on the GPU |", "|---|---|---|---|---|---|---|"]
     for system in systems:
         gpu = next(g for g, s in HARDWARE.items() if s == system)
         bound = max(published_mfu(r) for r in rows if r["gpu"] == gpu)
-        hardware = load_system(system)
         for execution in executions:
-            for model, gpus, global_batch, seq_len in JOBS:
-                job = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution])
-                best = Planner(job, Cluster(gpus, hardware, PresetNetwork(hardware))).rank(1).ranked[0]
-                lines.append(f"| {system} | {execution} | {model} ({gpus}) | {best.layout} | {best.mfu:.1%} "
-                             f"| {compute_share(best.categories, best.step_s):.0%} | {bound:.1%} |")
+            for job in jobs:
+                best = best_ranking(system, execution, job)
+                if best is not None:
+                    model, gpus, global_batch, seq_len = job
+                    lines.append(f"| {system} | {execution} | {model} ({gpus}, {global_batch}, {seq_len}) | {best.layout} "
+                                 f"| {best.mfu:.2%}{' **above**' if best.mfu > bound else ''} "
+                                 f"| {compute_share(best.categories, best.step_s):.0%} | {bound:.2%} |")
     return lines
 
 
@@ -91,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="H100", choices=sorted(HARDWARE))
     parser.add_argument("--execution", default="megatron-core", choices=("megatron-core", "megatron-2021", "torch-fsdp"))
+    parser.add_argument("--grid", action="store_true", help="rank the wider sweep (GRID, about 40 s) instead of JOBS")
     args = parser.parse_args(argv)
     rows = load_runs(RUNS)
-    print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core", "torch-fsdp", "megatron-2021"], rows)))
+    print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core", "torch-fsdp", "megatron-2021"], rows,
+                             GRID if args.grid else JOBS)))
     print()
     print("\n".join(published_rows(rows, args.gpu, args.execution)))
     return 0
