@@ -5,7 +5,7 @@ planner counts it: PaLM's model FLOPs over the preset's peak), unless a scorecar
 Every published row is a dense decoder-only transformer, the class of the models ranked here. The
 bound is read from the file, so the rows are the support: on H100 it is set by the BF16 Llama 3.1 8B
 run of NVIDIA's DGX Cloud Benchmarking recipes (59.4%, NeMo on Megatron-Core, 8 GPUs), which the
-megatron-core rankings (51-59%) stay under; without the `dgxc-benchmarking` rows the best H100 run
+megatron-core rankings (50-58% since the refit of stop 22) stay under; without the `dgxc-benchmarking` rows the best H100 run
 is the 2024 Megatron README's 16B at 49.4% and the megatron-core H100 jobs fail
 (bench/RESULTS-published.md, 'MFU sanity'). The jobs are bench/mfu_sanity.py's, which prints each
 ranking's parts."""
