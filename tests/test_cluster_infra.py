@@ -354,7 +354,9 @@ def test_slurm_expire_is_timeout_fast(slurm_cluster):
 @pytest.mark.slurm
 def test_slurm_killed_node_is_node_fail_and_restart_restores(slurm_cluster_factory):
     sc = slurm_cluster_factory(nodes=2)
-    job = sc.submit("#!/bin/sh\nsrun sleep 300\n", ["-N2", "--ntasks-per-node=1"])
+    # the batch script outlives its srun, so only slurmctld's node-failure handling can end the job:
+    # with `srun sleep 300` alone, srun exiting on the lost step sometimes ended it first, as FAILED
+    job = sc.submit("#!/bin/sh\nsrun sleep 300\nsleep 300\n", ["-N2", "--ntasks-per-node=1"])
     deadline = time.monotonic() + 30
     while sc.state(job) != "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.2)
