@@ -175,7 +175,7 @@ def kept_for(run_dir: Path) -> list[tuple[dict, dict]]:
     """(record, its samples) for every record of a run directory; fails when a record kept none."""
     kept = read_samples(run_dir)
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    keys = [row_key(record) + ((tuple(record["pair"]),) if record.get("pair") else ()) for record in records]
+    keys = [row_key(record) for record in records]
     assert len(kept) == len(records) and set(keys) == set(kept)
     return [(record, kept[key]) for record, key in zip(records, keys)]
 

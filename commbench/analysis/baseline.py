@@ -4,6 +4,7 @@ A baseline file is JSON:
   {"format": "commbench-baseline", "version": 1, "created": ..., "runs": [run ids],
    "rows": [{"key": [...], "row": "...", "n_runs": k, "time_us": median over runs,
              "time_us_mad": median absolute deviation over runs, "busbw_gbps": median over runs}]}
+where "key" is the row's key (commbench.data.samples.row_key; a pairwise row's ends with its pair).
 Each run contributes its reported time (the slowest rank's median) per row.
 
 Grading: a row fails when the run's time exceeds the baseline's by more than the tolerance, after
@@ -23,6 +24,7 @@ import numpy as np
 
 from commbench.analysis.runs import RunRows, describe_key
 from commbench.data.rundir import atomic_write_text, utc_now
+from commbench.data.samples import key_from_json
 from commbench.errors import UsageError
 
 BASELINE_FORMAT = "commbench-baseline"
@@ -102,7 +104,7 @@ class RowGrade:
 def grade(run: RunRows, baseline: dict, tolerance: float) -> list[RowGrade]:
     grades = []
     for entry in baseline["rows"]:
-        key = tuple(entry["key"])
+        key = key_from_json(entry["key"])
         limit = entry["time_us"] * (1 + tolerance) + SPREAD_SIGMAS * MAD_TO_SIGMA * entry.get("time_us_mad", 0.0)
         record = run.rows.get(key)
         if record is None:

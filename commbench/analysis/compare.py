@@ -1,6 +1,7 @@
 """Is a difference between two runs real? Per row: the change, its confidence interval, and a verdict.
 
-For each row both runs measured (same op, scope, group size, size, dtype, in/out-of-place):
+For each row both runs measured (same op, scope, group size, size, dtype, in/out-of-place and, in
+pairwise runs, the same pair of ranks: commbench.data.samples.row_key):
   change     time_B / time_A - 1 on the reported medians (busbw changes by 1/(1+change) - 1);
   interval   a 95% bootstrap interval of that ratio, resampling each run's per-iteration samples
              and taking the medians (2,000 resamples, fixed seed so a report is reproducible);

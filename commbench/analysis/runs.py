@@ -57,10 +57,12 @@ def read_run(name: str, db: str | Path | None = None) -> RunRows:
 
 
 def describe_key(key: tuple) -> str:
-    op, scope, group_size, size_bytes, dtype, in_place, direction = key
+    """A row key in words; a pairwise row's names its two ranks ("pair ranks 0<->3")."""
+    op, scope, group_size, size_bytes, dtype, in_place, direction, *pair = key
     where = "in-place" if in_place else "out-of-place"
     extra = f" {direction}" if direction else ""
-    return f"{op}{extra} {scope} n={group_size} {format_size(size_bytes)} {dtype} {where}"
+    ranks = f" ranks {pair[0][0]}<->{pair[0][1]}" if pair else ""
+    return f"{op}{extra} {scope}{ranks} n={group_size} {format_size(size_bytes)} {dtype} {where}"
 
 
 def run_differences(before: RunInfo, after: RunInfo) -> list[str]:

@@ -3,12 +3,13 @@
   commbench compare RUN_A RUN_B [--threshold 5%] [--alpha 0.05] [--json] [--db FILE]
 
 RUN is a run directory or, with a database, a run id. Rows are matched on (op, scope, group
-size, size, dtype, in/out-of-place). Per row: time_B / time_A - 1 on the reported medians, a 95%
-bootstrap interval of that ratio from the per-iteration samples, a Mann-Whitney p value, and
-Benjamini-Hochberg control over all rows. A row is flagged "slower"/"faster" only when it is
-significant (q < alpha) *and* material (|change| > threshold). Rows of runs that kept no
-samples show the change without a test. The report starts with what differed between the two
-runs' run.json: versions, NCCL_* and other environment, nodes, topology, options.
+size, size, dtype, in/out-of-place) and, in pairwise runs, the pair of ranks, which the row
+names. Per row: time_B / time_A - 1 on the reported medians, a 95% bootstrap interval of that
+ratio from the per-iteration samples, a Mann-Whitney p value, and Benjamini-Hochberg control
+over all rows. A row is flagged "slower"/"faster" only when it is significant (q < alpha) *and*
+material (|change| > threshold). Rows of runs that kept no samples show the change without a test.
+The report starts with what differed between the two runs' run.json: versions, NCCL_* and other
+environment, nodes, topology, options.
 Exit 0 either way: compare reports, `commbench check` grades.
 """
 
@@ -22,6 +23,7 @@ from commbench.data.store_location import db_path
 
 DEFAULT_THRESHOLD = 0.05  # the same defaults as commbench.analysis.compare, which loads scipy
 DEFAULT_ALPHA = 0.05
+ROW_WIDTH = 52
 
 HELP = "compare two runs per row with confidence intervals and multiple-testing control"
 
@@ -54,15 +56,21 @@ def print_comparison(comparison) -> None:
     print(f"# A = {comparison.run_a}")
     print(f"# B = {comparison.run_b}")
     print("# what differs: " + ("; ".join(comparison.differences) or "nothing recorded in run.json"))
-    print(f"# {'row':<52} {'time A (us)':>12} {'time B (us)':>12} {'time':>8} {'95% CI':>17} {'busbw':>8} {'q':>8}  verdict")
+    width = row_width(row.row for row in comparison.rows)
+    print(f"# {'row':<{width}} {'time A (us)':>12} {'time B (us)':>12} {'time':>8} {'95% CI':>17} {'busbw':>8} {'q':>8}  verdict")
     for row in comparison.rows:
         interval = f"[{row.ci_low:+.1%},{row.ci_high:+.1%}]" if row.ci_low is not None else "-"
         q = f"{row.q:.2g}" if row.q is not None else "-"
-        print(f"  {row.row:<52} {row.time_a_us:12.1f} {row.time_b_us:12.1f} {row.time_change:+8.1%} {interval:>17} "
+        print(f"  {row.row:<{width}} {row.time_a_us:12.1f} {row.time_b_us:12.1f} {row.time_change:+8.1%} {interval:>17} "
               f"{row.busbw_change:+8.1%} {q:>8}  {row.verdict}")
     flagged = [row for row in comparison.rows if row.flagged]
     print(f"# {len(flagged)} of {len(comparison.rows)} rows changed significantly (q < {comparison.alpha:g}) and "
           f"materially (> {comparison.threshold:.0%})" + _unmatched(comparison))
+
+
+def row_width(names) -> int:
+    """The row column's width: 52, or the longest name (a pairwise row's, which names its pair)."""
+    return max([ROW_WIDTH, *(len(name) for name in names)])
 
 
 def _unmatched(comparison) -> str:

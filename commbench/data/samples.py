@@ -8,7 +8,8 @@ and, for a pairwise row, "pair": [rank_a, rank_b] (the pairs of one round share 
 `time_us` are the per-iteration times of the rank whose median was reported (the record's
 `time_us` is their median); `rank_median_us[i]` is the median of rank `ranks[i]`, for every rank
 in the row's groups (a documented subset of every rank's samples: it keeps the file small on
-large jobs). `key` is the same tuple as `row_key(record)`, which is how samples find their record.
+large jobs). `key` with "pair" after it, where there is one, is `row_key(record)`: how samples find
+their record.
 Every measuring driver keeps them: sweeps per row and variant, pairwise runs per pair (the
 ping-pong's one-way times), overlap runs per row (the collective alone, whose median is the
 record's `time_us`; the both-at-once figures stay medians in the record).
@@ -25,15 +26,28 @@ KEY_FIELDS = ("op", "scope", "group_size", "size_bytes", "dtype", "in_place", "d
 
 
 def row_key(record: dict) -> tuple:
-    """What identifies a row across runs of the same command (and inside one run)."""
-    return tuple(record.get(name) for name in KEY_FIELDS)
+    """What identifies a row across runs of the same command (and inside one run): its KEY_FIELDS and,
+    for a pairwise row, its pair (rank_a, rank_b) last. The pairs of a pairwise run share every key
+    field, so without the pair two runs' different pairs would be matched, or collapse into one row.
+    Every matcher of rows (compare, baseline and check, samples to records) goes through this key."""
+    return _with_pair([record.get(name) for name in KEY_FIELDS], record.get("pair"))
+
+
+def key_from_json(values: list) -> tuple:
+    """A row key written as JSON (a baseline's "key") back into the tuple row_key makes."""
+    fields = len(KEY_FIELDS)
+    return _with_pair(values[:fields], values[fields] if len(values) > fields else None)
+
+
+def _with_pair(fields, pair) -> tuple:
+    return tuple(fields) + ((tuple(pair),) if pair else ())
 
 
 def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], ranks: list[int],
                  rank_medians_us: list[float]) -> str:
     """One line of samples.jsonl for `record` (the writer appends these as rows are measured)."""
     line = {
-        "key": list(row_key(record)),
+        "key": [record.get(name) for name in KEY_FIELDS],
         "slowest_rank": slowest_rank,
         "time_us": [round(value, 4) for value in times_us],
         "ranks": ranks,
@@ -46,7 +60,7 @@ def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], 
 
 def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict[tuple, dict]:
     """row key -> {"slowest_rank", "time_us", "ranks", "rank_median_us"}; {} when the run kept no
-    samples. A pairwise row's key is the row key followed by its pair (rank_a, rank_b). Lines that
+    samples. Keys are row_key's (a pairwise row's ends with its pair (rank_a, rank_b)). Lines that
     do not parse are skipped with a warning, never an error: samples are an addition."""
     path = Path(run_dir) / SAMPLES_JSONL
     try:
@@ -57,7 +71,7 @@ def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict
     for number, line in enumerate(lines, 1):
         try:
             item = json.loads(line)
-            key = tuple(item["key"]) + ((tuple(item["pair"]),) if item.get("pair") else ())
+            key = _with_pair(item["key"], item.get("pair"))
             times = [float(value) for value in item["time_us"]]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             if warnings is not None and line.strip():
