@@ -9,8 +9,9 @@ import numpy as np
 from commbench.modeling.hardware import System
 from commbench.modeling.network import CollectiveCost, Placement, PresetNetwork
 
-# Compute slowdown while communication overlaps it: one public simulator charges 15% for NVLink
-# and 2% for InfiniBand traffic; used when no measured factor is given.
+# Compute slowdown while communication overlaps it, used when no measured factor is given: Calculon's
+# `processor_usage` of its NVLink and InfiniBand networks (github calculon-ai/calculon,
+# systems/h100_80g_nvl8.json: 0.15 and 0.02), a simulator's assumption, not a measurement.
 DEFAULT_SLOWDOWN_INTRA = 0.15
 DEFAULT_SLOWDOWN_INTER = 0.02
 # A group with several ranks in each of several nodes runs an NVLink phase and a network phase;
