@@ -13,7 +13,10 @@ adding an optional field keeps the version):
   1  first release; later, optional run.json fields `synthetic` and `note` (defaults false, none);
      later, optional record fields `time_stat` (default 'slowest-rank median', what older rows are) and
      `time_us_mean` (absent in older rows); the percentiles, min, max and cv may be null (imported
-     rows that did not report them; older imports copied the mean into them).
+     rows that did not report them; older imports copied the mean into them); later, optional record fields
+     `uniform_time_us_p10` and `uniform_time_us_p90` (all_to_allv rows; absent in older rows, read as null).
+     Each new record field adds a column to the results database's records table: see
+     STORE_SCHEMA_VERSION in commbench/data/store.py.
 """
 
 from __future__ import annotations
@@ -81,6 +84,10 @@ class Record(BaseModel):
     recv_bytes_mean: float | None = Field(None, description="all_to_allv: mean bytes received per rank")
     hottest_rank: int | None = Field(None, description="all_to_allv: group rank receiving the most")
     uniform_time_us: float | None = Field(None, description="all_to_allv: the uniform all_to_all of the same total bytes, measured in the same run")
+    uniform_time_us_p10: float | None = Field(None, description="all_to_allv: 10th percentile (us) of that uniform all_to_all's "
+                                              "per-iteration times, from the rank its time is from (as time_us_p10); "
+                                              "null in runs written before the sweep kept it")
+    uniform_time_us_p90: float | None = Field(None, description="all_to_allv: 90th percentile (us), null as uniform_time_us_p10")
     skew_penalty: float | None = Field(None, description="all_to_allv: time_us / uniform_time_us")
     split_bytes: list[list[int]] | None = Field(None, description="all_to_allv: bytes sent, source rank (row) x destination rank (column)")
 

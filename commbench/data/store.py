@@ -11,7 +11,9 @@ Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
            node names and a digest of the node set, versions, NCCL_*/launcher environment
            (JSON), a digest of the topology, the run's arguments, where it lives on disk, and
            whether it is synthetic (schema 2; null for runs ingested under schema 1).
-  records  one row per record: the schema's fields, extra fields (overlap runs) as JSON.
+  records  one row per record: the schema's fields, extra fields (overlap runs) as JSON. Schema 4
+           added uniform_time_us_p10/p90 (all_to_allv rows); rows ingested before kept them in extra,
+           and the migration moves them out of it (null where a run never had them).
   samples  per-iteration times of the reported (slowest) rank and every rank's median, per record,
            keyed by run_id and the record's key columns (op, scope, group_size, size_bytes, dtype,
            in_place, direction), and for pairwise rows the pair of ranks (schema 3; null otherwise);
@@ -47,7 +49,8 @@ from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
 
-STORE_SCHEMA_VERSION = 3  # 2: runs.synthetic; 3: samples.pair (both added to an older file by _migrate)
+# 2: runs.synthetic; 3: samples.pair; 4: records.uniform_time_us_p10/p90 (each added to an older file by _migrate)
+STORE_SCHEMA_VERSION = 4
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
@@ -58,7 +61,7 @@ RUN_COLUMNS = {
     "finished": "TIMESTAMP", "complete": "BOOLEAN", "backend": "VARCHAR", "world_size": "INTEGER",
     "n_nodes": "INTEGER", "nodes": "VARCHAR[]", "nodeset_digest": "VARCHAR", "topology_digest": "VARCHAR",
     "versions": "JSON", "env": "JSON", "args": "JSON", "warnings": "JSON", "ingested": "TIMESTAMP",
-    "synthetic": "BOOLEAN",  # last: ALTER TABLE appends it to a version-1 table, and inserts go by position
+    "synthetic": "BOOLEAN",  # last: ALTER TABLE appends it to a version-1 table
 }
 _PAIR_ONLY = {"pair", "pair_nodes", "outlier", "outlier_reasons", "tcp_segments_sent", "tcp_retransmits"}
 
@@ -77,13 +80,13 @@ def _column_type(annotation) -> str:
 
 # The records table follows schema.py's Record: a field added there changes this table, so it needs
 # STORE_SCHEMA_VERSION raised and a migration (see _migrate; a database can always be rebuilt from
-# the run directories).
+# the run directories). A migrated table has its new columns last, so inserts name their columns.
 RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
     name: _column_type(info.annotation) for name, info in Record.model_fields.items() if name not in _PAIR_ONLY
 } | {"extra": "JSON"}
 SAMPLE_COLUMNS = {"run_id": "VARCHAR"} | {name: RECORD_COLUMNS[name] for name in KEY_FIELDS} | {
     "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]", "rank_median_us": "DOUBLE[]",
-    "pair": "INTEGER[]"}  # last: added to a version-2 table by ALTER TABLE, and inserts go by position
+    "pair": "INTEGER[]"}  # last: added to a version-2 table by ALTER TABLE, and _insert_samples goes by position
 PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "rank_b": "INTEGER",
                 "node_a": "VARCHAR", "node_b": "VARCHAR", "op": "VARCHAR", "direction": "VARCHAR",
                 "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
@@ -147,16 +150,42 @@ def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({spec})")
 
 
+# Record fields that became records columns in schema 4; ingests before it kept them in `extra`.
+_COLUMNS_OUT_OF_EXTRA_4 = ("uniform_time_us_p10", "uniform_time_us_p90")
+
+
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring an older file to this version: runs.synthetic (2) and samples.pair (3) added, null until
-    a run is re-ingested (older runs' pairwise samples were never kept, so nothing is lost)."""
+    """Bring an older file to this version in place, in one transaction, keeping every row:
+    runs.synthetic (2) and samples.pair (3) added, null until a run is re-ingested (older runs'
+    pairwise samples were never kept, so nothing is lost); records.uniform_time_us_p10/p90 (4)
+    added and filled from what older ingests kept of them in `extra`."""
     version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
-    if version < 2:
-        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS synthetic BOOLEAN")
-    if version < 3:
-        con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS pair INTEGER[]")
-    if version < STORE_SCHEMA_VERSION:
+    if version >= STORE_SCHEMA_VERSION:
+        return
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if version < 2:
+            con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS synthetic BOOLEAN")
+        if version < 3:
+            con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS pair INTEGER[]")
+        if version < 4:
+            for name in _COLUMNS_OUT_OF_EXTRA_4:
+                _move_out_of_extra(con, name)
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(STORE_SCHEMA_VERSION)])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _move_out_of_extra(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Add the records column `name` (a number) and move each row's extra.<name> into it. A value
+    that is not a number stays in extra, so nothing is dropped; rows without it get null."""
+    con.execute(f'ALTER TABLE records ADD COLUMN IF NOT EXISTS "{name}" {RECORD_COLUMNS[name]}')
+    con.execute(f'UPDATE records SET "{name}" = CAST(extra->>? AS {RECORD_COLUMNS[name]}), '
+                "extra = nullif(CAST(json_merge_patch(extra, json_object(?, NULL)) AS VARCHAR), '{}') "
+                "WHERE json_exists(extra, ?) AND json_type(extra, ?) IN ('DOUBLE', 'BIGINT', 'UBIGINT', 'NULL')",
+                [f"$.{name}", name, f"$.{name}", f"$.{name}"])
 
 
 def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
@@ -314,8 +343,9 @@ def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict]
         for row in rows:
             handle.write(json.dumps(row, default=str) + "\n")
     types = {name: kind.replace(" PRIMARY KEY", "") for name, kind in columns.items()}
-    con.execute(f"INSERT INTO {table} SELECT {', '.join(f'{chr(34)}{name}{chr(34)}' for name in columns)} "
-                f"FROM read_json(?, format='newline_delimited', columns=?)", [str(staging), types])
+    names = ", ".join(f'"{name}"' for name in columns)
+    con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM read_json(?, format='newline_delimited', columns=?)",
+                [str(staging), types])
 
 
 _SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]",
