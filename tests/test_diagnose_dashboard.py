@@ -57,7 +57,7 @@ def test_the_page_draws_a_large_diagnosis_with_only_the_nodes_that_did_not_pass(
     import dashboard.pages.diagnose as page  # registers itself: only once an app exists
     with app.server.test_request_context():
         [entry] = results().usable(("diagnose",))
-        _, _, rows, nodes, rounds = page.draw(entry.key)
+        _, _, rows, nodes, _, rounds = page.draw(entry.key)
         assert len(rows) == 3 and sum(len(trace.x) for trace in nodes.data) == 600
         assert 0 < len(rounds.data[0].x) < 600  # healthy nodes that passed every round are left out
         assert "no diagnose run" in page.draw(None)[3].layout.annotations[0].text

@@ -14,6 +14,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+# A process this many times the median process's time (in most sizes or iterations) is a straggler.
+# Diagnose reports do not store it: the dashboard draws this value as the screen's threshold.
+STRAGGLER_RATIO = 1.2
+
 
 @dataclass(frozen=True)
 class Straggler:
@@ -23,7 +27,7 @@ class Straggler:
     median_ratio: float  # its time / the median process's, median over the sizes
 
 
-def find_stragglers(times_per_size: list[list[float]], ratio: float = 1.2) -> list[Straggler]:
+def find_stragglers(times_per_size: list[list[float]], ratio: float = STRAGGLER_RATIO) -> list[Straggler]:
     """Processes at >= ratio x the median process in more than half of the sizes, slowest first."""
     usable = [times for times in times_per_size if len(times) > 1 and statistics.median(times) > 0]
     if not usable:
@@ -34,7 +38,8 @@ def find_stragglers(times_per_size: list[list[float]], ratio: float = 1.2) -> li
     return sorted((s for s in found if 2 * s.sizes_slow > s.sizes), key=lambda s: -s.median_ratio)
 
 
-def ring_stragglers(times_by_node: list[list[float]], ratio: float = 1.2) -> tuple[list[Straggler], list[Straggler]]:
+def ring_stragglers(times_by_node: list[list[float]],
+                    ratio: float = STRAGGLER_RATIO) -> tuple[list[Straggler], list[Straggler]]:
     """From every node's per-iteration times in one ring: the nodes slow themselves (their own time
     >= ratio x the median node's in most iterations), and the nodes the others wait for. A node that
     arrives late to every iteration (busy elsewhere) finds its peers ready: its own time is the

@@ -1,21 +1,34 @@
-"""A diagnosis (commbench.diagnose.report.to_dict) drawn: nodes coloured by verdict, and each round's groups.
+"""A diagnosis (commbench.diagnose.report.to_dict) drawn: nodes coloured by verdict, each round's groups,
+and the straggler screen.
 
 Input is the stored report of a `commbench diagnose` run. The node map lays nodes out in rows of
 `per_row` (node order, which follows the leaf switches); the rounds chart has one row per round and
-one column per node, each cell the outcome of the group that node was in (blank: not tested).
+one column per node, each cell the outcome of the group that node was in (blank: not tested). The
+straggler chart has one bar per node the screen flagged, against the straggler threshold: the report
+keeps the flagged nodes' ratios only, so the other nodes are counted, not drawn.
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
+
 import plotly.graph_objects as go
 
-from commbench.diagnose.report import evidence_line, measured
+from commbench.diagnose.report import evidence_line, measured, straggler_lines
+from commbench.diagnose.stragglers import STRAGGLER_RATIO
 from dashboard.figures.common import message_figure
 
 VERDICT_COLOURS = {"good": "#2ca02c", "slow": "#d62728", "lossy": "#ff7f0e", "slow, lossy": "#8c564b",
                    "no answer": "#000000", "link end": "#9467bd"}
 OUTCOMES = ("pass", "borderline", "fail", "hung")
 OUTCOME_COLOURS = ("#2ca02c", "#ffbf00", "#d62728", "#000000")
+# The screen's two findings: a node slow itself, and a node the others waited for (it arrived late).
+STRAGGLER_KINDS = {"slow": ("slow itself (its time longer)", "#d62728", "its time {ratio:.2f}x the median node's"),
+                   "waited_for": ("made the others wait (its time shorter: it arrived late)", "#9467bd",
+                                  "its time {ratio:.2f}x shorter than the median node's")}
+# A source line longer than this wraps in a figure's title (a run's command can be long).
+SOURCE_LINE_CHARS = 140
 # Beyond this many nodes the rounds chart keeps the nodes that were ever in a group that did not pass.
 MAX_ROUND_COLUMNS = 256
 
@@ -83,3 +96,59 @@ def verdict_rows(report: dict) -> list[dict]:
     rows += [{"what": "inspect link", "node or link": " <-> ".join(link["link"]), "reasons": ", ".join(link["reasons"]),
               "evidence": evidence_line(link["evidence"][-1])} for link in report["links"]]
     return rows
+
+
+def straggler_verdict(report: dict) -> str:
+    """The straggler screen in words: the text report's line, or why this report has no screen."""
+    if "stragglers" not in report:
+        if report["source"].startswith("synthetic"):
+            return "no straggler screen: the cluster model (--simulate/--hosts) does not run one"
+        return "no straggler screen: this report was written before commbench diagnose had one"
+    if report["stragglers"] is None:
+        return "no straggler screen: it was skipped (--no-straggler-screen)"
+    return straggler_lines(report["stragglers"])[0]
+
+
+def straggler_chart(report: dict) -> go.Figure:
+    """One bar per flagged node (its median ratio to the median node's time), coloured by finding,
+    with the threshold as a line; a message when the report holds no screen or the screen found none."""
+    screen = report.get("stragglers")
+    if screen is None or "note" in screen:
+        return message_figure(straggler_verdict(report), title=_sourced_title("straggler screen", report))
+    flagged = [(kind, item) for kind in STRAGGLER_KINDS for item in screen[kind]]
+    if not flagged:
+        return message_figure(f"no node at {STRAGGLER_RATIO:g}x the median node's time or more in most of "
+                              f"{screen['iterations']} iterations: no straggler",
+                              title=_sourced_title("straggler screen", report))
+    figure = go.Figure([_straggler_bars(kind, screen[kind]) for kind in STRAGGLER_KINDS if screen[kind]])
+    # a shape's label, not an annotation: on a log axis annotations take log10 positions, shapes data values
+    figure.add_hline(y=STRAGGLER_RATIO, line={"color": "#000000", "dash": "dash"},
+                     label={"text": f"straggler threshold {STRAGGLER_RATIO:g}x", "textposition": "start",
+                            "yanchor": "bottom"})
+    named = len({item["node"] for _, item in flagged})
+    top = max(item["ratio"] for _, item in flagged) * 1.5
+    figure.update_layout(
+        title=_sourced_title(f"straggler screen: {named} of {report['nodes']} nodes flagged", report,
+                             f"one ring over every node, {screen['size']} B x {screen['iterations']} iterations; the "
+                             f"other {report['nodes'] - named} nodes stayed under the threshold (their ratios are "
+                             "not stored)"),
+        template="plotly_white", showlegend=True, bargap=0.5, height=420, margin={"t": 130},
+        xaxis={"title": "node", "type": "category"},
+        # log from 1 (the median node): a node 30x late and the 1.2x threshold both stay readable
+        yaxis={"title": "ratio to the median node's time", "type": "log", "range": [0, math.log10(top)],
+               "tickvals": [m * 10 ** e for e in range(math.ceil(math.log10(top))) for m in (1, 2, 5)]})
+    return figure
+
+
+def _straggler_bars(kind: str, items: list[dict]) -> go.Bar:
+    name, colour, ratio_words = STRAGGLER_KINDS[kind]
+    return go.Bar(x=[s["node"] for s in items], y=[s["ratio"] for s in items], name=name, marker={"color": colour},
+                  hovertext=[f"{s['node']}, {name}: {ratio_words.format(ratio=s['ratio'])} (median over iterations), "
+                             f"at or over {STRAGGLER_RATIO:g}x in {s['iterations_slow']} of {s['iterations']} "
+                             "iterations" for s in items], hoverinfo="text")
+
+
+def _sourced_title(what: str, report: dict, *details: str) -> str:
+    """`what`, then the report's source (host, date, command), wrapped to fit, and any details."""
+    lines = textwrap.wrap(report["source"], SOURCE_LINE_CHARS) + list(details)
+    return f"{what}<br><sup>" + "<br>".join(lines) + "</sup>"

@@ -1,10 +1,11 @@
-"""Diagnose: a `commbench diagnose` run's verdicts, nodes coloured by verdict, and each round's groups."""
+"""Diagnose: a `commbench diagnose` run's verdicts, nodes coloured by verdict, the straggler screen, and
+each round's groups."""
 
 import dash
 from dash import Input, Output, callback, dcc, html
 
 from dashboard.app import results
-from dashboard.figures.diagnose import node_map, rounds_chart, verdict_rows
+from dashboard.figures.diagnose import node_map, rounds_chart, straggler_chart, straggler_verdict, verdict_rows
 from dashboard.figures.common import message_figure
 from dashboard.ui import columns_of, control, data_table, notices, run_options
 
@@ -15,30 +16,34 @@ def layout(**_query):
     entries = results().usable(("diagnose",))
     return html.Div([
         html.H2("Diagnose"),
-        html.P("Which nodes to drain and which links to inspect: every node coloured by its verdict, then every "
-               "round's groups (one row per round) with the outcome of the group each node was in.", className="lead"),
+        html.P("Which nodes to drain and which links to inspect: every node coloured by its verdict, the straggler "
+               "screen (nodes slow themselves or late to the others: reported, not drained), then every round's "
+               "groups (one row per round) with the outcome of the group each node was in.", className="lead"),
         html.Div([control("diagnosis", dcc.Dropdown(id="dg-run", options=run_options(entries), clearable=False,
                                                      value=entries[-1].key if entries else None), wide=True)],
                  className="controls"),
         html.Div(id="dg-summary"),
         data_table("dg-verdicts"),
         dcc.Graph(id="dg-nodes"),
+        dcc.Graph(id="dg-stragglers"),
         dcc.Graph(id="dg-rounds"),
     ])
 
 
 @callback(Output("dg-summary", "children"), Output("dg-verdicts", "columns"), Output("dg-verdicts", "data"),
-          Output("dg-nodes", "figure"), Output("dg-rounds", "figure"), Input("dg-run", "value"))
+          Output("dg-nodes", "figure"), Output("dg-stragglers", "figure"), Output("dg-rounds", "figure"),
+          Input("dg-run", "value"))
 def draw(key):
     entry = results().entry(key) if key else None
     if entry is None or entry.diagnosis is None:
         empty = message_figure("no diagnose run in this results folder (commbench diagnose ... --out DIR)")
-        return notices([entry.error] if entry and entry.error else []), [], [], empty, empty
+        return notices([entry.error] if entry and entry.error else []), [], [], empty, empty, empty
     report = entry.diagnosis
     rows = verdict_rows(report)
     summary = html.Div([
         html.P(f"{entry.label}: {report['nodes']} nodes, {report['rounds']} rounds, {report['group_tests']} group tests. "
                f"Source: {report['source']}."),
         html.P(f"sbatch --exclude={report['exclude']}" if report["exclude"] else "nothing to exclude"),
+        html.P(straggler_verdict(report), id="dg-straggler-verdict"),
     ])
-    return summary, columns_of(rows), rows, node_map(report), rounds_chart(report)
+    return summary, columns_of(rows), rows, node_map(report), straggler_chart(report), rounds_chart(report)
