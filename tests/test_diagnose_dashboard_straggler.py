@@ -17,7 +17,8 @@ pytest.importorskip("dash", reason="needs the dashboard extra: pip install 'comm
 from commbench.cli import main  # noqa: E402
 from commbench.diagnose.stragglers import STRAGGLER_RATIO  # noqa: E402
 from dashboard.data import ResultsStore  # noqa: E402
-from dashboard.figures.diagnose import STRAGGLER_KINDS, straggler_chart, straggler_verdict  # noqa: E402
+from dashboard.figures.diagnose import (STRAGGLER_KINDS, node_map, rounds_chart, straggler_chart,  # noqa: E402
+                                       straggler_verdict)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
 
@@ -50,10 +51,10 @@ def test_the_late_rank_is_a_bar_over_the_threshold_line(measured):
     assert "1 of 4 nodes flagged" in title_text(figure) and "the other 3 nodes" in title_text(figure)
 
 
-def test_the_chart_and_the_verdict_say_where_the_data_came_from(measured):
+def test_every_diagnose_figure_says_where_its_data_came_from(measured):
     source = measured["source"]
     assert source.startswith("measured: gloo") and "rank 0 on " in source and "command: commbench diagnose" in source
-    assert source in title_text(straggler_chart(measured))
+    assert all(source in title_text(draw(measured)) for draw in (node_map, straggler_chart, rounds_chart))
     node = measured["stragglers"]["waited_for"][0]["node"]
     assert straggler_verdict(measured).startswith("stragglers (screen ring over every node")
     assert f"{node} made the others wait" in straggler_verdict(measured)

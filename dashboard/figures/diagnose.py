@@ -58,9 +58,9 @@ def node_map(report: dict, per_row: int = 32) -> go.Figure:
                 x=[i % per_row for i in index], y=[i // per_row for i in index], mode="markers", name=verdict,
                 text=[names[i] for i in index], hovertemplate="%{text}: " + verdict + "<extra></extra>",
                 marker={"symbol": "square", "size": 14 if len(names) <= 512 else 6, "color": colour}))
-    figure.update_layout(title=f"{len(names)} nodes by verdict ({report['source']})", template="plotly_white",
+    figure.update_layout(title=_sourced_title(f"{len(names)} nodes by verdict", report), template="plotly_white",
                          xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"},
-                         height=min(900, 140 + 18 * (len(names) // per_row + 1)))
+                         margin={"t": 110}, height=min(900, 220 + 18 * (len(names) // per_row + 1)))
     return figure
 
 
@@ -84,8 +84,10 @@ def rounds_chart(report: dict) -> go.Figure:
                                   colorscale=scale, xgap=1, ygap=1,
                                   colorbar={"tickvals": [0, 1, 2, 3], "ticktext": list(OUTCOMES)}))
     shown = "every node" if columns is every_node else "the nodes ever in a group that did not pass"
-    figure.update_layout(title=f"each round's groups and outcomes ({shown})", template="plotly_white",
-                         yaxis={"autorange": "reversed"}, height=160 + 28 * len(rounds))
+    # at least the height the colour bar's four outcomes need to be read
+    figure.update_layout(title=_sourced_title(f"each round's groups and outcomes ({shown})", report),
+                         template="plotly_white", yaxis={"autorange": "reversed"}, margin={"t": 110},
+                         height=max(340, 200 + 28 * len(rounds)))
     return figure
 
 
