@@ -134,7 +134,7 @@ def straggler_chart(report: dict) -> go.Figure:
                              f"one ring over every node, {screen['size']} B x {screen['iterations']} iterations; the "
                              f"other {report['nodes'] - named} nodes stayed under the threshold (their ratios are "
                              "not stored)"),
-        template="plotly_white", showlegend=True, bargap=0.5, height=420, margin={"t": 130},
+        template="plotly_white", showlegend=True, bargap=0.5, height=450, margin={"t": 150},
         xaxis={"title": "node", "type": "category"},
         # log from 1 (the median node): a node 30x late and the 1.2x threshold both stay readable
         yaxis={"title": "ratio to the median node's time", "type": "log", "range": [0, math.log10(top)],
