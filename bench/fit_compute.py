@@ -19,7 +19,7 @@ implied step time by up to ~30%) are not fitted to: their target is itself that 
 exclusion was decided after seeing the first fit (see bench/RESULTS-published.md). Sources in
 scorecard.ADDED_AFTER_FIT were entered after the first fit and predicted by the model frozen then;
 the refit of 2026-12-01 (stop 22) fits their calibration half like every source's (never their
-held-out half).
+held-out half). Sources in scorecard.NEVER_FITTED came after the refit and are not fitted to.
 It prints every candidate and the chosen figures; they are written into the presets by hand,
 each with a source naming this script and the calibration half.
 """
@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scorecard import HARDWARE, RUNS, execution_for, load_runs, predict, published_step_seconds, split_halves  # noqa: E402
+from scorecard import NEVER_FITTED, HARDWARE, RUNS, execution_for, load_runs, predict, published_step_seconds, split_halves  # noqa: E402
 
 from commbench.modeling.hardware import PRESET_DIR, load_system  # noqa: E402
 
@@ -69,7 +69,8 @@ def best(candidates: list[tuple], label: str) -> tuple:
 def main() -> None:
     rows = load_runs(RUNS)
     half = split_halves(rows)
-    calibration = [r for r in rows if half[r["id"]] == "calibration" and "flops_convention" not in r["assumed"].split(";")]
+    calibration = [r for r in rows if half[r["id"]] == "calibration" and "flops_convention" not in r["assumed"].split(";")
+                   and r["source"] not in NEVER_FITTED]
     megatron = [r for r in calibration if execution_for(r)[0] != "torch-fsdp"]
     fsdp = [r for r in calibration if execution_for(r)[0] == "torch-fsdp"]
     with tempfile.TemporaryDirectory() as name:

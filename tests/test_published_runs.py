@@ -25,7 +25,7 @@ METRICS = {  # published figure -> plausible range in its unit
     "tokens_per_s_per_gpu": (1.0, 1e6),  # tokens per second per GPU
     "tflops_per_gpu": (1.0, 2_000.0),  # achieved TFLOP/s per GPU
 }
-FLOPS_CONVENTIONS = {"narayanan2021-recompute", "megatron2024", "palm"}
+FLOPS_CONVENTIONS = {"narayanan2021-recompute", "narayanan2021-model", "megatron2024", "palm"}
 # a source names where the figure is: a commit, a paper with its table or figure, or a URL
 LOCATOR = re.compile(r"commit [0-9a-f]{40}|Table \d+|Figure \d+|https?://\S+")
 
