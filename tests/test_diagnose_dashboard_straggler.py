@@ -1,8 +1,8 @@
 """The Diagnose page's straggler screen: its chart (flagged nodes against the threshold line) and its
 verdict in words, and what the page says when a report holds no screen.
 
-The measured report is tests/fixtures/diagnose/straggler-screen-4ranks (a real `commbench diagnose`
-on 4 local ranks, rank 2 made late to every iteration of the screen: see SOURCES.md there).
+The measured report is tests/fixtures/diagnose/diagnose-20261201-151410-vm-98f3ec (a real `commbench
+diagnose` on 4 local ranks, rank 2 made late to every iteration of the screen: see SOURCES.md there).
 """
 
 from __future__ import annotations
@@ -69,6 +69,19 @@ def test_a_node_slow_itself_is_highlighted_apart_from_a_late_one(measured):
         STRAGGLER_KINDS["waited_for"][0]: ([report["stragglers"]["waited_for"][0]["node"]],
                                            STRAGGLER_KINDS["waited_for"][1])}
     assert threshold_lines(figure) == [STRAGGLER_RATIO]
+
+
+def test_the_line_is_drawn_at_the_threshold_the_report_says_it_screened_at(measured):
+    """Reports store the screen's ratio (since stop 22); the fixture predates that, so it is drawn at
+    STRAGGLER_RATIO and the line says the value was not stored."""
+    assert "ratio" not in measured["stragglers"]
+    assert "not stored in this report" in straggler_chart(measured).layout.shapes[0].label.text
+    report = copy.deepcopy(measured)
+    report["stragglers"]["ratio"] = 1.5
+    figure = straggler_chart(report)
+    assert threshold_lines(figure) == [1.5]
+    assert figure.layout.shapes[0].label.text == "straggler threshold 1.5x"
+    assert "at or over 1.5x" in figure.data[0].hovertext[0]
 
 
 def assert_message_only(figure, words: str) -> None:

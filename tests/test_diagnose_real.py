@@ -16,6 +16,7 @@ import time
 from commbench.data.rundir import list_runs, load_run
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import load_report
+from commbench.diagnose.stragglers import STRAGGLER_RATIO
 from commbench.measure.diagnose import group_busbw, group_retransmit_pct
 from commbench.measure.launch import free_port
 from tests.conftest import REPO
@@ -75,6 +76,7 @@ def test_the_straggler_screen_names_the_rank_the_others_wait_for():
     screen = json.loads(done.stdout)["stragglers"]
     assert [s["node"] for s in screen["waited_for"]] == [f"{screen_host(done.stdout)}-rank2"], screen
     assert screen["waited_for"][0]["iterations_slow"] >= 3 and screen["slow"] == []
+    assert screen["ratio"] == STRAGGLER_RATIO  # the threshold it screened at, which the dashboard draws
 
 
 def screen_host(report_json: str) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 
 from commbench.data.nccl_tests import ImportedRun, parse_file, write_run
-from commbench.diagnose.stragglers import find_stragglers
+from commbench.diagnose.stragglers import STRAGGLER_RATIO, find_stragglers
 from commbench.errors import UsageError
 
 HELP = "turn nccl-tests output (text table or -J JSON) into commbench run directories"
@@ -66,7 +66,7 @@ def _stragglers(run: ImportedRun) -> str | None:
         return None
     found = find_stragglers(times)
     if not found:
-        return f"  per-process times (-I) of {len(times[0])} processes: no straggler (none >= 1.2x the median process in most sizes)"
+        return f"  per-process times (-I) of {len(times[0])} processes: no straggler (none >= {STRAGGLER_RATIO:g}x the median process in most sizes)"
     return "  stragglers (-I per-process times): " + "; ".join(
         f"process {s.process} {s.median_ratio:.2f}x the median process, slow in {s.sizes_slow} of {s.sizes} rows" for s in found)
 

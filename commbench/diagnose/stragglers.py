@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 
 # A process this many times the median process's time (in most sizes or iterations) is a straggler.
-# Diagnose reports do not store it: the dashboard draws this value as the screen's threshold.
+# Diagnose reports store the value they screened at (since stop 22), and the dashboard draws it.
 STRAGGLER_RATIO = 1.2
 
 

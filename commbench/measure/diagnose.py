@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from commbench.data.rundir import utc_now
 from commbench.diagnose.report import json_ready, save_run, text, to_dict
-from commbench.diagnose.stragglers import Straggler, ring_stragglers
+from commbench.diagnose.stragglers import STRAGGLER_RATIO, Straggler, ring_stragglers
 from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose
 from commbench.errors import CommbenchError, UsageError
 from commbench.measure.faults import delayed_if_asked, die_if_asked, hang_if_asked
@@ -253,7 +253,7 @@ class StoreTester:
             return {"note": "the screen's ring did not complete: " + (f"no answer from "
                     f"{', '.join(self.nodes[i].name for i in sorted(hung))}" if hung else broken[0])}
         slow, waited_for = ring_stragglers([answers[rank]["times"] for rank in ranks])
-        return {"iterations": self.cfg.iters, "size": self.cfg.size,
+        return {"iterations": self.cfg.iters, "size": self.cfg.size, "ratio": STRAGGLER_RATIO,  # the threshold used
                 "slow": [_straggler(self.nodes[s.process].name, s) for s in slow],
                 "waited_for": [_straggler(self.nodes[s.process].name, s) for s in waited_for]}
 

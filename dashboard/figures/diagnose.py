@@ -118,14 +118,16 @@ def straggler_chart(report: dict) -> go.Figure:
     if screen is None or "note" in screen:
         return message_figure(straggler_verdict(report), title=_sourced_title("straggler screen", report))
     flagged = [(kind, item) for kind in STRAGGLER_KINDS for item in screen[kind]]
+    threshold = screen_threshold(screen)
     if not flagged:
-        return message_figure(f"no node at {STRAGGLER_RATIO:g}x the median node's time or more in most of "
+        return message_figure(f"no node at {threshold:g}x the median node's time or more in most of "
                               f"{screen['iterations']} iterations: no straggler",
                               title=_sourced_title("straggler screen", report))
-    figure = go.Figure([_straggler_bars(kind, screen[kind]) for kind in STRAGGLER_KINDS if screen[kind]])
+    figure = go.Figure([_straggler_bars(kind, screen[kind], threshold) for kind in STRAGGLER_KINDS if screen[kind]])
     # a shape's label, not an annotation: on a log axis annotations take log10 positions, shapes data values
-    figure.add_hline(y=STRAGGLER_RATIO, line={"color": "#000000", "dash": "dash"},
-                     label={"text": f"straggler threshold {STRAGGLER_RATIO:g}x", "textposition": "start",
+    figure.add_hline(y=threshold, line={"color": "#000000", "dash": "dash"},
+                     label={"text": f"straggler threshold {threshold:g}x" + ("" if "ratio" in screen else
+                            " (not stored in this report: today's)"), "textposition": "start",
                             "yanchor": "bottom"})
     named = len({item["node"] for _, item in flagged})
     top = max(item["ratio"] for _, item in flagged) * 1.5
@@ -142,11 +144,17 @@ def straggler_chart(report: dict) -> go.Figure:
     return figure
 
 
-def _straggler_bars(kind: str, items: list[dict]) -> go.Bar:
+def screen_threshold(screen: dict) -> float:
+    """The ratio the screen flagged at: stored in the report since stop 22; older reports were all
+    screened at STRAGGLER_RATIO, which has not changed since the screen was written."""
+    return screen.get("ratio", STRAGGLER_RATIO)
+
+
+def _straggler_bars(kind: str, items: list[dict], threshold: float) -> go.Bar:
     name, colour, ratio_words = STRAGGLER_KINDS[kind]
     return go.Bar(x=[s["node"] for s in items], y=[s["ratio"] for s in items], name=name, marker={"color": colour},
                   hovertext=[f"{s['node']}, {name}: {ratio_words.format(ratio=s['ratio'])} (median over iterations), "
-                             f"at or over {STRAGGLER_RATIO:g}x in {s['iterations_slow']} of {s['iterations']} "
+                             f"at or over {threshold:g}x in {s['iterations_slow']} of {s['iterations']} "
                              "iterations" for s in items], hoverinfo="text")
 
 
