@@ -83,3 +83,13 @@ def test_check_fails_only_the_slower_pair_through_a_baseline_file(tmp_path):
     assert len(grades) == len(SIZES) * 6
     assert sorted(g.row for g in grades if not g.passed) == [
         "pingpong uni pair ranks 0<->3 n=2 4M float out-of-place", "pingpong uni pair ranks 0<->3 n=2 8 float out-of-place"]
+
+
+def test_check_prints_pairwise_rows_in_one_aligned_column(tmp_path, capsys):
+    """A pairwise row's name (it names the pair) is longer than the 52 characters the column had:
+    every row's figures must still start at the same place."""
+    a, b = two_runs(tmp_path)
+    assert cli_main(["check", str(b), "--baseline", str(a), "--tolerance", "10%"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("  pass ", "  FAIL "))]
+    assert len(rows) == len(SIZES) * 6 and max(len(line.split(" us vs ")[0].rsplit(None, 1)[0]) for line in rows) > 58
+    assert len({line.index(" us vs ") for line in rows}) == 1  # the time column (right-aligned) ends in one place

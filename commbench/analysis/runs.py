@@ -65,6 +65,11 @@ def describe_key(key: tuple) -> str:
     return f"{op}{extra} {scope}{ranks} n={group_size} {format_size(size_bytes)} {dtype} {where}"
 
 
+def name_width(names) -> int:
+    """The width of a text table's row column: 52, or the longest name (a pairwise row's, which names its pair)."""
+    return max([52, *(len(name) for name in names)])
+
+
 def run_differences(before: RunInfo, after: RunInfo) -> list[str]:
     """What differs between two runs' run.json, in words: versions, environment, nodes, topology, options."""
     changes = [f"{name} {old} -> {new}" for name, old, new in _dict_changes(before.versions, after.versions)]

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from commbench.analysis.baseline import build_baseline, expected_baseline, grade, grades_to_dict, read_baseline
-from commbench.analysis.runs import read_run
+from commbench.analysis.runs import name_width, read_run
 from commbench.commands.store_options import add_db_argument, fraction_arg
 from commbench.data.rundir import RUN_FILE
 from commbench.data.store_location import db_path
@@ -67,12 +67,13 @@ def _print(result: dict, baseline: dict) -> None:
     runs = baseline["runs"]
     against = runs[0] if len(runs) == 1 and runs[0].startswith("preset ") else f"a baseline of {len(runs)} run(s)"
     print(f"# {result['run']} against {against}, tolerance {result['tolerance']:.0%}")
+    width = name_width(row["row"] for row in result["rows"])
     for row in result["rows"]:
         if row["why"] == "missing":
-            print(f"  FAIL {row['row']:<52} not measured (baseline {row['baseline_us']:.1f} us)")
+            print(f"  FAIL {row['row']:<{width}} not measured (baseline {row['baseline_us']:.1f} us)")
             continue
         mark = "pass" if row["passed"] else "FAIL"
-        print(f"  {mark} {row['row']:<52} {row['time_us']:10.1f} us vs {row['baseline_us']:10.1f} us "
+        print(f"  {mark} {row['row']:<{width}} {row['time_us']:10.1f} us vs {row['baseline_us']:10.1f} us "
               f"({row['change']:+.1%}; limit {row['limit_us'] / row['baseline_us'] - 1:+.1%})")
     verdict = "PASS" if result["passed"] else f"FAIL: {result['failed']} of {len(result['rows'])} rows"
     print(f"# {verdict}")

@@ -23,7 +23,6 @@ from commbench.data.store_location import db_path
 
 DEFAULT_THRESHOLD = 0.05  # the same defaults as commbench.analysis.compare, which loads scipy
 DEFAULT_ALPHA = 0.05
-ROW_WIDTH = 52
 
 HELP = "compare two runs per row with confidence intervals and multiple-testing control"
 
@@ -53,10 +52,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def print_comparison(comparison) -> None:
+    from commbench.analysis.runs import name_width
+
     print(f"# A = {comparison.run_a}")
     print(f"# B = {comparison.run_b}")
     print("# what differs: " + ("; ".join(comparison.differences) or "nothing recorded in run.json"))
-    width = row_width(row.row for row in comparison.rows)
+    width = name_width(row.row for row in comparison.rows)
     print(f"# {'row':<{width}} {'time A (us)':>12} {'time B (us)':>12} {'time':>8} {'95% CI':>17} {'busbw':>8} {'q':>8}  verdict")
     for row in comparison.rows:
         interval = f"[{row.ci_low:+.1%},{row.ci_high:+.1%}]" if row.ci_low is not None else "-"
@@ -66,11 +67,6 @@ def print_comparison(comparison) -> None:
     flagged = [row for row in comparison.rows if row.flagged]
     print(f"# {len(flagged)} of {len(comparison.rows)} rows changed significantly (q < {comparison.alpha:g}) and "
           f"materially (> {comparison.threshold:.0%})" + _unmatched(comparison))
-
-
-def row_width(names) -> int:
-    """The row column's width: 52, or the longest name (a pairwise row's, which names its pair)."""
-    return max([ROW_WIDTH, *(len(name) for name in names)])
 
 
 def _unmatched(comparison) -> str:
