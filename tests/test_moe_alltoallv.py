@@ -22,8 +22,12 @@ def test_uniform_all_to_allv_matches_all_to_all_of_the_same_bytes(cli, tmp_path)
         assert r["op"] == "all_to_allv" and r["routing"] == "uniform" and r["wrong"] == 0
         assert r["size_bytes"] == r["tokens_per_rank"] * 2 * 1024 * 4 == r["recv_bytes_max"] == r["recv_bytes_mean"]
         assert r["busbw_gbps"] / r["algbw_gbps"] == pytest.approx(3 / 4)
-    # same bytes, same pattern of sends: the penalty is 1 up to this loaded machine's noise
-    assert 0.6 < statistics.median(r["skew_penalty"] for r in rows) < 1.6, [r["skew_penalty"] for r in rows]
+    # same bytes, same pattern of sends: the two cost the same. Compared at their 10th percentiles: 4
+    # ranks on 2 shared cores get descheduled for whole measurements, which only ever adds time, and
+    # moved the medians' ratio (skew_penalty) to 0.3-0.4 in one CI run and 2.2-2.3 in a rerun
+    fastest = [r["time_us_p10"] / r["uniform_time_us_p10"] for r in rows]
+    assert 0.6 < statistics.median(fastest) < 1.6, (fastest, [r["skew_penalty"] for r in rows])
+    assert all(r["skew_penalty"] == pytest.approx(r["time_us"] / r["uniform_time_us"]) for r in rows)
 
 
 def test_zipf_rows_report_the_hottest_rank_and_check_correctness(cli, tmp_path):
