@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scorecard import NEVER_FITTED, HARDWARE, RUNS, execution_for, load_runs, predict, published_step_seconds, split_halves  # noqa: E402
+from scorecard import HARDWARE, RUNS, execution_for, fittable_rows, load_runs, predict, published_step_seconds  # noqa: E402
 
 from commbench.modeling.hardware import PRESET_DIR, load_system  # noqa: E402
 
@@ -68,9 +68,7 @@ def best(candidates: list[tuple], label: str) -> tuple:
 
 def main() -> None:
     rows = load_runs(RUNS)
-    half = split_halves(rows)
-    calibration = [r for r in rows if half[r["id"]] == "calibration" and "flops_convention" not in r["assumed"].split(";")
-                   and r["source"] not in NEVER_FITTED]
+    calibration = [r for r in fittable_rows(rows) if "flops_convention" not in r["assumed"].split(";")]
     megatron = [r for r in calibration if execution_for(r)[0] != "torch-fsdp"]
     fsdp = [r for r in calibration if execution_for(r)[0] == "torch-fsdp"]
     with tempfile.TemporaryDirectory() as name:

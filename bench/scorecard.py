@@ -260,11 +260,16 @@ def write_plot(records: list[dict]) -> str:
         return html.name
 
 
+def fittable_rows(rows: list[dict]) -> list[dict]:
+    """The rows any figure may be fitted to: the calibration half, less the sources never fitted."""
+    half = split_halves(rows)
+    return [r for r in rows if half[r["id"]] == "calibration" and r["source"] not in NEVER_FITTED]
+
+
 def score(rows: list[dict]) -> tuple[list[dict], float]:
     half = split_halves(rows)
     published = {r["id"]: published_step_seconds(r) for r in rows}
-    fitted = [r for r in rows if half[r["id"]] == "calibration" and r["source"] not in NEVER_FITTED]
-    mfu = fit_baseline_mfu(fitted, published)
+    mfu = fit_baseline_mfu(fittable_rows(rows), published)
     records = []
     with tempfile.TemporaryDirectory() as folder:
         predictions = {row["id"]: predict(row, Path(folder)) for row in rows}
