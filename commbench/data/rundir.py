@@ -21,6 +21,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from commbench.data.safe_read import (
+    DOCUMENT,
+    RECORDS,
+    RUN_JSON,
+    Kind,
+    LineReport,
+    UnsafeFile,
+    iter_jsonl,
+    load_json,
+)
 from commbench.data.samples import SAMPLES_JSONL
 from commbench.data.schema import RECORD_FIELDS, SCHEMA_VERSION, Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
@@ -127,14 +137,15 @@ class Run:
         return self.info.run_id
 
 
-def read_json(path: Path, missing: str):
-    """The JSON in `path`, or CommbenchError with `missing` (no file) or the parser's complaint."""
+def read_json(path: Path, missing: str, kind: Kind = DOCUMENT):
+    """The JSON in `path`, or CommbenchError with `missing` (no file) or why it is refused (safe_read:
+    not a regular file, a link out of the run directory, too big, too deep, not UTF-8)."""
+    if not os.path.lexists(path):
+        raise CommbenchError(missing)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CommbenchError(missing) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CommbenchError(f"{path}: unreadable ({exc})") from None
+        return load_json(path, kind, root=path.parent)
+    except UnsafeFile as exc:
+        raise CommbenchError(str(exc)) from None
 
 
 def save_document_run(out_dir: str | Path, info: RunInfo, filename: str, document: dict) -> Path:
@@ -161,7 +172,7 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     warnings: list[str] = []
     run_file = path / RUN_FILE
-    raw = read_json(run_file, f"{path}: not a run directory (no {RUN_FILE})")
+    raw = read_json(run_file, f"{path}: not a run directory (no {RUN_FILE})", RUN_JSON)
     if not isinstance(raw, dict):
         raise CommbenchError(f"{run_file}: expected a JSON object")
     version = raw.get("schema_version")
@@ -178,24 +189,23 @@ def load_run(path: str | Path) -> Run:
 
 
 def _read_records(path: Path, warnings: list[str]) -> list[dict]:
+    """Every valid record, streamed (safe_read); bad lines are counted and skipped. A records file
+    that cannot be read at all (a FIFO, a device, a link out of the run) is a warning: no records."""
     records: list[dict] = []
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         warnings.append(f"{path}: missing, no records")
         return records
-    bad = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(Record.model_validate(json.loads(line)).model_dump())
-        except (json.JSONDecodeError, ValidationError, TypeError) as exc:
-            bad += 1
-            if bad <= 3:
-                warnings.append(f"{path.name} line {number}: skipped ({_first_error(exc)})")
-    if bad > 3:
-        warnings.append(f"{path.name}: {bad} bad lines skipped in all")
+    lines = LineReport()
+    try:
+        for number, item in iter_jsonl(path, RECORDS, lines, root=path.parent):
+            try:
+                records.append(Record.model_validate(item).model_dump())
+            except (ValidationError, TypeError) as exc:
+                lines.skip(f"{path.name} line {number}", _first_error(exc))
+    except UnsafeFile as exc:
+        warnings.append(f"{exc}; no records read")
+        return []
+    warnings.extend(lines.warnings(path.name))
     return records
 
 

@@ -18,7 +18,10 @@ record's `time_us`; the both-at-once figures stay medians in the record).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from commbench.data.safe_read import RECORDS, LineReport, UnsafeFile, iter_jsonl
 
 SAMPLES_JSONL = "samples.jsonl"
 
@@ -63,21 +66,25 @@ def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict
     samples. Keys are row_key's (a pairwise row's ends with its pair (rank_a, rank_b)). Lines that
     do not parse are skipped with a warning, never an error: samples are an addition."""
     path = Path(run_dir) / SAMPLES_JSONL
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
     found: dict[tuple, dict] = {}
-    for number, line in enumerate(lines, 1):
-        try:
-            item = json.loads(line)
-            key = _with_pair(item["key"], item.get("pair"))
-            times = [float(value) for value in item["time_us"]]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            if warnings is not None and line.strip():
-                warnings.append(f"{path.name} line {number}: skipped (not a samples line)")
-            continue
-        medians = [float(value) for value in item.get("rank_median_us") or []]
-        found[key] = {"slowest_rank": item.get("slowest_rank"), "time_us": times, "ranks": item.get("ranks"),
-                      "rank_median_us": medians}
+    lines = LineReport()
+    try:
+        for number, item in iter_jsonl(path, RECORDS, lines, root=path.parent):
+            try:
+                key = _with_pair(item["key"], item.get("pair"))
+                times = [float(value) for value in item["time_us"]]
+                medians = [float(value) for value in item.get("rank_median_us") or []]
+            except (KeyError, TypeError, ValueError, AttributeError):
+                lines.skip(f"{path.name} line {number}", "not a samples line")
+                continue
+            found[key] = {"slowest_rank": item.get("slowest_rank"), "time_us": times, "ranks": item.get("ranks"),
+                          "rank_median_us": medians}
+    except UnsafeFile as exc:
+        if warnings is not None:
+            warnings.append(f"{exc}; no samples read")
+        return {}
+    if warnings is not None:
+        warnings.extend(lines.warnings(path.name))
     return found
