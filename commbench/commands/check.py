@@ -9,16 +9,34 @@
 A row fails when its time exceeds the baseline's by more than the tolerance plus three times the
 baseline's own spread over its runs (see commbench/analysis/baseline.py), or when the run lacks
 it. The report names the failed rows and by how much they missed. For CI and node acceptance.
+
+On Slurm, the verdict can go to the run's nodes (every node the run ran on: grade single-node runs
+to name one node): --drain drains them when the run fails (Reason="commbench: check: ..."), --resume
+resumes them when it passes, only where commbench drained them; --slurm-plan prints the commands
+and writes nothing. The cap (--max-drain) and --keep-idle hold as for diagnose
+(commbench/diagnose/scheduler.py); actions go to the store's actions table.
+  commbench check results/node17-health --baseline node.json --resume
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from commbench.analysis.baseline import build_baseline, expected_baseline, grade, grades_to_dict, read_baseline
+from commbench.analysis.baseline import (
+    build_baseline,
+    expected_baseline,
+    grade,
+    grades_to_dict,
+    read_baseline,
+)
 from commbench.analysis.runs import name_width, read_run
+from commbench.commands.scheduler_options import (
+    add_scheduler_arguments,
+    choice_from_args,
+)
 from commbench.commands.store_options import add_db_argument, fraction_arg
 from commbench.data.rundir import RUN_FILE
 from commbench.data.store_location import db_path
@@ -37,9 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=fraction_arg, default=0.10, help="allowed slowdown, e.g. 10%% (default 10%%)")
     parser.add_argument("--json", action="store_true", help="the grades as JSON")
     add_db_argument(parser)
+    add_scheduler_arguments(parser, "the run's nodes when it fails")
 
 
 def main(args: argparse.Namespace) -> int:
+    choice = choice_from_args(args)
     db = db_path(args.db)
     run = read_run(args.run, db)
     baseline = _baseline(args, run, db)
@@ -49,7 +69,23 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
     else:
         _print(result, baseline)
-    return 0 if result["passed"] else 1
+    status = 0 if result["passed"] else 1
+    if choice.wanted:
+        acted = _act(choice, run, result, out=sys.stderr if args.json else sys.stdout)
+        status = max(status, acted)
+    return status
+
+
+def _act(choice, run, result: dict, out) -> int:
+    from commbench.diagnose import scheduler
+
+    nodes = list(dict.fromkeys(node.hostname for node in run.info.nodes))
+    if result["passed"]:
+        return scheduler.act(choice, {}, nodes, run.run_id, "check", out=out)[0]
+    worst = max((row for row in result["rows"] if not row["passed"]), key=lambda row: row.get("change") or 0.0)
+    why = (f"check: {run.run_id} failed {result['failed']} of {len(result['rows'])} rows, worst {worst['row']} "
+           + ("not measured" if worst["why"] == "missing" else f"{worst['change']:+.0%}"))
+    return scheduler.act(choice, {node: why for node in nodes}, [], run.run_id, "check", out=out)[0]
 
 
 def _baseline(args: argparse.Namespace, run, db) -> dict:

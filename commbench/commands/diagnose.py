@@ -20,6 +20,15 @@ Two modes, one strategy and one report:
 
 The report: nodes to drain with reasons and evidence, links to inspect, rounds taken, the good
 nodes, and the line `# exclude: <hostlist>` (Slurm hostlist syntax, for sbatch --exclude).
+
+On Slurm (real mode), rank 0 can act on the verdicts: --slurm-plan prints the scontrol commands (a
+dry run), --drain drains the nodes to drain with Reason="commbench: diagnose: <why>", --resume
+resumes the good nodes that commbench drained earlier (never a node an admin drained). A cap on the
+share of a partition one action drains (--max-drain, default 10%, at least one node) and the last
+idle nodes (--keep-idle) hold: over the cap nothing is drained and diagnose exits 1. What is done
+goes to the store's actions table (--db) and into the report; see commbench/diagnose/scheduler.py.
+  commbench submit --diagnose --nodes 64 --wait -- --drain --db /shared/commbench.duckdb
+
 A link fault is found only when a tested ring uses that link (ring neighbours in node order,
 inside one screen group): a link between two nodes that never share a ring is not tested.
 
@@ -43,6 +52,11 @@ from pathlib import Path
 import numpy as np
 
 from commbench.commands.run import size_arg
+from commbench.commands.scheduler_options import (
+    add_scheduler_arguments,
+    choice_from_args,
+)
+from commbench.commands.store_options import add_db_argument
 from commbench.diagnose.fleet import FleetModel, inject_node_faults
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import json_ready, save_run, text, to_dict
@@ -78,6 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"screen group size (default {Thresholds.group_size}; smaller on small fleets)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--out", metavar="DIR", help="also write a run directory under DIR (the dashboard's Diagnose page shows it)")
+    add_scheduler_arguments(parser, "the nodes to drain (real mode)")
+    add_db_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -88,11 +104,15 @@ def main(args: argparse.Namespace) -> int:
 
 def measure(args: argparse.Namespace) -> int:
     """Real mode: this process is one rank under a launcher, or starts --nproc local ranks."""
-    from commbench.measure.diagnose import DiagnoseConfig  # torch loads only in real mode
+    from commbench.measure.diagnose import (
+        DiagnoseConfig,  # torch loads only in real mode
+    )
     from commbench.measure.launch import detect_rank_env, spawn_local
 
     check_real_options(args)
-    cfg = DiagnoseConfig(size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
+    choice = choice_from_args(args)
+    cfg = DiagnoseConfig(slurm=choice.to_dict() if choice.wanted else None,
+                         size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
                          group_size=args.group_size, node_name=args.node_name, json=args.json,
                          straggler_screen=not args.no_straggler_screen,
                          out_dir=str(Path(args.out).resolve()) if args.out else None,
@@ -124,6 +144,9 @@ def check_real_options(args: argparse.Namespace) -> None:
 
 
 def simulate(args: argparse.Namespace) -> int:
+    if args.slurm_plan or args.drain or args.resume:
+        raise UsageError("--slurm-plan, --drain and --resume act on a real diagnosis, not on the cluster model's "
+                         "synthetic one (leave out --simulate and --hosts)")
     names = node_names(args.hosts, args.simulate)
     check_sizes(args, len(names))
     model = FleetModel(len(names), np.random.default_rng(args.seed))

@@ -20,6 +20,10 @@ Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
            sweeps, pairwise and overlap runs keep them, runs written before samples were kept have
            none. DuckDB reads the samples.jsonl files itself: the numbers never pass through Python.
   pairs    pairwise runs' links: the two ranks and nodes, latency/bandwidth and flags.
+  actions  what commbench did to the scheduler (schema 5): when, node, verb (drain/resume), verdict,
+           the run that was the evidence, the command, its result, and the command that acted
+           (commbench.diagnose.scheduler). Not built from run directories: a rebuilt database starts
+           it empty, and ingest never touches it.
 
 Writers take an exclusive lock file beside the database, so two ingests at once run one after the
 other and lose nothing; readers open the file read-only and wait while a writer holds it.
@@ -49,8 +53,9 @@ from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
 
-# 2: runs.synthetic; 3: samples.pair; 4: records.uniform_time_us_p10/p90 (each added to an older file by _migrate)
-STORE_SCHEMA_VERSION = 4
+# 2: runs.synthetic; 3: samples.pair; 4: records.uniform_time_us_p10/p90; 5: the actions table
+# (each added to an older file by _migrate)
+STORE_SCHEMA_VERSION = 5
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
@@ -92,6 +97,9 @@ PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "ran
                 "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
                 "outlier_reasons": "VARCHAR[]", "tcp_segments_sent": "BIGINT", "tcp_retransmits": "BIGINT"}
 TABLES = {"runs": RUN_COLUMNS, "records": RECORD_COLUMNS, "samples": SAMPLE_COLUMNS, "pairs": PAIR_COLUMNS}
+# not a run's rows (ingest's per-run delete and insert leave it alone)
+ACTION_COLUMNS = {"when": "TIMESTAMP", "node": "VARCHAR", "verb": "VARCHAR", "verdict": "VARCHAR",
+                  "evidence_run": "VARCHAR", "command": "VARCHAR", "result": "VARCHAR", "source": "VARCHAR"}
 
 
 # ---------------------------------------------------------------- opening
@@ -145,9 +153,13 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", [str(STORE_SCHEMA_VERSION)])
-    for table, columns in TABLES.items():
-        spec = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
-        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({spec})")
+    for table, columns in {**TABLES, "actions": ACTION_COLUMNS}.items():
+        _create_table(con, table, columns)
+
+
+def _create_table(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, str]) -> None:
+    spec = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
+    con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({spec})")
 
 
 # Record fields that became records columns in schema 4; ingests before it kept them in `extra`.
@@ -158,7 +170,7 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     """Bring an older file to this version in place, in one transaction, keeping every row:
     runs.synthetic (2) and samples.pair (3) added, null until a run is re-ingested (older runs'
     pairwise samples were never kept, so nothing is lost); records.uniform_time_us_p10/p90 (4)
-    added and filled from what older ingests kept of them in `extra`."""
+    added and filled from what older ingests kept of them in `extra`; the actions table (5), empty."""
     version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
     if version >= STORE_SCHEMA_VERSION:
         return
@@ -171,6 +183,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         if version < 4:
             for name in _COLUMNS_OUT_OF_EXTRA_4:
                 _move_out_of_extra(con, name)
+        if version < 5:
+            _create_table(con, "actions", ACTION_COLUMNS)
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(STORE_SCHEMA_VERSION)])
         con.execute("COMMIT")
     except BaseException:
@@ -425,6 +439,42 @@ def _pair_row(run_id: str, index: int, record: dict) -> dict:
             "tcp_retransmits": record.get("tcp_retransmits")}
 
 
+# ---------------------------------------------------------------- scheduler actions
+
+
+def record_actions(db: str | Path, rows: list[dict]) -> None:
+    """Append rows (ACTION_COLUMNS; `when` ISO-8601) to the actions table, creating the file if needed."""
+    if not rows:
+        return
+    db = Path(db)
+    with _writer_lock(db):
+        con = _connect(db, read_only=False)
+        try:
+            _create_tables(con)
+            _check_version(con, db)
+            _migrate(con)
+            names = ", ".join(f'"{name}"' for name in ACTION_COLUMNS)
+            marks = ", ".join("?" for _ in ACTION_COLUMNS)
+            con.executemany(f"INSERT INTO actions ({names}) VALUES ({marks})",
+                            [[_timestamp(row["when"]) if name == "when" else row.get(name) for name in ACTION_COLUMNS]
+                             for row in rows])
+        finally:
+            con.close()
+
+
+def read_actions(db: str | Path, limit: int = 1000) -> list[dict]:
+    """The newest actions first (an older database without the table: none)."""
+    con = open_read_only(db)
+    try:
+        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'actions'").fetchone()[0]:
+            return []
+        cursor = con.execute('SELECT * FROM actions ORDER BY "when" DESC LIMIT ?', [limit])
+        columns = [column[0] for column in cursor.description]
+        return [dict(zip(columns, row)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
+
 # ---------------------------------------------------------------- reading for other tools
 
 _READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -475,7 +525,7 @@ def export_parquet(db: str | Path, out_dir: str | Path) -> list[Path]:
     con = open_read_only(db)
     written = []
     try:
-        for table in TABLES:
+        for table in (*TABLES, "actions"):
             target = out / f"{table}.parquet"
             con.execute(f"COPY {table} TO '{_sql_text(target)}' (FORMAT PARQUET)")
             written.append(target)

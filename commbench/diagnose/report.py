@@ -110,10 +110,12 @@ def straggler_lines(screen: dict | None) -> list[str]:
             + ("; ".join(found) if found else "none")]
 
 
-def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, note: str, backend: str = "model") -> Path:
+def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, note: str, backend: str = "model",
+             run_id: str | None = None) -> Path:
     """A run directory of kind "diagnose": run.json and the whole report in diagnose.json. `backend`:
-    "model" for the cluster model, else the one that measured."""
-    info = RunInfo(run_id=new_run_id("diagnose-"), kind="diagnose", source="commbench", created=utc_now(),
+    "model" for the cluster model, else the one that measured; `run_id` when the caller named the run
+    already (scheduler actions cite it as their evidence)."""
+    info = RunInfo(run_id=run_id or new_run_id("diagnose-"), kind="diagnose", source="commbench", created=utc_now(),
                    backend=backend, world_size=report["nodes"], args=args,
                    synthetic=synthetic, note=note)
     return save_document_run(out_dir, info, DIAGNOSE_FILE, json_ready(report))

@@ -21,6 +21,7 @@ The NCCL path (every rank has a GPU) is written but has not run on a GPU: see th
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -32,14 +33,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from commbench.data.rundir import utc_now
+from commbench.data.rundir import new_run_id, utc_now
+from commbench.diagnose import scheduler
+from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import json_ready, save_run, text, to_dict
 from commbench.diagnose.stragglers import STRAGGLER_RATIO, Straggler, ring_stragglers
 from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose
 from commbench.errors import CommbenchError, UsageError
 from commbench.measure.faults import delayed_if_asked, die_if_asked, hang_if_asked
 from commbench.measure.launch import RankEnv
-from commbench.measure.linkhealth import moves_data_over_tcp, read_tcp_counters, retransmit_percent
+from commbench.measure.linkhealth import (
+    moves_data_over_tcp,
+    read_tcp_counters,
+    retransmit_percent,
+)
 from commbench.topology import node_name
 
 WHO, PLAN, RESULT, BYE = "diag/who/{}", "diag/plan/{}", "diag/result/{}/{}", "diag/bye/{}"
@@ -62,6 +69,7 @@ class DiagnoseConfig:
     straggler_screen: bool = True
     out_dir: str | None = None
     command: str = ""
+    slurm: dict | None = None  # commbench.diagnose.scheduler.Choice as a dict: act on the verdicts (rank 0)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -309,6 +317,15 @@ class StoreTester:
         return RoundResult(busbw, loss, frozenset(hung))
 
 
+def _decisive(item: dict) -> str:
+    """The evidence that decided a verdict, short: ' (0.31 of the fleet median, round 4)'."""
+    last = item["evidence"][-1] if item.get("evidence") else {}
+    share, round_no = last.get("of_median"), last.get("round")
+    if share is None or math.isnan(share):
+        return ""
+    return f" ({share:.2f} of the fleet median, round {round_no})"
+
+
 def _straggler(name: str, found: Straggler) -> dict:
     return {"node": name, "iterations_slow": found.sizes_slow, "iterations": found.sizes,
             "ratio": round(found.median_ratio, 3)}
@@ -363,11 +380,28 @@ class Coordinator:
         report["wall_s"] = round(wall_s, 2)
         report["stragglers"] = stragglers
         print(json.dumps(json_ready(report), indent=1) if self.cfg.json else text(report), flush=True)
+        run_id = new_run_id("diagnose-") if self.cfg.out_dir else None
+        status = self._act(report, run_id)
         if self.cfg.out_dir:
             path = save_run(report, self.cfg.out_dir, {**asdict(self.cfg), "launcher": self.env.launcher},
-                            synthetic=False, note=report["source"], backend=backend)
+                            synthetic=False, note=report["source"], backend=backend, run_id=run_id)
             print(f"# Results: {path}", file=sys.stderr if self.cfg.json else sys.stdout, flush=True)
-        return 0
+        return status
+
+    def _act(self, report: dict, run_id: str | None) -> int:
+        """The scheduler actions asked for (--slurm-plan, --drain, --resume), in the report too."""
+        if not self.cfg.slurm:
+            return 0
+        bad = {item["node"]: "diagnose: " + ", ".join(item["reasons"]) + _decisive(item) for item in report["drain"]}
+        try:
+            status, report["actions"] = scheduler.act(scheduler.Choice(**self.cfg.slurm), bad,
+                                                      expand(report["good"]) if report["good"] else [],
+                                                      run_id, "diagnose", out=sys.stderr if self.cfg.json else sys.stdout)
+        except CommbenchError as exc:
+            print(f"commbench diagnose: error: {exc}", file=sys.stderr, flush=True)
+            report["actions"] = [{"result": f"not carried out: {exc}"}]
+            return exc.exit_code
+        return status
 
     def _nodes(self) -> tuple[list[Node], str]:
         """Every node once, represented by its lowest rank, in rank order; the backend every rank can use."""
