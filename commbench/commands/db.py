@@ -1,7 +1,7 @@
 """The results database: load run directories into DuckDB, query it, export it.
 
   commbench db ingest results/ [more dirs or run dirs...]   load (idempotent, incremental)
-  commbench db sql "SELECT cluster, count(*) FROM runs GROUP BY cluster"   read-only SQL
+  commbench db sql "SELECT cluster, count(*) FROM runs GROUP BY cluster"   read-only SQL (one SELECT; files, URLs, extensions unreachable)
   commbench db export --parquet DIR                          every table as DIR/<table>.parquet
 
 Tables: runs, records, samples, pairs (see commbench/data/store.py for their columns). Run
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ingest = actions.add_parser("ingest", help="load run directories (or folders of them) into the database")
     ingest.add_argument("dirs", nargs="+", metavar="DIR", help="a run directory or a results folder")
     ingest.add_argument("--quiet", action="store_true", help="only the summary line and skipped directories")
-    sql = actions.add_parser("sql", help="run one read-only statement (SELECT or EXPLAIN)")
+    sql = actions.add_parser("sql", help="run one read-only SELECT (or WITH ... SELECT) over the tables; nothing else is reachable")
     sql.add_argument("statement", metavar="SQL")
     sql.add_argument("--format", choices=("text", "csv", "json"), default="text", help="output form (default text)")
     export = actions.add_parser("export", help="write every table as Parquet")

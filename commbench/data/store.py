@@ -125,12 +125,18 @@ def _writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _connect(path: Path, read_only: bool, wait_s: float = 60.0) -> duckdb.DuckDBPyConnection:
+# The reading door (db sql, the dashboard, history): no file, URL or extension is reachable from a
+# query, and the statement cannot turn these back on (lock_configuration).
+QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False, "lock_configuration": True}
+
+
+def _connect(path: Path, read_only: bool, wait_s: float = 60.0, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open the file, waiting while another process holds it (DuckDB allows one writing process)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=dict(config or {}))
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                 raise CommbenchError(f"{path}: cannot open ({str(exc).splitlines()[0]})") from None
@@ -202,12 +208,13 @@ def _move_out_of_extra(con: duckdb.DuckDBPyConnection, name: str) -> None:
                 [f"$.{name}", name, f"$.{name}", f"$.{name}"])
 
 
-def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to an existing database; UsageError if there is none."""
+def open_read_only(path: str | Path, external_access: bool = False) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to an existing database (QUERY_CONFIG: no file, URL or extension can be
+    reached from it, unless `external_access` for our own exports); UsageError if there is none."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"{path}: no database (run `commbench db ingest RESULTS_DIR` first, or pass --db)")
-    con = _connect(path, read_only=True)
+    con = _connect(path, read_only=True, config=None if external_access else QUERY_CONFIG)
     _check_version(con, path)
     return con
 
@@ -477,19 +484,57 @@ def read_actions(db: str | Path, limit: int = 1000) -> list[dict]:
 
 # ---------------------------------------------------------------- reading for other tools
 
-_READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+# Table functions a query may call: they compute rows or describe this database; every other one
+# (read_csv, read_text, glob, parquet_scan, sqlite_scan, ...) reads files or URLs, and is refused.
+_SAFE_TABLE_FUNCTIONS = {"range", "generate_series", "unnest", "json_each", "json_tree"}
+_SAFE_TABLE_FUNCTION_PREFIXES = ("duckdb_", "pragma_")
+_PATH_CHARACTERS = set("/.:\\~")  # a "table" named like a file is DuckDB reading that file
 
 
-def query(db: str | Path, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
-    """Run one read-only statement: (column names, rows). UsageError for anything that writes."""
+def check_query(sql: str) -> None:
+    """UsageError unless sql is one SELECT (or WITH ... SELECT) that reads nothing but the database.
+    DuckDB parses it (extract_statements, then json_serialize_sql for the parse tree): the statement
+    type, every table function and every table name are checked, not the text's first word."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
         raise UsageError(f"bad SQL: {str(exc).splitlines()[0]}") from None
     if len(statements) != 1:
         raise UsageError(f"give exactly one statement (got {len(statements)})")
-    if statements[0].type not in _READ_STATEMENTS:
-        raise UsageError(f"db sql is read-only: {statements[0].type.name} refused (SELECT or EXPLAIN only)")
+    if statements[0].type != duckdb.StatementType.SELECT:
+        raise UsageError(f"db sql is read-only: {statements[0].type.name} refused (one SELECT or WITH ... SELECT only)")
+    with duckdb.connect(":memory:", config=dict(QUERY_CONFIG)) as parser:
+        tree = json.loads(parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+    if tree.get("error"):
+        raise UsageError(f"db sql is read-only: {tree.get('error_message', 'not a plain SELECT')}")
+    for node in _parse_nodes(tree):
+        _check_node(node)
+
+
+def _parse_nodes(tree) -> Iterator[dict]:
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _check_node(node: dict) -> None:
+    if node.get("type") == "TABLE_FUNCTION":
+        name = str((node.get("function") or {}).get("function_name", "")).lower()
+        if name not in _SAFE_TABLE_FUNCTIONS and not name.startswith(_SAFE_TABLE_FUNCTION_PREFIXES):
+            raise UsageError(f"db sql reads the database only: table function {name}() refused "
+                             "(it can read files or URLs)")
+    elif node.get("type") == "BASE_TABLE" and _PATH_CHARACTERS & set(str(node.get("table_name", ""))):
+        raise UsageError("db sql reads the database only: a table named like a file or URL refused")
+
+
+def query(db: str | Path, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
+    """Run one read-only statement (check_query) on a QUERY_CONFIG connection: (column names, rows)."""
+    check_query(sql)
     con = open_read_only(db)
     try:
         cursor = con.execute(sql, params or [])
@@ -522,7 +567,7 @@ def export_parquet(db: str | Path, out_dir: str | Path) -> list[Path]:
     """Every table as <out_dir>/<table>.parquet (DuckDB writes Parquet itself: no extra package)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    con = open_read_only(db)
+    con = open_read_only(db, external_access=True)  # COPY ... TO writes the files: our statement, not a user's
     written = []
     try:
         for table in (*TABLES, "actions"):
