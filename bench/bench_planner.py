@@ -12,12 +12,12 @@ import os
 import platform
 import time
 
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.cluster import Cluster
 
 SCENARIOS = (  # model, GPUs, global batch, sequence length
     ("llama3.2-1b", 8, 256, 2048),

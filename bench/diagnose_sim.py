@@ -14,8 +14,7 @@ import time
 
 import numpy as np
 
-from commbench.diagnose.fleet import (bound_rounds, pairwise_rounds, round_seconds, simulate_bisection,
-                                      simulate_diagnose)
+from commbench.diagnose.fleet import bound_rounds, pairwise_rounds, round_seconds, simulate_bisection, simulate_diagnose
 
 SIZES = (64, 1024, 4096, 16384)
 FAULTS = (1, 4, 16)
@@ -29,8 +28,8 @@ def main() -> None:
     parser.add_argument("--line-gbps", type=float, default=0.125, help="link rate for the wall-time estimate (GB/s)")
     args = parser.parse_args()
     per_round = round_seconds(args.line_gbps)
-    print(f"| N | d | trials | missed faults | false accusations | rounds mean (max) | bound 2d⌈log2(N/d)⌉+2 "
-          f"| group tests mean | est. wall (s) | pairwise rounds (est. s) | bisection rounds, missed, false | sim (s) |")
+    print("| N | d | trials | missed faults | false accusations | rounds mean (max) | bound 2d⌈log2(N/d)⌉+2 "
+          "| group tests mean | est. wall (s) | pairwise rounds (est. s) | bisection rounds, missed, false | sim (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in SIZES:
         for d in FAULTS:

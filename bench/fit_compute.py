@@ -32,9 +32,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scorecard import HARDWARE, RUNS, execution_for, fittable_rows, load_runs, predict, published_step_seconds  # noqa: E402
+from scorecard import HARDWARE, RUNS, execution_for, fittable_rows, load_runs, predict, published_step_seconds
 
-from commbench.modeling.hardware import PRESET_DIR, load_system  # noqa: E402
+from commbench.modeling.hardware import PRESET_DIR, load_system
 
 GEMM_SCALES = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15)
 FSDP_SCALES = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)

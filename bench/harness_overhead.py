@@ -55,8 +55,8 @@ def commbench_row(session, size: int, iters: int) -> float:
 
 def worker(rank: int, port: int, rounds: int, iters: int, out: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from commbench.measure.options import RunConfig
     from commbench.measure.launch import RankEnv
+    from commbench.measure.options import RunConfig
     from commbench.measure.session import open_session
 
     cfg = RunConfig(ops=("all_reduce",), iters=iters, warmup=2, check_iters=0).validate()

@@ -27,17 +27,26 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scorecard import (HARDWARE, RUNS, layout_of, load_runs, model_argument, palm_flops,  # noqa: E402
-                       peak_flops, published_step_seconds, split_halves)
+from scorecard import (
+    HARDWARE,
+    RUNS,
+    layout_of,
+    load_runs,
+    model_argument,
+    palm_flops,
+    peak_flops,
+    published_step_seconds,
+    split_halves,
+)
 
-from commbench.errors import UsageError  # noqa: E402
-from commbench.modeling.cluster import Cluster  # noqa: E402
-from commbench.modeling.hardware import load_system  # noqa: E402
-from commbench.modeling.job import EXECUTIONS, TrainingJob  # noqa: E402
-from commbench.modeling.models import PRESETS  # noqa: E402
-from commbench.modeling.network import PresetNetwork  # noqa: E402
-from commbench.modeling.planner import Planner  # noqa: E402
-from commbench.modeling.spec import PlanSpec, build_planner  # noqa: E402
+from commbench.errors import UsageError
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.hardware import load_system
+from commbench.modeling.job import EXECUTIONS, TrainingJob
+from commbench.modeling.models import PRESETS
+from commbench.modeling.network import PresetNetwork
+from commbench.modeling.planner import Planner
+from commbench.modeling.spec import PlanSpec, build_planner
 
 # the jobs tests/test_mfu_sanity.py ranks on every preset: the 7B on 32 GPUs is the issue's own example
 JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama2-7b", 16, 64, 4096),

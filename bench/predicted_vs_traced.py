@@ -38,17 +38,17 @@ import torch
 
 from commbench.commands import overlap as overlap_command
 from commbench.commands import run as run_command
+from commbench.data.slowdown import measured_slowdown
 from commbench.measure.calibrate import HostClock
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import Processor, System, load_network
 from commbench.modeling.job import Precision, TrainingJob
 from commbench.modeling.layout import Layout
 from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import ModelSpec
 from commbench.modeling.network import PresetNetwork
-from commbench.modeling.cluster import Cluster
 from commbench.modeling.schedule import simulate
 from commbench.modeling.step import StepModel
-from commbench.data.slowdown import measured_slowdown
 from commbench.traces import demo
 from commbench.traces.analysis import analyse_traces
 from commbench.traces.intervals import IntervalSet

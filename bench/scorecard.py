@@ -367,7 +367,8 @@ def report(records: list[dict], mfu: float, plot_name: str, command: str) -> str
                 f"stood in." if stand_ins else "."),
              f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak x {mfu:.1%}); "
              f"that one MFU is the geometric mean of the implied MFU of the calibration half (the rows the model's "
-             f"figures are fitted on, plus the Llama 3 one; not {', '.join(NEVER_FITTED)}), the only figure fitted here.", "", *summary_lines(records), "",
+             f"figures are fitted on, plus the Llama 3 one; not {', '.join(NEVER_FITTED)}), the only figure fitted here.",
+             "", *summary_lines(records), "",
              f"![predicted against published]({Path('published') / plot_name})", ""]
     lines += added_after_fit_lines(records)
     if unpredicted:

@@ -36,8 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile

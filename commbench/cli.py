@@ -35,7 +35,7 @@ COMMANDS = {
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one line (no usage dump) on bad input."""
 
-    def error(self, message: str):  # noqa: D102 - argparse hook
+    def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

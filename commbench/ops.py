@@ -13,9 +13,9 @@ Torch-free: the modelling and data layers import it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 # counts conventions, in nccl-tests' words; `size` is the larger of one rank's send and receive buffers
 ONE_BUFFER = "size: the one buffer of every rank; count: its elements"

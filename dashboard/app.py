@@ -61,5 +61,5 @@ def _forget_registered_pages() -> None:
     serve duplicate callbacks.
     """
     dash.page_registry.clear()
-    dash._callback.GLOBAL_CALLBACK_LIST.clear()  # noqa: SLF001 - Dash has no public reset
-    dash._callback.GLOBAL_CALLBACK_MAP.clear()  # noqa: SLF001
+    dash._callback.GLOBAL_CALLBACK_LIST.clear()
+    dash._callback.GLOBAL_CALLBACK_MAP.clear()

@@ -34,8 +34,8 @@ import pandas as pd
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
 from commbench.data.store import list_runs_under
 from commbench.data.store_location import DB_ENV
-from commbench.errors import CommbenchError, UsageError
 from commbench.diagnose.report import DIAGNOSE_FILE, load_report
+from commbench.errors import CommbenchError, UsageError
 from commbench.traces.store import TRACE_FILE, load_trace_analysis
 
 # Topologies captured without a run (`commbench topo --json > results/NAME.topology.json`).
@@ -332,7 +332,7 @@ def _load_entry(key: str, path: Path) -> RunEntry:
         run = load_run(path)
     except CommbenchError as exc:
         return RunEntry(key, path, error=str(exc))
-    except Exception as exc:  # noqa: BLE001 - one unreadable directory must not take the listing down
+    except Exception as exc:
         return RunEntry(key, path, error=f"{path.name}: cannot be read ({type(exc).__name__}: {exc})")
     entry = RunEntry(key, path, run=run, warnings=list(run.warnings))
     try:

@@ -78,4 +78,4 @@ def cli():
 
 
 # multi-node fixtures: emulated_cluster, emulated_cluster_factory, slurm_cluster, slurm_cluster_factory
-from cluster.fixtures import *  # noqa: E402,F401,F403
+from cluster.fixtures import *  # noqa: E402, F403

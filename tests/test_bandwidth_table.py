@@ -307,7 +307,7 @@ def test_bad_input_exits_2_with_one_line(commbench, tmp_path):
         ((pair_only, "--calculon", tmp_path / "c.json"), "--calculon"),
     ]
     for args, needle in cases:
-        code, out, err = commbench(*args)
+        code, _out, err = commbench(*args)
         lines = err.strip().splitlines()
         assert code == 2, (args, err)
         assert len(lines) == 1 and needle in lines[0], (args, err)

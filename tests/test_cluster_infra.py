@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cluster.emulated import (
     REGISTRY,
     EmulatedCluster,
@@ -67,7 +66,7 @@ def _records(out: str) -> dict[int, float]:
 
 def _allreduce(procs) -> dict[int, float]:
     res = wait_procs(procs, timeout=180)
-    for rc, out, err in res:
+    for rc, _out, err in res:
         assert rc == 0, f"probe failed ({rc}): {err[-2000:]}"
     return _records(res[0][1].strip())
 
@@ -129,15 +128,14 @@ def test_two_nodes_gloo_allreduce_reaches_link_ceiling(emulated_cluster):
 def test_teardown_leaves_nothing_when_body_raises(exc):
     require_cluster()
     c = EmulatedCluster(nodes=2, rate="1gbit", etc_hosts=True)
-    with pytest.raises(exc):
-        with c:
-            tag = c.tag
-            sleeper = c.node(1).popen(["sleep", "600"])
-            # a grandchild in its own session: only the namespace sweep finds it
-            c.node(0).run("setsid sleep 600 >/dev/null 2>&1 < /dev/null &", check=True)
-            assert _leftovers(tag) and len(c.node(0).pids()) == 1
-            assert c.names[0] in Path("/etc/hosts").read_text()
-            raise exc()
+    with pytest.raises(exc), c:
+        tag = c.tag
+        sleeper = c.node(1).popen(["sleep", "600"])
+        # a grandchild in its own session: only the namespace sweep finds it
+        c.node(0).run("setsid sleep 600 >/dev/null 2>&1 < /dev/null &", check=True)
+        assert _leftovers(tag) and len(c.node(0).pids()) == 1
+        assert c.names[0] in Path("/etc/hosts").read_text()
+        raise exc()
     assert _leftovers(tag) == []
     assert sleeper.poll() is not None
     assert tag not in Path("/etc/hosts").read_text()

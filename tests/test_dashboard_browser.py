@@ -115,7 +115,7 @@ def _wait_for_plot(duo, graph_id: str, condition, message: str) -> dict:
     duo.wait_for_element(f"#{graph_id} .main-svg", timeout=WAIT_S)
     try:
         wait.until(lambda: condition(_plot(duo, graph_id)), timeout=WAIT_S)
-    except Exception:  # noqa: BLE001 - report what the page shows instead of a bare timeout
+    except Exception:
         pytest.fail(f"{message}; graph {graph_id} shows {_plot(duo, graph_id)}")
     return _plot(duo, graph_id)
 

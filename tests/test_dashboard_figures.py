@@ -16,16 +16,16 @@ import pytest
 
 pytest.importorskip("dash", reason="needs the dashboard extra: pip install 'commbench[dashboard]'")
 
-from commbench.errors import CommbenchError, UsageError  # noqa: E402
-from commbench.traces.store import TRACE_FILE, load_trace_analysis, save_trace_analysis  # noqa: E402
-from commbench.traces.analysis import analyse_traces  # noqa: E402
-from dashboard.data import ResultsStore, safe_path  # noqa: E402
-from dashboard.figures import bandwidth, overlap, planner, topology  # noqa: E402
-from dashboard.figures.common import WEBGL_POINTS  # noqa: E402
-from commbench.modeling.spec import PlanSpec  # noqa: E402
-from commbench.topology.model import ClusterTopology, NodeTopology  # noqa: E402
-from commbench.topology.rates import nominal_rates  # noqa: E402
-from dashboard.planning import PlanCache, PlanRequest  # noqa: E402
+from commbench.errors import CommbenchError, UsageError
+from commbench.modeling.spec import PlanSpec
+from commbench.topology.model import ClusterTopology, NodeTopology
+from commbench.topology.rates import nominal_rates
+from commbench.traces.analysis import analyse_traces
+from commbench.traces.store import TRACE_FILE, load_trace_analysis, save_trace_analysis
+from dashboard.data import ResultsStore, safe_path
+from dashboard.figures import bandwidth, overlap, planner, topology
+from dashboard.figures.common import WEBGL_POINTS
+from dashboard.planning import PlanCache, PlanRequest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "results" / "examples"
@@ -286,7 +286,7 @@ def test_pairwise_heatmap_shows_the_flagged_pairs():
              "outlier": size == 4096 and 2 in (a, b)}
             for size in (8, 4096) for a, b, value in ((0, 1, 0.12), (0, 2, 0.02), (1, 2, 0.021))]
     figure = topology.pairwise_figure(pd.DataFrame(rows))
-    flagged = [t for t in figure.data if t.type == "scatter"][0]
+    flagged = next(t for t in figure.data if t.type == "scatter")
     assert sorted(zip(flagged.x, flagged.y)) == sorted([("2 (n2)", "0 (n0)"), ("0 (n0)", "2 (n2)"),
                                                         ("2 (n2)", "1 (n1)"), ("1 (n1)", "2 (n2)")])
     assert "4096 B" in figure.layout.title.text
@@ -324,7 +324,7 @@ def test_iteration_window_and_bar_limit():
     timeline = [{"rank": 0, "lane": "s", "category": "compute", "name": f"k{i}", "start_us": float(i), "dur_us": i / 10}
                 for i in range(100)]
     bars, note = overlap.select_bars(timeline, None, (10.0, 20.0))
-    assert [bar["name"] for bar in bars][0] == "k10" and len(bars) == 10
+    assert next(bar["name"] for bar in bars) == "k10" and len(bars) == 10
     bars, note = overlap.select_bars(timeline, None, None, limit=5)
     assert [bar["name"] for bar in bars] == ["k95", "k96", "k97", "k98", "k99"] and "5 longest" in note
 

@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("plotly", reason="needs the dashboard extra: pip install 'commbench[dashboard]'")
 
-from commbench.measure.processor_json import processor_json  # noqa: E402
-from commbench.modeling.hardware import load_processor, processor_from_json  # noqa: E402
-from dashboard.figures.processor import gemm_surface_figure  # noqa: E402
-from tests.test_calibrate import FACTS, measurements  # noqa: E402
+from commbench.measure.processor_json import processor_json
+from commbench.modeling.hardware import load_processor, processor_from_json
+from dashboard.figures.processor import gemm_surface_figure
+from tests.test_calibrate import FACTS, measurements
 
 
 def test_calibrated_points_against_the_presets_curve():

@@ -14,8 +14,17 @@ import pytest
 pytestmark = pytest.mark.browser
 
 from test_dashboard_browser import (  # noqa: E402 - after its importorskips, which skip this module too
-    CHROMEDRIVER, CHROMIUM, WAIT_S, _chrome_options, _free_port, _no_console_errors, _open, _screenshot,
-    _wait_for_plot, application_runners, composite,
+    CHROMEDRIVER,
+    CHROMIUM,
+    WAIT_S,
+    _chrome_options,
+    _free_port,
+    _no_console_errors,
+    _open,
+    _screenshot,
+    _wait_for_plot,
+    application_runners,
+    composite,
 )
 
 from commbench.analysis.synthetic import Injection, generate_history, quiet_variant, read_profile  # noqa: E402

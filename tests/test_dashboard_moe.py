@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("dash", reason="needs the dashboard extra: pip install 'commbench[dashboard]'")
 
-from dashboard.figures.moe import received_heatmap, routed_rows, routing_curves_figure, row_label  # noqa: E402
+from dashboard.figures.moe import received_heatmap, routed_rows, routing_curves_figure, row_label
 
 
 def rows():

@@ -20,9 +20,9 @@ import threading
 import time
 
 import pytest
-
 from cluster.emulated import EmulatedCluster, wait_procs
 from cluster.fixtures import require_cluster
+
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.cluster

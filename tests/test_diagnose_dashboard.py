@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("dash", reason="needs the dashboard extra: pip install 'commbench[dashboard]'")
 
-from commbench.cli import main  # noqa: E402
-from dashboard.data import ResultsStore  # noqa: E402
-from dashboard.figures.diagnose import OUTCOMES, node_map, node_verdicts, rounds_chart, verdict_rows  # noqa: E402
+from commbench.cli import main
+from dashboard.data import ResultsStore
+from dashboard.figures.diagnose import OUTCOMES, node_map, node_verdicts, rounds_chart, verdict_rows
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,10 @@ import pytest
 
 pytest.importorskip("dash", reason="needs the dashboard extra: pip install 'commbench[dashboard]'")
 
-from commbench.cli import main  # noqa: E402
-from commbench.diagnose.stragglers import STRAGGLER_RATIO  # noqa: E402
-from dashboard.data import ResultsStore  # noqa: E402
-from dashboard.figures.diagnose import (STRAGGLER_KINDS, node_map, rounds_chart, straggler_chart,  # noqa: E402
-                                       straggler_verdict)
+from commbench.cli import main
+from commbench.diagnose.stragglers import STRAGGLER_RATIO
+from dashboard.data import ResultsStore
+from dashboard.figures.diagnose import STRAGGLER_KINDS, node_map, rounds_chart, straggler_chart, straggler_verdict
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
 

@@ -59,7 +59,8 @@ def test_ranks_all_on_one_host_are_refused_in_one_line_and_every_rank_released()
     """Under a launcher (RANK, WORLD_SIZE set) node names are host names: one host is one node."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "COMMBENCH_LAUNCHER": "env"}
-    procs = [subprocess.Popen([sys.executable, "-m", "commbench", "diagnose", "--size", "64K", "--timeout", "5"], env={**env, "RANK": str(r)},
+    procs = [subprocess.Popen([sys.executable, "-m", "commbench", "diagnose", "--size", "64K", "--timeout", "5"],
+                              env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     (out0, err0), (_, _) = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [2, 0]

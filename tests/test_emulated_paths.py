@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cluster.emulated import EmulatedCluster, tcp_goodput_ceiling_gbps, wait_procs
 
 TCP = str(Path(__file__).parent / "cluster" / "tcp_probe.py")

@@ -14,10 +14,10 @@ Delay, by contrast, adds to every message and is flagged "slow".
 """
 
 import pytest
-
 from cluster.emulated import EmulationUnsupported, netem_available
-from commbench.data.rundir import list_runs, load_run
 from test_multinode import torchrun_per_node
+
+from commbench.data.rundir import list_runs, load_run
 
 pytestmark = pytest.mark.cluster
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 import pytest
-
 from cluster.emulated import wait_procs
+
 from commbench.data.rundir import list_runs
 from tests.conftest import REPO
 

@@ -74,7 +74,7 @@ def test_a_database_of_other_folders_or_unreadable_falls_back_to_the_folder(flee
 
 
 def test_a_schema_1_database_is_migrated_and_its_runs_asked_for_the_badge(fleet, monkeypatch):
-    root, names = fleet
+    root, _names = fleet
     db = root / "commbench.duckdb"
     store.ingest(db, [root])
     con = store.duckdb.connect(str(db))

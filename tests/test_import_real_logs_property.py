@@ -15,10 +15,10 @@ from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_import_real_logs import EXPECTED, REAL, expected_values, imported_values, simple_tables
 
 from commbench.data.nccl_tests import parse_text
 from commbench.errors import CommbenchError
-from test_import_real_logs import EXPECTED, REAL, expected_values, imported_values, simple_tables
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("COMMBENCH_PROPERTY_EXAMPLES", "60")),
@@ -33,7 +33,7 @@ _HEADER = re.compile(r"^(?P<lead>.*?#)(?P<names>\s+size\s+count\s+type\s.*)$")
 _LEAD = re.compile(r"^(\s|>|\[\d+,\d+\]<stdout>:)*")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def truth(name: str) -> dict:
     """(line, in_place) -> the values the unmutated log printed there."""
     return {(row["line"], row["in_place"]): expected_values(row) for table in simple_tables((REAL / name).read_text()) for row in table}

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from commbench.modeling.compute import layer_compute
 from commbench.modeling.hardware import load_processor
-from commbench.modeling.layout import LayoutBatch, parse_layout
 from commbench.modeling.job import EXECUTIONS, TrainingJob
+from commbench.modeling.layout import LayoutBatch, parse_layout
 from commbench.modeling.models import PRESETS
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -42,7 +42,7 @@ def _load_mfu_sanity():
 MFU_SANITY = _load_mfu_sanity()
 
 
-@lru_cache(maxsize=None)
+@cache
 def published_best_mfu() -> dict[str, tuple[float, str]]:
     """Per GPU: the highest published MFU in the runs file and the row that reached it."""
     best: dict[str, tuple[float, str]] = {}

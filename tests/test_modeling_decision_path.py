@@ -13,12 +13,12 @@ the memory ledger and the step model.
 
 import pytest
 
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.cluster import Cluster
 
 DGX_H100 = load_system("dgx-h100")
 

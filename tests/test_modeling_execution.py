@@ -8,13 +8,13 @@ import pytest
 
 from commbench.commands import plan
 from commbench.errors import UsageError
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import PRESET_DIR, load_processor, load_system
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import LayoutBatch, parse_layout
 from commbench.modeling.memory import micro_batches, stage_parameters
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import Placement, PresetNetwork
-from commbench.modeling.cluster import Cluster
 from commbench.modeling.schedule import simulate
 from commbench.modeling.spec import build_planner
 from commbench.modeling.step import StepModel

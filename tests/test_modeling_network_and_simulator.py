@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import LayoutBatch, group_placement, parse_layout
@@ -10,7 +11,6 @@ from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.memory import memory_per_gpu, stage_parameters
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import Placement, PresetNetwork, price
-from commbench.modeling.cluster import Cluster
 from commbench.modeling.schedule import pipeline_order, simulate
 from commbench.modeling.step import CATEGORIES, StepModel
 from tests.test_modeling_planner import write_run

@@ -1,12 +1,13 @@
 """The planner's rankings make sense, with preset and with measured bandwidth tables."""
 
-import json
 import argparse
+import json
 
 import pytest
 
 from commbench.commands import plan as plan_command
 from commbench.errors import UsageError
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import load_network, load_system
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import Layout, parse_layout
@@ -14,7 +15,6 @@ from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork, busbw_factor
 from commbench.modeling.planner import Planner
-from commbench.modeling.cluster import Cluster
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
 

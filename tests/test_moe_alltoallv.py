@@ -49,7 +49,7 @@ def test_zipf_rows_report_the_hottest_rank_and_check_correctness(cli, tmp_path):
 
 
 def test_a_wrong_element_is_counted(cli, tmp_path):
-    result = cli("run", *FAST, "--ops", "all_to_allv", "--routing", "zipf:1", "--tokens", "16", "--out", str(tmp_path),
+    cli("run", *FAST, "--ops", "all_to_allv", "--routing", "zipf:1", "--tokens", "16", "--out", str(tmp_path),
                  env={"COMMBENCH_INJECT_CORRUPTION": "2:all_to_allv"})
     assert [r["wrong"] for r in only_run(tmp_path).records] == [1]
 

@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from commbench.errors import UsageError
-from commbench.modeling.routing import (MoeShape, expected_imbalance, expected_shares, expert_owner, parse_routing,
-                                        received, token_matrix)
+from commbench.modeling.routing import (
+    MoeShape,
+    expected_imbalance,
+    expected_shares,
+    expert_owner,
+    parse_routing,
+    received,
+    token_matrix,
+)
 
 
 def shape(**kw):

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from cluster.emulated import tcp_goodput_ceiling_gbps, wait_procs
+
 from commbench.data.rundir import list_runs, load_run
 from tests.conftest import REPO
 

@@ -15,11 +15,11 @@ import pytest
 
 from commbench.commands import overlap as overlap_command
 from commbench.commands import plan as plan_command
+from commbench.data.overlap import OVERLAP_FIELDS, OverlapRecord, overlap_achieved
 from commbench.data.rundir import RunWriter, load_run, utc_now
 from commbench.data.schema import RECORD_FIELDS, RunInfo
-from commbench.errors import UsageError
-from commbench.data.overlap import OVERLAP_FIELDS, OverlapRecord, overlap_achieved
 from commbench.data.slowdown import extra_compute_per_overlapped_second, measured_slowdown
+from commbench.errors import UsageError
 from tests.conftest import REPO
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")

@@ -14,10 +14,9 @@ import subprocess
 import sys
 
 import pytest
-
 from cluster.fixtures import require_cluster
-from tests.conftest import REPO
 
+from tests.conftest import REPO
 
 SMALL = ["--hidden", "256", "--layers", "2", "--heads", "4", "--vocab", "1024", "--seq-len", "128",
          "--global-batch", "4", "--pp-micro-batches", "2", "--steps", "2", "--warmup", "1", "--repeats", "2"]

@@ -31,15 +31,15 @@ from hypothesis import strategies as st
 from commbench.cli import build_parser, main
 from commbench.collectives import ALL_OPS
 from commbench.commands.run import config_from_args
-from commbench.measure.options import RunConfig
 from commbench.data.nccl_tests import parse_json, parse_text, write_run
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, load_run
 from commbench.errors import CommbenchError
+from commbench.measure.options import RunConfig
 from commbench.modeling.layout import parse_layout
 from commbench.modeling.model_config import load_model
 from commbench.modeling.models import PRESETS
-from commbench.traces.analysis import analyse_traces
 from commbench.topology import read_nccl_xml
+from commbench.traces.analysis import analyse_traces
 from commbench.units import parse_size
 from tests.conftest import REPO
 
@@ -264,7 +264,7 @@ HOSTILE_RUN_CONFIG = {
 
 def assert_runnable(cfg: RunConfig) -> None:
     """What validation lets through must be something a sweep (and its watchdog) can run with."""
-    assert cfg.ops and 0 < cfg.max_bytes and cfg.min_bytes <= cfg.max_bytes
+    assert cfg.ops and cfg.max_bytes > 0 and cfg.min_bytes <= cfg.max_bytes
     assert 0 < cfg.outlier_ratio < 1
     # NaN passes `x <= 0`; it then breaks timedelta(seconds=...) in measure/session.py and would blind the watchdog
     assert cfg.timeout_s > 0 and cfg.time_budget_ms > 0, (cfg.timeout_s, cfg.time_budget_ms)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import sys
 import re
+import sys
 from pathlib import Path
 
 import pytest

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from commbench.data.rundir import load_run, list_runs
+from commbench.data.rundir import list_runs, load_run
 from tests.conftest import REPO
 
 FIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")

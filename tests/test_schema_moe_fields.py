@@ -47,7 +47,7 @@ def test_a_moe_record_round_trips_through_validation_and_the_store(tmp_path):
         assert Record.model_validate(validated.model_dump()).model_dump() == validated.model_dump()
     db = tmp_path / "r.duckdb"
     assert store.ingest(db, [MOE_RUN]).added == [load_run(MOE_RUN).run_id]
-    columns, rows = store.query(db, "SELECT uniform_time_us, uniform_time_us_p10, uniform_time_us_p90, extra "
+    _columns, rows = store.query(db, "SELECT uniform_time_us, uniform_time_us_p10, uniform_time_us_p90, extra "
                                     "FROM records ORDER BY row")
     assert rows == [(row["uniform_time_us"], row["uniform_time_us_p10"], row["uniform_time_us_p90"], None) for row in raw]
 

@@ -18,11 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from commbench.cli import COMMANDS
+from commbench.cli import main as cli_main
 from commbench.commands import submit as submit_command
-from commbench.measure import slurm
-from commbench.cli import COMMANDS, main as cli_main
 from commbench.data.rundir import list_runs, load_run
 from commbench.errors import CommbenchError
+from commbench.measure import slurm
 
 REPO = Path(__file__).resolve().parents[1]
 # `python -m commbench`, with submit and jobs registered until cli.py lists them itself

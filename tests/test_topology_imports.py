@@ -21,7 +21,7 @@ def expected_dgx_word(a: str, b: str) -> str:
     kind_a, kind_b, index_a, index_b = a[:3], b[:3], int(a[3:]), int(b[3:])
     if kind_a == kind_b == "GPU":
         return "NV18"
-    if kind_a != kind_b and index_a == index_b or {index_a, index_b} == {8, 9} and kind_a == kind_b == "NIC":
+    if (kind_a != kind_b and index_a == index_b) or ({index_a, index_b} == {8, 9} and kind_a == kind_b == "NIC"):
         return "PIX"
     return "NODE" if (index_a < 4) == (index_b < 4) else "SYS"
 
@@ -105,7 +105,7 @@ def test_smi_text_with_terminal_underline_and_spaces(tmp_path):
 def test_unparsable_files_raise_value_error(tmp_path, reader):
     junk = tmp_path / "junk.txt"
     junk.write_text("<html>not a topology</html>\n")
-    with pytest.raises(ValueError, match="junk.txt"):
+    with pytest.raises(ValueError, match=r"junk\.txt"):
         reader(junk)
 
 

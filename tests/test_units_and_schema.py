@@ -5,11 +5,11 @@ import json
 import pytest
 
 from commbench.collectives import get_collective
-from commbench.measure.options import RunConfig
+from commbench.data.records import Stats
 from commbench.data.rundir import RunWriter, load_run
 from commbench.data.schema import Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
-from commbench.data.records import Stats
+from commbench.measure.options import RunConfig
 from commbench.measure.timing import choose_iters
 from commbench.units import format_size, parse_size
 

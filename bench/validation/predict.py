@@ -27,7 +27,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from layouts import layout_runs
+
 from commbench.measure.processor_json import combine, processor_json
+from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import System, load_network, load_processor
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import parse_layout
@@ -35,10 +38,7 @@ from commbench.modeling.measured import MeasuredNetwork
 from commbench.modeling.models import ModelSpec
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
-from commbench.modeling.cluster import Cluster
 from commbench.modeling.schedule import StepResult
-
-from layouts import layout_runs
 
 TRAINING_EXECUTION = "torch-eager"  # DTensor TP and FSDP2 on CPU/gloo, the same for every layout
 # the calibration runs one thread per rank; 16 GB: no layout of this small model is dropped as not fitting

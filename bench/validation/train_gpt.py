@@ -35,14 +35,14 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's commbench
-from commbench import __version__  # noqa: E402
-from commbench.data.rundir import utc_now  # noqa: E402
-from commbench.measure.calibrate import Grid, measure  # noqa: E402
-from commbench.measure.processor_json import combine  # noqa: E402
+from commbench import __version__
+from commbench.data.rundir import utc_now
+from commbench.measure.calibrate import Grid, measure
+from commbench.measure.processor_json import combine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt import GPT, GPTConfig, lm_loss  # noqa: E402
-from layouts import LayoutRun, layout_runs  # noqa: E402
+from gpt import GPT, GPTConfig, lm_loss
+from layouts import LayoutRun, layout_runs
 
 LEARNING_RATE = 1e-4
 CALIBRATION_PARAMS = 4 << 20  # the optimizer step timed for its rate: 16 MiB of fp32 weights
@@ -144,7 +144,12 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
     if name in ("tp", "tp-accum"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Shard
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            loss_parallel,
+            parallelize_module,
+        )
 
         mesh = init_device_mesh("cpu", (world,))
         model = GPT(cfg)

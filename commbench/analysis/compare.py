@@ -9,7 +9,8 @@ pairwise runs, the same pair of ranks: commbench.data.samples.row_key):
   q          Benjamini-Hochberg adjusted p over every tested row of the comparison.
 A row is flagged only when q < alpha (default 0.05), the change is material (|change| above the
 threshold, default 5%) *and* its interval excludes no change (the two tests can disagree on
-heavy-tailed samples; a flag must agree with the interval printed beside it). Per-iteration samples inside one run are closer to each other than to
+heavy-tailed samples; a flag must agree with the interval printed beside it). Per-iteration
+samples inside one run are closer to each other than to
 another run's, so rank tests alone call most run-to-run jitter significant; the material threshold
 is what keeps two runs of the same command from raising alarms. Rows without samples (older runs,
 imports) get the change only, and are never flagged: there is nothing to test.

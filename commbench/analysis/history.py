@@ -150,7 +150,7 @@ def attach_change_points(series: Series, threshold: float = DEFAULT_THRESHOLD) -
     return series
 
 
-def _attribute(points: list[Point], start: int, read: "_InfoCache") -> tuple[int, list[str]]:
+def _attribute(points: list[Point], start: int, read: _InfoCache) -> tuple[int, list[str]]:
     """The change's first run and its run.json differences. The detector's estimate is only as
     sharp as the noise allows, so a run.json change within ATTRIBUTION_WINDOW runs of it, when
     there is exactly one, is taken as the change's run (the cause pins the place)."""

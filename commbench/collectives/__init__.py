@@ -12,7 +12,7 @@ from commbench.errors import UsageError
 from commbench.ops import DEFAULT_OPS, MEASURED_OPS
 
 ALL_OPS = MEASURED_OPS  # every op a sweep can run: the default five, then broadcast and pingpong on request
-__all__ = ["ALL_OPS", "DEFAULT_OPS", "check_op_name", "get_collective", "declarations"]
+__all__ = ["ALL_OPS", "DEFAULT_OPS", "check_op_name", "declarations", "get_collective"]
 
 
 def get_collective(name: str):

@@ -9,8 +9,9 @@ mean) live in commbench.ops. The harness in commbench.measure.harness does the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from commbench.ops import busbw_factor
 
@@ -49,8 +50,8 @@ IN_PLACE = Variant("in-place", in_place=True)
 class Buffers:
     """The tensors one rank passes to the op; in-place variants alias one allocation."""
 
-    send: "torch.Tensor"
-    recv: "torch.Tensor"
+    send: torch.Tensor
+    recv: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ PERIOD = 13  # inputs cycle through 0..12: exact in every dtype, int8 and bfloat
 _BASES: dict = {}  # (dtype, device) -> 0, 1, ..., 12, 0, 1, ... long enough for every slice so far
 
 
-def _base(length: int, dtype, device) -> "torch.Tensor":
+def _base(length: int, dtype, device) -> torch.Tensor:
     import torch
 
     key = (dtype, str(device))
@@ -115,14 +116,14 @@ def _base(length: int, dtype, device) -> "torch.Tensor":
     return base
 
 
-def pattern(rank: int, numel: int, dtype: "torch.dtype", device, start: int = 0) -> "torch.Tensor":
+def pattern(rank: int, numel: int, dtype: torch.dtype, device, start: int = 0) -> torch.Tensor:
     """Known inputs, different on every rank: element i of rank r is (i + 7r) mod 13.
     A view of one cached tensor, so filling and checking cost no arithmetic."""
     shift = (7 * rank) % PERIOD
     return _base(start + shift + numel, dtype, device)[start + shift: start + shift + numel]
 
 
-def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> "torch.Tensor":
+def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> torch.Tensor:
     """Sum over ranks 0..ranks-1 of pattern(r)[start:start+numel]. Ranks whose shift 7r mod 13 is the
     same contribute the same slice, so this is at most 13 multiply-adds, however many ranks."""
     import torch

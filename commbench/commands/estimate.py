@@ -41,9 +41,8 @@ def build_report(args) -> dict:
     from commbench.modeling.compute import SECONDS_PER_YEAR, training_flops, training_seconds
     from commbench.modeling.hardware import load_processor
     from commbench.modeling.job import PRECISIONS
-    from commbench.modeling.memory import SEED_UPPER_BYTES_PER_PARAM, min_gpus_to_hold, static_ledger
-
     from commbench.modeling.limits import MAX_GPUS, MAX_PARAMS, MAX_TOKENS, MIN_MFU, finite_number, whole_number
+    from commbench.modeling.memory import SEED_UPPER_BYTES_PER_PARAM, min_gpus_to_hold, static_ledger
 
     # argparse's float() takes "nan", "inf" and 1e308: bounded here so that every figure is finite
     finite_number("--params", args.params, 0, MAX_PARAMS)

@@ -26,7 +26,8 @@ HELP = "time series of a row on a cluster, with change points and their run.json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", required=True, help="cluster name as recorded (see `commbench db sql \"SELECT DISTINCT cluster FROM runs\"`)")
+    parser.add_argument("--cluster", required=True, help="cluster name as recorded "
+                        "(see `commbench db sql \"SELECT DISTINCT cluster FROM runs\"`)")
     parser.add_argument("--op", required=True, help="collective, e.g. all_reduce")
     parser.add_argument("--size", required=True, help="message size, e.g. 64M")
     parser.add_argument("--scope", choices=("world", "intra", "inter"), default=None, help="only this scope")

@@ -50,7 +50,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--op",
         metavar="NAME",
-        help="the collective, for logs whose table fits two (all_reduce, all_gather, reduce_scatter, alltoall, alltoallv, sendrecv, ...); must agree with the log",
+        help="the collective, for logs whose table fits two (all_reduce, all_gather, reduce_scatter, alltoall, "
+        "alltoallv, sendrecv, ...); must agree with the log",
     )
     parser.add_argument("--run-id", metavar="ID", help="name the run directory ID instead of a fresh id (one run only)")
     parser.add_argument("--job-id", metavar="ID", help="nccl-inspector: the job's id (default: from the "
@@ -101,7 +102,8 @@ def _stragglers(run: ImportedRun) -> str | None:
         return None
     found = find_stragglers(times)
     if not found:
-        return f"  per-process times (-I) of {len(times[0])} processes: no straggler (none >= {STRAGGLER_RATIO:g}x the median process in most sizes)"
+        return (f"  per-process times (-I) of {len(times[0])} processes: no straggler "
+                f"(none >= {STRAGGLER_RATIO:g}x the median process in most sizes)")
     return "  stragglers (-I per-process times): " + "; ".join(
         f"process {s.process} {s.median_ratio:.2f}x the median process, slow in {s.sizes_slow} of {s.sizes} rows" for s in found)
 

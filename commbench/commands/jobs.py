@@ -13,8 +13,8 @@ import argparse
 import json
 import sys
 
-from commbench.measure import slurm
 from commbench.errors import CommbenchError, UsageError
+from commbench.measure import slurm
 
 HELP = "list recent Slurm submissions (commbench submit) and their state"
 

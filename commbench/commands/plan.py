@@ -127,7 +127,7 @@ def main(args) -> int:
             "execution_assumes": planner.job.execution.assumes,
             "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
             "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
-            "dropped_examples": [{"layout": l, "reason": r} for l, r in ranking.dropped_examples], "warnings": warnings,
+            "dropped_examples": [{"layout": layout, "reason": why} for layout, why in ranking.dropped_examples], "warnings": warnings,
             **_ep_skew_json(planner, args, ranking.ranked),
         }, indent=2))
         return 0

@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 
 from commbench.collectives import ALL_OPS, DEFAULT_OPS
+from commbench.data.store_location import db_path
 from commbench.errors import UsageError
 from commbench.measure.options import BACKENDS, DTYPES, SCOPES, RunConfig
 from commbench.measure.worker import launch_driver
-from commbench.data.store_location import db_path
 from commbench.units import parse_size
 
 HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"

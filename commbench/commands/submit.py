@@ -40,9 +40,9 @@ import sys
 import time
 from pathlib import Path
 
-from commbench.measure import slurm
 from commbench.data.rundir import utc_now
 from commbench.errors import CommbenchError, UsageError
+from commbench.measure import slurm
 
 HELP = "submit a run to Slurm (sbatch), print the script (--dry-run) or follow the job to its end (--wait)"
 
@@ -223,7 +223,7 @@ def _parse_job_options(name: str, command_module, options: list[str]) -> argpars
 
 
 class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse hook
+    def error(self, message: str):
         raise UsageError(f"{self.prog.removeprefix('commbench ')} options after --: {message}")
 
 
@@ -364,8 +364,8 @@ def _print_diagnosis_if_any(job_dir: Path) -> None:
 
 def _latest_diagnosis(job_dir: Path) -> tuple[Path, dict] | None:
     """The newest diagnose run directory in the job's folder and its report (None if there is none)."""
-    from commbench.diagnose.report import DIAGNOSE_FILE, load_report
     from commbench.data.rundir import list_runs
+    from commbench.diagnose.report import DIAGNOSE_FILE, load_report
 
     runs = [run for run in list_runs(job_dir) if (run / DIAGNOSE_FILE).is_file()]
     return (runs[-1], load_report(runs[-1])) if runs else None

@@ -201,7 +201,7 @@ class Entry:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Entry":
+    def from_dict(cls, data: dict) -> Entry:
         points = data["points"]
         fit = Fit(data["alpha_us"], data["busbw_gbps"], data["fit_rms_rel_error"], data["fit_max_rel_error"])
         return cls(op=data["op"], scope=data["scope"], group_size=int(data["group_size"]), dtype=data["dtype"],
@@ -228,7 +228,7 @@ class BandwidthTable:
     synthetic: bool = False  # the run's run.json says no machine measured it
 
     @classmethod
-    def from_run(cls, run_or_path, in_place: bool = False) -> "BandwidthTable":
+    def from_run(cls, run_or_path, in_place: bool = False) -> BandwidthTable:
         """From a run directory (path) or a loaded commbench.data.rundir.Run."""
         if isinstance(run_or_path, (str, Path)):
             from commbench.data.rundir import load_run  # pydantic only when a run is read from disk
@@ -246,7 +246,7 @@ class BandwidthTable:
 
     @classmethod
     def from_records(cls, records, source: str = "", world_size: int = 0, nodes: int = 1,
-                     in_place: bool = False) -> "BandwidthTable":
+                     in_place: bool = False) -> BandwidthTable:
         """From record dicts (or Record models) in the results schema."""
         rows = [rec if isinstance(rec, dict) else rec.model_dump() for rec in records]
         usable = [rec for rec in rows if rec.get("wrong", 0) <= 0 and rec["time_us"] > 0 and rec["size_bytes"] > 0]
@@ -298,7 +298,7 @@ class BandwidthTable:
                 "nodes": self.nodes, "entries": [e.to_dict() for e in self.items]}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BandwidthTable":
+    def from_dict(cls, data: dict) -> BandwidthTable:
         if data.get("format") != FORMAT:
             raise ValueError(f"not a bandwidth table (format {data.get('format')!r}, expected {FORMAT!r})")
         return cls(items=[Entry.from_dict(e) for e in data["entries"]], source=data.get("source", ""),

@@ -15,8 +15,8 @@ alltoallv and hypercube are only ever taken from their name: their sizes follow 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from commbench import ops
 from commbench.data.nccl_tests_facts import Measurement, RunFacts

@@ -33,7 +33,7 @@ class Stats:
     cv: float | None  # stdev / mean: 0.05 means the iterations scatter by about 5%
 
     @classmethod
-    def of(cls, samples_us) -> "Stats":
+    def of(cls, samples_us) -> Stats:
         values = np.asarray(samples_us, dtype=np.float64)
         mean = float(values.mean())
         p10, median, p90 = np.percentile(values, [10, 50, 90])
@@ -70,8 +70,8 @@ def build_record(facts: RowFacts, stats: Stats, factor: float, *, time_us_mean_n
     algbw, busbw = reported_bandwidth or _bandwidths(facts.size_bytes, stats.median, factor)
     return record_class(
         **asdict(facts),
-        time_us=stats.median, time_stat=time_stat, time_us_mean=stats.mean, time_us_p10=stats.p10, time_us_p90=stats.p90, time_us_min=stats.min,
-        time_us_max=stats.max, cv=stats.cv, time_us_mean_nccl=time_us_mean_nccl,
+        time_us=stats.median, time_stat=time_stat, time_us_mean=stats.mean, time_us_p10=stats.p10, time_us_p90=stats.p90,
+        time_us_min=stats.min, time_us_max=stats.max, cv=stats.cv, time_us_mean_nccl=time_us_mean_nccl,
         algbw_gbps=algbw, busbw_gbps=busbw, busbw_factor=factor, aggregate_busbw_gbps=busbw * facts.n_groups,
         wrong=wrong, slowest_rank=slowest_rank, **extra,
     )

@@ -36,7 +36,8 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     op: str = Field(description="collective: all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv, broadcast, pingpong")
-    scope: Scope = Field("world", description="which ranks form a group: world, intra (one group per node), inter (one rank per node), pair")
+    scope: Scope = Field("world", description="which ranks form a group: world, intra (one group per node), "
+                                             "inter (one rank per node), pair")
     group_size: int = Field(description="ranks in one communicator (n in the busbw factor)")
     n_groups: int = Field(1, description="groups measured at the same time (intra/inter scopes)")
     size_bytes: int = Field(description="nccl-tests 'size': max(send, receive) bytes of one rank")
@@ -76,14 +77,16 @@ class Record(BaseModel):
     outlier_reasons: list[Literal["slow", "lossy"]] | None = Field(
         None, description="scope pair: slow = bandwidth below --outlier-ratio of the best pair of its kind; "
                           "lossy = TCP re-sent over --max-retransmit-pct of its segments")
-    tcp_segments_sent: int | None = Field(None, ge=0, description="scope pair: TCP segments the pair's nodes sent while it was measured (kernel counters, whole node)")
+    tcp_segments_sent: int | None = Field(None, ge=0, description="scope pair: TCP segments the pair's nodes sent while it was "
+                                                         "measured (kernel counters, whole node)")
     tcp_retransmits: int | None = Field(None, ge=0, description="scope pair: of those, segments re-sent")
     routing: str | None = Field(None, description="all_to_allv: the --routing skew (uniform, zipf:S, dirichlet:ALPHA, file:NAME)")
     tokens_per_rank: int | None = Field(None, description="all_to_allv: tokens each rank routes (its size axis)")
     recv_bytes_max: int | None = Field(None, description="all_to_allv: bytes the hottest rank receives")
     recv_bytes_mean: float | None = Field(None, description="all_to_allv: mean bytes received per rank")
     hottest_rank: int | None = Field(None, description="all_to_allv: group rank receiving the most")
-    uniform_time_us: float | None = Field(None, description="all_to_allv: the uniform all_to_all of the same total bytes, measured in the same run")
+    uniform_time_us: float | None = Field(None, description="all_to_allv: the uniform all_to_all of the same "
+                                                       "total bytes, measured in the same run")
     uniform_time_us_p10: float | None = Field(None, description="all_to_allv: 10th percentile (us) of that uniform all_to_all's "
                                               "per-iteration times, from the rank its time is from (as time_us_p10); "
                                               "null in runs written before the sweep kept it")

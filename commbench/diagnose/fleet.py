@@ -23,8 +23,8 @@ Everything the simulation prints is synthetic and labelled so.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class FleetModel:
         by_size: dict[int, list[int]] = {}
         for i, g in enumerate(groups):
             by_size.setdefault(len(g), []).append(i)
-        for size, index in by_size.items():
+        for _size, index in by_size.items():
             members = np.array([groups[i] for i in index])
             busbw[index], loss[index] = self._rings(members)
         self._apply_link_faults(groups, busbw, loss)

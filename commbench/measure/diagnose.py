@@ -25,9 +25,9 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ class DiagnoseConfig:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "DiagnoseConfig":
+    def from_json(cls, text: str) -> DiagnoseConfig:
         return cls(**json.loads(text))
 
 

@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 CORRUPTION_ENV = "COMMBENCH_INJECT_CORRUPTION"
 HANG_ENV = "COMMBENCH_INJECT_HANG"

@@ -25,8 +25,8 @@ from commbench.collectives.base import PERIOD, Buffers, Collective, Counts, Grou
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.samples import samples_line
 from commbench.data.schema import Record
-from commbench.measure.moe import routed_rows
 from commbench.measure.faults import corrupt_if_asked, delayed_if_asked, die_if_asked, hang_if_asked
+from commbench.measure.moe import routed_rows
 from commbench.measure.options import DTYPES
 from commbench.measure.placement import applicable_scopes, scope_groups
 from commbench.measure.session import Session

@@ -77,7 +77,7 @@ class RunConfig:
     capacity_factor: float = 0.0  # 0: dropless
     routing_seed: int = 0
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         if not self.ops:
             raise UsageError("--ops is empty; name at least one op")
         self.ops = tuple(check_op_name(op) for op in self.ops)
@@ -152,7 +152,7 @@ class RunConfig:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "RunConfig":
+    def from_json(cls, text: str) -> RunConfig:
         data = json.loads(text)
         for key in ("ops", "scopes", "tokens"):
             if data.get(key) is not None:
@@ -173,7 +173,7 @@ class OverlapConfig(RunConfig):
     iters: int | None = 10
     gemm_size: int = 1024  # M = N = K
 
-    def validate(self) -> "OverlapConfig":
+    def validate(self) -> OverlapConfig:
         super().validate()
         bad = [op for op in self.ops if op not in OVERLAP_OPS]
         if bad:

@@ -34,8 +34,16 @@ from commbench.collectives.base import Variant
 from commbench.data.overlap import OverlapRecord, overlap_achieved
 from commbench.data.records import Stats, build_record
 from commbench.data.samples import samples_line
-from commbench.measure.harness import (Row, allocate, count_wrong, fill_known_inputs, my_context, op_callable, row_facts,
-                                       scope_rows)
+from commbench.measure.harness import (
+    Row,
+    allocate,
+    count_wrong,
+    fill_known_inputs,
+    my_context,
+    op_callable,
+    row_facts,
+    scope_rows,
+)
 from commbench.measure.progress import Progress
 from commbench.measure.report import OverlapPrinter
 from commbench.measure.runner import MeasuredRun

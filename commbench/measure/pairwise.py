@@ -96,7 +96,7 @@ def pair_rows(session: Session) -> list[Row]:
     elt = DTYPES[cfg.dtype][1]
     inter_rounds = round_robin([node.ranks[0] for node in nodes])
     per_node = [round_robin(node.ranks) for node in nodes]
-    intra_rounds = [sum((rounds[k] for rounds in per_node if k < len(rounds)), [])
+    intra_rounds = [[pair for rounds in per_node if k < len(rounds) for pair in rounds[k]]
                     for k in range(max((len(r) for r in per_node), default=0))]
     rows = []
     for size in sorted({max(cfg.min_bytes, elt), cfg.max_bytes}):

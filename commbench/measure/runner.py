@@ -40,10 +40,10 @@ class Driver(Protocol):
 
     def __init__(self, session: Session): ...
 
-    def measure_rows(self, run: "MeasuredRun", progress: "Progress") -> None:
+    def measure_rows(self, run: MeasuredRun, progress: Progress) -> None:
         """Measure every row, on every rank; rank 0 adds the records to `run`."""
 
-    def report(self, run: "MeasuredRun") -> None:
+    def report(self, run: MeasuredRun) -> None:
         """Rank 0, after a complete run: the summary on stdout."""
 
 

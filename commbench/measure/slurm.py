@@ -87,7 +87,7 @@ class JobOptions:
     env: tuple[tuple[str, str], ...] = ()
     command: str = "run"  # the commbench command every task runs (JOB_COMMANDS)
 
-    def validate(self) -> "JobOptions":
+    def validate(self) -> JobOptions:
         for name, flag in (("nodes", "--nodes"), ("ranks_per_node", "--ntasks-per-node"),
                            ("cpus_per_rank", "--cpus-per-rank")):
             if getattr(self, name) < 1:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def choose_iters(op_time_us: float, budget_ms: float, min_iters: int, max_iters: int) -> int:

@@ -16,9 +16,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Callable
 
 import torch.distributed as dist
 
@@ -47,7 +47,7 @@ class RankMonitor:
         self._threads = [threading.Thread(target=self._beat, name="commbench-heartbeat", daemon=True),
                          threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True)]
 
-    def start(self) -> "RankMonitor":
+    def start(self) -> RankMonitor:
         for thread in self._threads:
             thread.start()
         return self

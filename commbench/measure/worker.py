@@ -11,8 +11,15 @@ from __future__ import annotations
 import os
 import sys
 
-from commbench.measure.launch import (WORKER_CONFIG_ENV, WORKER_DRIVER_ENV, RankEnv, check_local_launch,
-                                      detect_rank_env, require_launched, spawn_local)
+from commbench.measure.launch import (
+    WORKER_CONFIG_ENV,
+    WORKER_DRIVER_ENV,
+    RankEnv,
+    check_local_launch,
+    detect_rank_env,
+    require_launched,
+    spawn_local,
+)
 from commbench.measure.options import OverlapConfig, RunConfig
 
 DRIVERS = ("sweep", "pairwise", "overlap")

@@ -26,8 +26,13 @@ import numpy as np
 
 from commbench.modeling.hardware import Processor
 from commbench.modeling.job import TrainingJob
-from commbench.modeling.kernels import (FLASH_BACKWARD_FLOPS, UNFUSED_SCORE_BYTES_BACKWARD, UNFUSED_SCORE_BYTES_FORWARD,
-                                        gemm_forward_backward, gemm_seconds)
+from commbench.modeling.kernels import (
+    FLASH_BACKWARD_FLOPS,
+    UNFUSED_SCORE_BYTES_BACKWARD,
+    UNFUSED_SCORE_BYTES_FORWARD,
+    gemm_forward_backward,
+    gemm_seconds,
+)
 from commbench.modeling.layout import LayoutBatch
 
 SECONDS_PER_YEAR = 365.25 * 86400

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -97,15 +97,15 @@ class Processor:
     gemm_dtype: str = "bf16"
     sources: dict = field(default_factory=dict, compare=False)
 
-    def for_dtype(self, dtype: str) -> "Processor":
+    def for_dtype(self, dtype: str) -> Processor:
         """This processor pricing GEMMs in `dtype`."""
         return self if dtype == self.gemm_dtype else replace(self, gemm_dtype=dtype)
 
-    def for_execution(self, execution: str) -> "Processor":
+    def for_execution(self, execution: str) -> Processor:
         """This processor as the named execution's stack sees it (execution_gemm_efficiency)."""
         return self.with_gemm_scale(dict(self.execution_gemm_efficiency).get(execution, 1.0))
 
-    def with_gemm_scale(self, scale: float) -> "Processor":
+    def with_gemm_scale(self, scale: float) -> Processor:
         """This processor with every GEMM efficiency (curve and surface) multiplied by `scale`, capped at 1."""
         if scale == 1.0:
             return self
@@ -165,13 +165,13 @@ class System:
     intra: Network
     inter: Network
 
-    def with_inter(self, network: Network) -> "System":
+    def with_inter(self, network: Network) -> System:
         return replace(self, inter=network, name=f"{self.name} + {network.name}")
 
-    def with_gpus_per_node(self, gpus_per_node: int) -> "System":
+    def with_gpus_per_node(self, gpus_per_node: int) -> System:
         return replace(self, gpus_per_node=gpus_per_node)
 
-    def with_processor(self, processor: Processor) -> "System":
+    def with_processor(self, processor: Processor) -> System:
         return replace(self, processor=processor, name=f"{self.name} with {processor.name}")
 
 
@@ -214,7 +214,7 @@ def load_processor(name_or_path: str) -> Processor:
         raise UsageError(f"{path}: not a processor description ({error!r}); see presets/processor-*.json") from error
 
 
-@lru_cache(maxsize=None)
+@cache
 def _preset_processor(name: str) -> Processor:
     return processor_from_json(_read("processor", name))
 
@@ -297,7 +297,7 @@ def _fraction(value, name: str) -> float:
     return value
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_network(name: str) -> Network:
     values, sources = _values(_read("network", name))
     return Network(
@@ -310,7 +310,7 @@ def load_network(name: str) -> Network:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_system(name: str) -> System:
     values, _ = _values(_read("system", name))
     networks = {tier: load_network(values[f"{tier}_network"]) for tier in ("intra", "inter")}

@@ -60,7 +60,7 @@ def full_wave_curve(proc: Processor, dtype: str) -> np.ndarray:
 
 def kernel_described(proc: Processor) -> bool:
     """Whether the processor has what the shape-based GEMM needs (else GEMMs are priced by FLOPs)."""
-    return bool(proc.sm_count and proc.gemm_tile or proc.gemm_surface)
+    return bool((proc.sm_count and proc.gemm_tile) or proc.gemm_surface)
 
 
 def measured_fraction(proc: Processor, m, n, k, dtype: str) -> np.ndarray:

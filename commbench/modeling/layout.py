@@ -94,7 +94,7 @@ class LayoutBatch:
             setattr(self, name, col)
 
     @classmethod
-    def from_layouts(cls, layouts: list[Layout]) -> "LayoutBatch":
+    def from_layouts(cls, layouts: list[Layout]) -> LayoutBatch:
         rows = [asdict(layout) for layout in layouts]
         columns = {name: [row[name] for row in rows] for name in _INT_FIELDS}
         columns["recompute"] = [RECOMPUTE_MODES.index(row["recompute"]) for row in rows]

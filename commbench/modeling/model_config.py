@@ -22,8 +22,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from commbench.errors import UsageError
-from commbench.modeling.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
-                                       MAX_SEQ_LEN, MAX_VOCAB, whole_number)
+from commbench.modeling.limits import (
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    whole_number,
+)
 from commbench.modeling.models import PRESETS, MLASpec, ModelSpec, MoESpec
 
 
@@ -122,7 +131,7 @@ def refuse_unmodelled(cfg: dict, name: str) -> None:
         period = cfg.get("attn_layer_period") or 1
         mamba = f", {layers - layers // period} of {layers} layers" if isinstance(layers, int) and isinstance(period, int) else ""
         raise UsageError(f"{name}: Mamba layers (Jamba{mamba}) are not modelled")
-    if "mamba" in model_type or "state_size" in cfg and "conv_kernel" in cfg:
+    if "mamba" in model_type or ("state_size" in cfg and "conv_kernel" in cfg):
         raise UsageError(f"{name}: Mamba state-space layers (model_type {model_type or '?'}) are not modelled")
     if model_type.startswith("rwkv"):
         raise UsageError(f"{name}: RWKV time-mixing layers (model_type {model_type}) are not modelled")

@@ -26,8 +26,18 @@ import math
 from dataclasses import dataclass, replace
 
 from commbench.errors import UsageError
-from commbench.modeling.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
-                                       MAX_PARAMS, MAX_SEQ_LEN, MAX_VOCAB, whole_number)
+from commbench.modeling.limits import (
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_PARAMS,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    whole_number,
+)
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.errors import UsageError
+from commbench.modeling.cluster import Cluster
+from commbench.modeling.comm import communication
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
 from commbench.modeling.limits import MAX_SIMULATED_OPS
 from commbench.modeling.memory import LEDGER_ITEMS
-from commbench.modeling.cluster import Cluster
-from commbench.modeling.comm import communication
 from commbench.modeling.schedule import StepResult, simulate, simulated_ops
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
 

@@ -162,7 +162,6 @@ def _collective_cost(spec: PlanSpec, system: System, routing: str) -> Collective
     if not spec.bandwidth:
         return preset
     from commbench.modeling.measured import MeasuredNetwork
-
     from commbench.modeling.routing import parse_routing
 
     return MeasuredNetwork(spec.bandwidth, fallback=preset, routing=parse_routing(routing).key)

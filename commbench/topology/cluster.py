@@ -7,8 +7,8 @@ topology per node (discovered by its local rank 0), then calls `merge_nodes`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from commbench.topology.model import ClusterTopology, NodeTopology, PlainData
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
-from commbench.topology.model import Gpu, Nic, UNKNOWN_LINK
+from commbench.topology.model import UNKNOWN_LINK, Gpu, Nic
 
 # How two PCI devices (given by bus id) connect over PCIe: PIX .. SYS, or "?".
 PcieWord = Callable[[str, str], str]

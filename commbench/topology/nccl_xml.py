@@ -129,7 +129,7 @@ def _pcie_word(a: _Placement, b: _Placement) -> str:
         return pcie_word_from_numa(a.numa_node, b.numa_node)
     if _slot(a.chain[-1]) == _slot(b.chain[-1]):
         return "PIX"  # two functions of one device (the ports of a dual-port NIC)
-    shared = len(os.path.commonprefix([a.chain, b.chain]))
+    shared = len(os.path.commonprefix([a.chain, b.chain]))  # noqa: RUF071 (lists: compared item by item)
     if shared == 0:
         return "NODE"
     # children of one <pci> element share that PCIe switch

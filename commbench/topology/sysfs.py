@@ -118,7 +118,7 @@ def pcie_word(sysfs: Path, bus_a: str, bus_b: str) -> str:
         return UNKNOWN_LINK
     if path_a[0] != path_b[0]:  # different host bridges (root complexes)
         return pcie_word_from_numa(pci_numa_node(sysfs, bus_a), pci_numa_node(sysfs, bus_b))
-    shared = len(os.path.commonprefix([path_a, path_b]))
+    shared = len(os.path.commonprefix([path_a, path_b]))  # noqa: RUF071 (lists: compared item by item)
     if shared == 1:  # only the host bridge in common: different root ports
         return "PHB"
     # Below one PCIe switch's upstream port a device sits two steps down (downstream port, device).

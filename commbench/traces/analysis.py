@@ -158,7 +158,15 @@ class _Lane:
     """The events of one category on one stream or thread, in compact arrays."""
 
     __slots__ = (
-        "category", "on_gpu", "pid", "tid", "starts", "durations", "name_ids", "bytes", "correlations",
+        "bytes",
+        "category",
+        "correlations",
+        "durations",
+        "name_ids",
+        "on_gpu",
+        "pid",
+        "starts",
+        "tid",
     )  # fmt: skip
 
     def __init__(self, category: str, on_gpu: bool, pid, tid):

@@ -14,7 +14,7 @@ import numpy as np
 class IntervalSet:
     """A union of half-open intervals, stored sorted and disjoint (touching intervals are joined)."""
 
-    __slots__ = ("starts", "ends")
+    __slots__ = ("ends", "starts")
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray):
         # Callers outside this module go through union_of(), which sorts and merges.

@@ -8,6 +8,8 @@ network fabrics on top, then NICs, CPUs (one per NUMA node), GPUs, and the NVSwi
 
 from __future__ import annotations
 
+import itertools
+
 import networkx as nx
 import numpy as np
 import pandas as pd
@@ -69,7 +71,7 @@ def _add_node_devices(graph: nx.Graph, node: NodeTopology) -> None:
         label = f"CPU{numa}" if numa is not None else "CPU"
         graph.add_node(f"{host}/{label}", layer=LAYERS["cpu"], kind="cpu", label=label,
                        hover=f"{host}: {label} (NUMA node {numa if numa is not None else '?'})")
-    for first, second in zip(numa_nodes, numa_nodes[1:]):
+    for first, second in itertools.pairwise(numa_nodes):
         graph.add_edge(f"{host}/CPU{first}", f"{host}/CPU{second}", link="CPU interconnect (SYS)", label="SYS",
                        scope="intra")
 
@@ -265,7 +267,7 @@ def _draw_edge_labels(figure: go.Figure, graph: nx.Graph, positions, measured: d
         ys.append(upper[1] + share * (lower[1] - upper[1]))
         texts.append(data["label"])
         extra = f"<br>measured: {measured[data['scope']][1]}" if measured and data["scope"] in measured else ""
-        hovers.append(f"{graph.nodes[a]['label']} – {graph.nodes[b]['label']}: {data['label']} ({data['link']}){extra}")
+        hovers.append(f"{graph.nodes[a]['label']} – {graph.nodes[b]['label']}: {data['label']} ({data['link']}){extra}")  # noqa: RUF001
     figure.add_trace(go.Scatter(x=xs, y=ys, mode="text", text=texts, hovertext=hovers, hoverinfo="text",
                                 textfont={"size": 9, "color": "#333"}, showlegend=False))
 

@@ -4,10 +4,10 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from commbench.modeling.hardware import load_network, preset_names
+from commbench.topology.rates import nominal_rates
 from dashboard.app import SELECTION_STORE, results
 from dashboard.figures.bandwidth import METRICS, bandwidth_figure, latency_figure, select_records, table_rows
 from dashboard.figures.moe import received_heatmap, routed_rows, routing_curves_figure, row_label
-from commbench.topology.rates import nominal_rates
 from dashboard.figures.topology import cluster_topology
 from dashboard.ui import control, data_table, notices, run_options, synthetic_notices
 

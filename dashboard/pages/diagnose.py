@@ -5,8 +5,8 @@ import dash
 from dash import Input, Output, callback, dcc, html
 
 from dashboard.app import results
-from dashboard.figures.diagnose import node_map, rounds_chart, straggler_chart, straggler_verdict, verdict_rows
 from dashboard.figures.common import message_figure
+from dashboard.figures.diagnose import node_map, rounds_chart, straggler_chart, straggler_verdict, verdict_rows
 from dashboard.ui import columns_of, control, data_table, notices, run_options
 
 dash.register_page(__name__, path="/diagnose", name="Diagnose", order=7, title="commbench · diagnose")

@@ -7,8 +7,14 @@ from dash import Input, Output, State, callback, dcc, html
 from commbench.units import format_size
 from dashboard.app import SELECTION_STORE, results
 from dashboard.figures.overlap import (
-    collective_rows, iteration_figure, iteration_windows, measured_pair_bars, measurement_figure, rank_rows,
-    select_bars, timeline_figure,
+    collective_rows,
+    iteration_figure,
+    iteration_windows,
+    measured_pair_bars,
+    measurement_figure,
+    rank_rows,
+    select_bars,
+    timeline_figure,
 )
 from dashboard.ui import columns_of, data_table, notices, run_options
 

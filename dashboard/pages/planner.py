@@ -8,10 +8,18 @@ from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.spec import PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.figures.common import message_figure
-from dashboard.figures.processor import gemm_surface_figure
 from dashboard.figures.planner import breakdown_figure, memory_figure, ranked_rows, step_timeline_figure
-from dashboard.planning import (PlanRequest, default_gpus_per_node, execution_names, hardware_names, model_names,
-                                network_names, precision_names, processor_names)
+from dashboard.figures.processor import gemm_surface_figure
+from dashboard.planning import (
+    PlanRequest,
+    default_gpus_per_node,
+    execution_names,
+    hardware_names,
+    model_names,
+    network_names,
+    precision_names,
+    processor_names,
+)
 from dashboard.ui import columns_of, control, data_table, notices, page_heading
 
 dash.register_page(__name__, path="/planner", name="Planner", order=4, title="commbench · planner")

@@ -4,10 +4,15 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from commbench.errors import CommbenchError
-from dashboard.app import SELECTION_STORE, results
 from commbench.topology.model import ClusterTopology
-from dashboard.figures.topology import (cluster_topology, link_matrix_figure, measured_by_scope, pairwise_figure,
-                                       topology_figure)
+from dashboard.app import SELECTION_STORE, results
+from dashboard.figures.topology import (
+    cluster_topology,
+    link_matrix_figure,
+    measured_by_scope,
+    pairwise_figure,
+    topology_figure,
+)
 from dashboard.ui import control, notices, page_heading
 
 dash.register_page(__name__, path="/topology", name="Topology", order=1, title="commbench · topology")

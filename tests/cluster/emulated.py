@@ -59,9 +59,9 @@ import signal
 import subprocess
 import time
 import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 REGISTRY = Path("/run/commbench-testclusters")
 ETC_HOSTS = Path("/etc/hosts")
@@ -428,7 +428,7 @@ def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
 
 @dataclass
 class Node:
-    cluster: "EmulatedCluster"
+    cluster: EmulatedCluster
     index: int
     name: str      # hostname (and Slurm node name)
     netns: str
@@ -540,24 +540,23 @@ class EmulatedCluster:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def __enter__(self) -> "EmulatedCluster":
+    def __enter__(self) -> EmulatedCluster:
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close(raise_errors=exc[0] is None)
 
-    def start(self) -> "EmulatedCluster":
+    def start(self) -> EmulatedCluster:
         if self._started:
             return self
         reason = prerequisites_missing()
         if reason:
             raise EmulationUnsupported(reason)
-        if self.delay is not None:
-            if not netem_available():
-                raise EmulationUnsupported(
-                    "delay needs the netem qdisc, which this kernel lacks "
-                    "(CONFIG_NET_SCH_NETEM not set)")
+        if self.delay is not None and not netem_available():
+            raise EmulationUnsupported(
+                "delay needs the netem qdisc, which this kernel lacks "
+                "(CONFIG_NET_SCH_NETEM not set)")
         if self.loss and not loss_available():
             raise EmulationUnsupported("loss needs nftables ('nft', Debian package nftables) "
                                        "or the netem qdisc")
@@ -856,7 +855,7 @@ class EmulatedCluster:
         # instead of a few whole bursts that leave the count of losses to chance
         _sh(["ip", "link", "set", "dev", nd.veth, "gso_max_segs", "1" if use_nft_loss else str(GSO_MAX_SEGS)])
         if use_nft_loss:
-            per_million = int(round(_percent(nd.loss) * 1e4))
+            per_million = round(_percent(nd.loss) * 1e4)
             _sh(nft + ["-f", "-"], input=(
                 "table netdev cbloss {\n"
                 " chain in {\n"
@@ -875,7 +874,7 @@ def _set_sysctl(path: str, value: str) -> None:
 
 
 # Instances still open at interpreter exit (e.g. after KeyboardInterrupt outside a `with`).
-_INSTANCES: "weakref.WeakSet[EmulatedCluster]" = weakref.WeakSet()
+_INSTANCES: weakref.WeakSet[EmulatedCluster] = weakref.WeakSet()
 
 
 @atexit.register

@@ -32,8 +32,14 @@ import pytest
 from .emulated import DEFAULT_PREFIX, EmulatedCluster, cleanup_stale, prerequisites_missing
 from .slurm import SlurmCluster, slurm_missing
 
-__all__ = ["emulated_cluster", "emulated_cluster_factory", "slurm_cluster",
-           "slurm_cluster_factory", "require_cluster", "require_slurm"]
+__all__ = [
+    "emulated_cluster",
+    "emulated_cluster_factory",
+    "require_cluster",
+    "require_slurm",
+    "slurm_cluster",
+    "slurm_cluster_factory",
+]
 
 _STALE_DONE = False
 

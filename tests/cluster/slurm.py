@@ -39,8 +39,8 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from .emulated import EmulatedCluster, _killpg
 
@@ -110,14 +110,14 @@ class SlurmCluster:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         reason = slurm_missing()
         if reason:
             raise SlurmError(reason)
@@ -150,7 +150,7 @@ class SlurmCluster:
              f"--key-file={key}", f"--pid-file={self.dir / 'munged.pid'}",
              f"--log-file={self.dir / 'log' / 'munged.log'}",
              f"--seed-file={self.dir / 'munged.seed'}"],
-            stdout=open(self.dir / "log" / "munged.out", "w"), stderr=subprocess.STDOUT,
+            stdout=open(self.dir / "log" / "munged.out", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 (Popen keeps it)
             start_new_session=True)
         self.ec.adopt(pid=self._munged.pid)
         self._wait_for(lambda: subprocess.run(
@@ -167,7 +167,7 @@ class SlurmCluster:
 
         self._ctld = subprocess.Popen(
             [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], env=self.env,
-            stdout=open(self.dir / "log" / "slurmctld.out", "w"), stderr=subprocess.STDOUT,
+            stdout=open(self.dir / "log" / "slurmctld.out", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 (Popen keeps it)
             start_new_session=True)
         self.ec.adopt(pid=self._ctld.pid)
         for nd in self.ec.nodes:
@@ -179,7 +179,7 @@ class SlurmCluster:
         self._slurmd[nd.name] = nd.popen(
             [_which("slurmd"), "-D", "-f", str(self.conf), "-N", nd.name],
             env={"SLURM_CONF": str(self.conf)},
-            stdout=open(self.dir / "log" / f"slurmd-{nd.name}.out", "a"),
+            stdout=open(self.dir / "log" / f"slurmd-{nd.name}.out", "a"),  # noqa: SIM115 (Popen keeps it)
             stderr=subprocess.STDOUT)
 
     def render_conf(self) -> str:
@@ -401,7 +401,7 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return f"SlurmCluster(conf={self.conf}, nodes={self.ec.names})"
 
 
-_INSTANCES: "weakref.WeakSet[SlurmCluster]" = weakref.WeakSet()
+_INSTANCES: weakref.WeakSet[SlurmCluster] = weakref.WeakSet()
 
 
 @atexit.register
