@@ -80,7 +80,7 @@ def test_hostile_json_is_one_line_that_never_quotes_the_file(tmp_path, text, why
 def test_utf16_and_binary_are_named(tmp_path):
     utf16 = tmp_path / "a.log"
     utf16.write_text("# nccl-tests\n", encoding="utf-16")
-    with pytest.raises(UnsafeFile, match="UTF-16 text.*iconv -f UTF-16"):
+    with pytest.raises(UnsafeFile, match=r"UTF-16 text.*iconv -f UTF-16"):
         list(iter_lines(utf16, RECORDS))
     binary = tmp_path / "b.json"
     binary.write_bytes(b"\x7fELF\x00\x00\x01")

@@ -68,7 +68,7 @@ def test_the_reading_connection_cannot_reach_files_even_past_the_parser(db):
     con = store.open_read_only(db)
     try:
         assert con.execute("SELECT current_setting('enable_external_access')").fetchone() == (False,)
-        with pytest.raises(Exception, match="disabled by configuration|Permission"):
+        with pytest.raises(Exception, match=r"disabled by configuration|Permission"):
             con.execute("SELECT * FROM read_text('/etc/passwd')").fetchall()
         with pytest.raises(Exception, match="locked"):
             con.execute("SET enable_external_access = true")
