@@ -29,6 +29,7 @@ COMMANDS = {
     "check": "check",
     "history": "history",
     "diagnose": "diagnose",
+    "health": "health",
 }
 
 

@@ -156,3 +156,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert gone.returncode == 2 and len(gone.stderr.strip().splitlines()) == 1
     assert "sinfo and scontrol not found on PATH" in gone.stderr
     assert writes(tmp_path) == []
+
+
+def test_health_bad_input_is_one_line_and_exit_2(tmp_path):
+    env = fake_slurm(tmp_path, fleet(2))
+    cases = [
+        ({**env, "PATH": "/nonexistent"}, ["--nic-rate", "1gbit", "--nic-peer", "127.0.0.2", "--slurm"],
+         "sinfo and scontrol not found on PATH"),
+        (env, ["--checks", "nic", "--nic-rate", "1gbit"], "--checks nic needs --nic-peer ADDR"),
+        (env, ["--nic-rate", "fast", "--nic-peer", "127.0.0.2"], "bad rate 'fast'"),
+        (env, ["--checks", "disk", "--baseline", "x.json"], "choose from intra, nic"),
+        (env, [], "give what to grade against"),
+        (env, ["--slurm", "--nic-rate", "1gbit", "--max-drain", "101%"], "between 0% and 100%"),
+    ]
+    for run_env, args, message in cases:
+        bad = subprocess.run([sys.executable, "-m", "commbench", "health", *args], capture_output=True, text=True,
+                             env=run_env, timeout=120, check=False)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and message in bad.stderr, (args, bad.stderr)
+    assert writes(tmp_path) == []

@@ -30,12 +30,19 @@ CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY: the tail of the job log and exit s
 diagnosis summary where a diagnose job wrote one before failing, e.g. when the rank of a node that
 lost its link exits non-zero).
 Every submission is recorded for `commbench jobs` (~/.cache/commbench/jobs.jsonl).
+
+Recurring fleet sweeps: --every 1d (or 12h, 30m, 90s) makes the job queue its own successor with
+`sbatch --begin=now+<interval>` as it starts (a self-resubmitting batch script: scrontab is not
+on every cluster, and needs its own setup); with --db every run is ingested as it ends, so
+`commbench history` and `commbench check` read them. `scancel --name=commbench` ends the chain.
+  commbench submit --nodes 16 --ntasks-per-node 8 --every 1d --db /shared/commbench.duckdb -- -e 1G
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import time
 from pathlib import Path
@@ -84,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="interpreter with commbench installed, the same path on every node (default: this one)")
     how.add_argument("--db", default=None, metavar="FILE",
                      help="ingest the run into this results database when the job ends (a path every node sees)")
+    how.add_argument("--every", type=interval_arg, default=None, metavar="INTERVAL",
+                     help="a recurring sweep: each job queues the next to start this long after it (e.g. 1d, 12h, "
+                          "30m, 90s); with --db every run lands in the store")
     how.add_argument("--cluster", default=None, metavar="NAME",
                      help="cluster name recorded in run.json (default: Slurm's cluster name)")
     parser.add_argument("--dry-run", action="store_true", help="print the job script and submit nothing")
@@ -115,10 +125,21 @@ def options_from_args(args: argparse.Namespace) -> slurm.JobOptions:
         gpus_per_node=args.gpus_per_node, cpus_per_rank=args.cpus_per_rank, partition=args.partition,
         account=args.account, time_limit=args.time_limit, exclusive=args.exclusive,
         results_dir=str(Path(args.out).resolve()), python=args.python,
-        env=tuple(_env_pairs(args.env)), command=command,
+        env=tuple(_env_pairs(args.env)), command=command, every_s=args.every,
     ).validate()  # the allocation first: the command's options are checked against it
     run_args = checked_command_args(command, args.run_args + _history_args(args, command), options.nodes)
     return dataclasses.replace(options, run_args=run_args)
+
+
+_INTERVAL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def interval_arg(text: str) -> int:
+    """'1d' -> 86400, '12h', '30m', '90s', '90' (seconds)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([smhdw]?)\s*", text.lower())
+    if not match or int(match.group(1)) < 1:
+        raise argparse.ArgumentTypeError(f"bad interval {text!r}: write e.g. 1d, 12h, 30m or 90s")
+    return int(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
 
 
 def _job_command(args: argparse.Namespace) -> str:
@@ -372,7 +393,8 @@ def _latest_diagnosis(job_dir: Path) -> tuple[Path, dict] | None:
 
 
 def diagnosis_summary_lines(run_dir: Path, report: dict) -> list[str]:
-    """Nodes to drain and why, links to inspect, rounds, and the exclude list in hostlist syntax."""
+    """Nodes to drain and why, links to inspect, rounds, the scheduler actions taken (diagnose --drain,
+    --resume, --slurm-plan) and the exclude list in hostlist syntax."""
     def reasons(item: dict) -> str:
         return ", ".join(item.get("reasons", [])) or "?"
 
@@ -385,6 +407,7 @@ def diagnosis_summary_lines(run_dir: Path, report: dict) -> list[str]:
         f"nodes to drain: {'; '.join(drain) or 'none'}",
         f"links to inspect: {'; '.join(links) or 'none'}",
         f"good nodes: {report['good'] or '(none)'}",
+        *(f"actions: {row.get('verb', '?')} {row.get('node', '?')} {row['result']}" for row in report.get("actions") or []),
         f"# exclude: {report['exclude']}",
     ]
 

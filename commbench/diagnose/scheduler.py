@@ -293,6 +293,11 @@ def act(choice: Choice, bad: dict[str, str], passed: list[str], evidence_run: st
     if choice.resume or choice.plan:
         plans.append((plan_resume([n for n in passed if n not in bad], fleet, "passes again", evidence_run),
                       choice.resume))
+    return _run_plans(plans, choice, source, out or sys.stdout)
+
+
+def _run_plans(plans: list[tuple[Plan, bool]], choice: Choice, source: str, out) -> tuple[int, list[dict]]:
+    """Carry out (or dry-run) each plan, print its lines, record what was carried out or refused."""
     rows, done = [], []
     for plan, carry in plans:
         carry_out(plan, act=carry)
@@ -305,3 +310,27 @@ def act(choice: Choice, bad: dict[str, str], passed: list[str], evidence_run: st
 
         record_actions(choice.db, done)
     return (1 if any(failed(plan) for plan, _ in plans) else 0), rows
+
+
+def plan_self_drain(node: str, why: str, fleet: dict[str, SlurmNode], cap: float) -> Plan:
+    """A node draining itself (health --slurm): the cap counts the partition's nodes commbench has
+    drained already, since every node decides alone and many at once must not empty a partition."""
+    known(fleet, [node])
+    if fleet[node].drained:
+        return Plan([], notes=[f"{node}: already {fleet[node].state} ({fleet[node].reason or 'no reason'}): left as it is"])
+    plan = Plan([Action(node, "drain", why, drain_command(node, why))])
+    members = _partitions(fleet)
+    for partition in fleet[node].partitions:
+        ours = sorted(n for n in members[partition] if fleet[n].drained_by_commbench)
+        limit = allowed_drains(len(members[partition]), cap)
+        if len(ours) + 1 > limit:
+            plan.refusal = (f"refused: {len(ours)} of the {len(members[partition])} nodes of partition {partition} are "
+                            f"drained by commbench already ({', '.join(ours) or 'none'}); draining {node} too is over "
+                            f"the cap --max-drain {cap:.0%} (at most {limit}); not drained")
+            plan.actions[0].result = plan.refusal
+    return plan
+
+
+def act_self_drain(choice: Choice, node: str, why: str, source: str, out=None) -> int:
+    plan = plan_self_drain(node, why, read_fleet(), choice.cap)
+    return _run_plans([(plan, True)], choice, source, out or sys.stdout)[0]

@@ -52,7 +52,8 @@ TERMINAL_STATES = frozenset({
 })
 UNKNOWN = "UNKNOWN"
 # environment the templates read; removed from sbatch's environment so the rendered values hold
-RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_PER_NODE", "COMMBENCH_COMMAND")
+RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_PER_NODE", "COMMBENCH_COMMAND",
+                     "COMMBENCH_EVERY")
 JOB_COMMANDS = ("run", "calibrate", "diagnose")  # what a job may run
 
 _TIME_LIMIT = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited)$", re.IGNORECASE)
@@ -86,6 +87,7 @@ class JobOptions:
     run_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     command: str = "run"  # the commbench command every task runs (JOB_COMMANDS)
+    every_s: int | None = None  # a recurring sweep: seconds from one job's start to the next's
 
     def validate(self) -> JobOptions:
         for name, flag in (("nodes", "--nodes"), ("ranks_per_node", "--ntasks-per-node"),
@@ -103,6 +105,8 @@ class JobOptions:
                              "of the diagnosis")
         if self.command == "diagnose" and self.nodes < 2:
             raise UsageError(f"diagnose needs at least 2 nodes (--nodes {self.nodes})")
+        if self.every_s is not None and self.every_s < 1:
+            raise UsageError(f"--every must be at least one second (got {self.every_s} s)")
         if self.launcher not in LAUNCHERS:
             raise UsageError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
         if self.time_limit is not None and not _TIME_LIMIT.match(self.time_limit):
@@ -137,7 +141,7 @@ class JobOptions:
 
     def settings(self) -> dict[str, str]:
         values = {"COMMBENCH_PYTHON": self.python, "COMMBENCH_RESULTS": self.results_dir,
-                  "COMMBENCH_COMMAND": self.command}
+                  "COMMBENCH_COMMAND": self.command, "COMMBENCH_EVERY": str(self.every_s or "")}
         if self.launcher == "torchrun":
             values["COMMBENCH_RANKS_PER_NODE"] = str(self.ranks_per_node)
         return values
