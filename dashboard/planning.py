@@ -75,7 +75,11 @@ def execution_names() -> list[str]:
 
 
 def default_gpus_per_node(hardware: str) -> int:
-    return load_system(hardware).gpus_per_node
+    return load_system(hardware).gpus_per_host
+
+
+def default_nvlink_domain(hardware: str) -> int:
+    return load_system(hardware).nvlink_domain
 
 
 class PlanCache:

@@ -53,7 +53,7 @@ def test_too_big_to_shard_alone_so_tp_inside_the_node_pp_across_nodes_3d(model, 
     # a layer too big: TP inside the node; too many layers: PP across nodes, or (since megatron-core
     # overlaps forward TP collectives too) the weights fully sharded instead, as torchtitan's 70B recipe does
     assert {"dp", "tp"} <= dimensions(best) and (best.pp > 1 or best.zero == 3)
-    assert best.tp <= DGX_H100.gpus_per_node  # bandwidth decides the scope: TP on NVLink
+    assert best.tp <= DGX_H100.nvlink_domain  # bandwidth decides the scope: TP on NVLink
 
 
 def test_a_sequence_too_long_adds_context_parallelism():

@@ -63,7 +63,7 @@ def test_build_planner_applies_every_input():
     planner = build_planner(PlanSpec(**BASIC, gpus_per_node=4, processor="h200", inter_network="eth-25g",
                                      precision="12", execution="torch-eager", slowdown=0.25))
     system = planner.cluster.system
-    assert system.gpus_per_node == 4
+    assert system.gpus_per_host == 4 and system.nvlink_domain == 4  # a DGX domain follows its host
     assert system.processor == load_processor("h200") and system.inter == load_network("eth-25g")
     assert planner.job.precision.master_bytes == 0 and not planner.job.execution.tp_backward_overlap
     assert planner.cluster.slowdown_intra == planner.cluster.slowdown_inter == 0.25

@@ -64,7 +64,7 @@ def expected_baseline(run: RunRows, system) -> dict:
     for key in largest.values():
         record = run.rows[key]
         tier = system.intra if record["scope"] == "intra" or (record["scope"] == "world" and nodes == 1) else system.inter
-        busbw = tier.busbw_per_rank(system.gpus_per_node)  # bytes/s
+        busbw = tier.busbw_per_rank(system.gpus_per_host)  # bytes/s
         time_us = record["size_bytes"] * record["busbw_factor"] / busbw * 1e6
         rows.append({"key": list(key), "row": describe_key(key), "n_runs": 0, "time_us": time_us, "time_us_mad": 0.0,
                      "busbw_gbps": busbw / 1e9, "source": f"{system.name}: {tier.name}"})

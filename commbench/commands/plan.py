@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="name the model in the output (default: the preset, or the folder holding the config.json)")
     _spec_option(parser, "--gpus", type=int, required=True)
     _spec_option(parser, "--gpus-per-node", type=int)
+    _spec_option(parser, "--nvlink-domain", type=int)
     _spec_option(parser, "--hardware")
     _spec_option(parser, "--bandwidth", metavar="RUN_DIR")
     _spec_option(parser, "--inter-network")
@@ -186,11 +187,11 @@ def _print_header(planner, warnings) -> None:
     console.print(f"job: global batch {planner.job.global_batch} x seq {planner.job.seq_len}, {planner.job.precision.name}")
     console.print(f"execution: {planner.job.execution.name}")
     system = planner.cluster.system
-    console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_node} per node; "
-                  f"{planner.cluster.cost.describe()}")
+    console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_host} per host, "
+                  f"NVLink domain {system.nvlink_domain}; {planner.cluster.cost.describe()}")
     console.print(f"compute slowdown under overlapping communication: {planner.cluster.slowdown_intra:.1%} "
-                  f"intra-node, {planner.cluster.slowdown_inter:.1%} inter-node"
-                  + (" (a group with several ranks in each of several nodes: each rate over its phase's share)"
+                  f"inside an NVLink domain, {planner.cluster.slowdown_inter:.1%} across domains"
+                  + (" (a group with several ranks in each of several domains: each rate over its phase's share)"
                      if planner.cluster.slowdown_intra != planner.cluster.slowdown_inter else ""))
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

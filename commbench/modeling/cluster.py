@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.modeling.hardware import System
+from commbench.modeling.layout import in_one_domain
 from commbench.modeling.network import CollectiveCost, Placement, PresetNetwork
 
 # Compute slowdown while communication overlaps it, used when no measured factor is given: Calculon's
@@ -23,20 +24,29 @@ PHASE_REFERENCE_BYTES = 256 * 2**20
 @dataclass(frozen=True)
 class Cluster:
     gpus: int
-    system: System  # processor, gpus_per_node, preset networks
+    system: System  # processor, gpus_per_host, nvlink_domain, preset networks
     cost: CollectiveCost  # prices every collective (preset or measured)
     slowdown_intra: float = DEFAULT_SLOWDOWN_INTRA
     slowdown_inter: float = DEFAULT_SLOWDOWN_INTER
 
     @property
-    def gpus_per_node(self) -> int:
-        return self.system.gpus_per_node
+    def gpus_per_host(self) -> int:
+        return self.system.gpus_per_host
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that share one NVLink domain: what every group's placement is counted in."""
+        return self.system.nvlink_domain
+
+    def in_one_domain(self, size, stride) -> np.ndarray:
+        """Whether a group of `size` ranks `stride` apart stays inside one NVLink domain."""
+        return in_one_domain(size, stride, self.nvlink_domain)
 
     def slowdown(self, group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         """Extra compute time per second of overlapping communication on each layout's group
-        (size, ranks_per_node, nodes, as layout.layout_groups gives them): the NVLink rate inside a
-        node, the network rate with one rank per node, and for a group with several ranks in each of
-        several nodes both rates, each over the share of the collective's time its phase takes. The
+        (size, ranks_per_domain, domains, as layout.layout_groups gives them): the NVLink rate inside
+        an NVLink domain, the network rate with one rank per domain, and for a group with several
+        ranks in each of several domains both rates, each over the share of the collective's time its phase takes. The
         NVLink phase of such a collective keeps the SMs and HBM as busy as any intra-node one; charging
         all of it at the network rate made ZeRO-3 across two nodes overlap almost for free."""
         _, per_node, nodes = group

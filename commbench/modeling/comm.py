@@ -181,7 +181,7 @@ class CommCosts:
     zero3: Zero3Costs
     dp: DataParallelCosts
     pp: PipelineCosts
-    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # per group kind: (size, ranks_per_node, nodes)
+    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # per group kind: (size, ranks_per_domain, domains)
 
     @property
     def bytes_per_step(self) -> dict[str, np.ndarray]:
@@ -190,10 +190,11 @@ class CommCosts:
                 "dp": self.dp.sent_per_step + self.zero3.sent_per_step, "pp": self.pp.sent_per_step}
 
 
-def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, gpus_per_node: int) -> CommCosts:
+def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, nvlink_domain: int) -> CommCosts:
+    """Every collective of the layouts, each group placed in NVLink domains of `nvlink_domain` GPUs."""
     seq_local = job.seq_len / batch.cp
     pricing = _Pricing(
-        job=job, batch=batch, cost=cost, groups=layout_groups(batch, gpus_per_node),
+        job=job, batch=batch, cost=cost, groups=layout_groups(batch, nvlink_domain),
         micro_batches=micro_batches(job, batch), layers=layers_per_chunk(job, batch) * batch.vpp,
         seq_local=seq_local, activation=batch.mbs * seq_local * job.model.hidden * job.activation_bytes,
     )

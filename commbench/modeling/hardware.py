@@ -22,6 +22,11 @@ the calibration half of bench/RESULTS-published.md"):
     attention_efficiency          fraction reached by attention forward and backward, used where
                                   attention_rates does not name the implementation priced
   optional (a missing field leaves the model as without it; named in parentheses)
+    peak_flops_fp8                FLOP/s, dense FP8 tensor-core peak (Hopper, Blackwell; MXFP8 runs at
+                                  it on Blackwell); GEMMs of an FP8 recipe are priced from it (no
+                                  FP8: an FP8 recipe is refused)
+    peak_flops_fp4                FLOP/s, dense FP4 tensor-core peak (Blackwell: NVFP4) (no FP4)
+    power_w                       watts, the maximum thermal design power (not reported)
     elementwise_efficiency        fraction of memory bandwidth that norms, activations and
                                   residual adds reach (1.0)
     sm_count                      integer: streaming multiprocessors (a CPU: cores) a GEMM's output
@@ -51,9 +56,13 @@ the calibration half of bench/RESULTS-published.md"):
                                   that framework's stack reaches on this processor, as a factor of
                                   the processor's (1.0 for an execution not named)
 
-A system is `gpus_per_node` processors joined by an intra-node network, with nodes joined by an
-inter-node network. A NIC-based network with `links_per_node` NICs gives each GPU
-bandwidth * links_per_node / gpus_per_node when every GPU of the node talks at once, which is what
+A system is hosts of `gpus_per_host` processors whose GPUs sit in NVLink domains of
+`nvlink_domain` GPUs (the scale-up network, the `intra` tier), the domains joined by a scale-out
+network (the `inter` tier). On a DGX/HGX node the domain is the host (8 and 8); on a GB200/GB300
+NVL72 rack a host (compute tray) holds 4 GPUs and one NVLink domain 72, so a group of 16 ranks in
+one rack talks over NVLink although it spans four hosts. The domain is a whole number of hosts.
+A NIC-based network with `links_per_node` NICs per host gives each GPU
+bandwidth * links_per_node / gpus_per_host when every GPU of the host talks at once, which is what
 happens when all groups of a layout run their collectives together.
 """
 
@@ -95,6 +104,9 @@ class Processor:
     # the dtype the job's GEMMs run in, which picks the gemm_surface points they are priced from
     # (TrainingJob sets it from its precision; a bf16 job on an fp32-only surface falls back to the curve)
     gemm_dtype: str = "bf16"
+    peak_flops_fp8: float | None = None  # dense FP8 tensor-core FLOP/s; None: the processor has no FP8
+    peak_flops_fp4: float | None = None  # dense FP4 tensor-core FLOP/s; None: no FP4
+    power_w: float | None = None  # maximum thermal design power
     sources: dict = field(default_factory=dict, compare=False)
 
     def for_dtype(self, dtype: str) -> Processor:
@@ -151,9 +163,9 @@ class Network:
     links_per_node: int | None = None
     sources: dict = field(default_factory=dict, compare=False)
 
-    def busbw_per_rank(self, gpus_per_node: int) -> float:
-        """Bus bandwidth (bytes/s) one rank gets when all ranks of its node communicate at once."""
-        share = 1.0 if self.links_per_node is None else min(1.0, self.links_per_node / gpus_per_node)
+    def busbw_per_rank(self, gpus_per_host: int) -> float:
+        """Bus bandwidth (bytes/s) one rank gets when all ranks of its host communicate at once."""
+        share = 1.0 if self.links_per_node is None else min(1.0, self.links_per_node / gpus_per_host)
         return self.bandwidth * self.efficiency * share
 
 
@@ -161,15 +173,33 @@ class Network:
 class System:
     name: str
     processor: Processor
-    gpus_per_node: int
-    intra: Network
-    inter: Network
+    gpus_per_host: int  # GPUs one host (a Slurm node, a compute tray) holds; NIC shares are per host
+    intra: Network  # the scale-up network inside one NVLink domain
+    inter: Network  # the scale-out network between domains
+    nvlink_domain: int = 0  # GPUs in one NVLink domain, a whole number of hosts; 0: the host
+
+    def __post_init__(self):
+        if self.nvlink_domain == 0:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_host)
+        if self.nvlink_domain < self.gpus_per_host or self.nvlink_domain % self.gpus_per_host:
+            raise UsageError(f"an NVLink domain of {self.nvlink_domain} GPUs is not a whole number of "
+                             f"{self.gpus_per_host}-GPU hosts")
+
+    @property
+    def domain_is_host(self) -> bool:
+        return self.nvlink_domain == self.gpus_per_host
 
     def with_inter(self, network: Network) -> System:
         return replace(self, inter=network, name=f"{self.name} + {network.name}")
 
-    def with_gpus_per_node(self, gpus_per_node: int) -> System:
-        return replace(self, gpus_per_node=gpus_per_node)
+    def with_gpus_per_host(self, gpus_per_host: int) -> System:
+        """Hosts of another size; where the domain was the host it stays the host (a DGX with 4
+        GPUs per node has 4-GPU domains), else the domain is kept if the new hosts divide it."""
+        domain = gpus_per_host if self.domain_is_host else self.nvlink_domain
+        return replace(self, gpus_per_host=gpus_per_host, nvlink_domain=domain)
+
+    def with_nvlink_domain(self, nvlink_domain: int) -> System:
+        return replace(self, nvlink_domain=nvlink_domain)
 
     def with_processor(self, processor: Processor) -> System:
         return replace(self, processor=processor, name=f"{self.name} with {processor.name}")
@@ -238,6 +268,7 @@ def processor_from_json(raw: dict) -> Processor:
         optimizer_efficiency=_fraction(values.get("optimizer_efficiency", 1.0), "optimizer_efficiency"),
         execution_gemm_efficiency=tuple((str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
                                         for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())),
+        **{name: _optional_positive(values, name) for name in ("peak_flops_fp8", "peak_flops_fp4", "power_w")},
         sources=sources,
     )
 
@@ -250,6 +281,15 @@ def _positive_int(value, name: str) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name} must be a positive integer, not {value!r}")
     return int(value)
+
+
+def _optional_positive(values: dict, name: str) -> float | None:
+    if values.get(name) is None:
+        return None
+    value = float(values[name])
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0, not {value}")
+    return value
 
 
 def _non_negative(value, name: str) -> float:
@@ -315,4 +355,4 @@ def load_system(name: str) -> System:
     values, _ = _values(_read("system", name))
     networks = {tier: load_network(values[f"{tier}_network"]) for tier in ("intra", "inter")}
     return System(name=values["name"], processor=load_processor(values["processor"]),
-                  gpus_per_node=int(values["gpus_per_node"]), **networks)
+                  gpus_per_host=int(values["gpus_per_host"]), nvlink_domain=int(values["nvlink_domain"]), **networks)

@@ -2,8 +2,10 @@
 
 Ranks are numbered Megatron-style, tensor parallel fastest: rank = tp + t*(cp + c*(dp + d*pp)),
 with expert parallel carved out of data parallel (the ep ranks are neighbours in the dp
-dimension). A group of `size` ranks `stride` apart on nodes of G GPUs therefore puts
-min(size, G // stride) of its ranks in each node (1 when stride >= G) and spans the rest.
+dimension). A group of `size` ranks `stride` apart in NVLink domains of G GPUs therefore puts
+min(size, G // stride) of its ranks in each domain (1 when stride >= G) and spans the rest.
+The unit is the NVLink domain (System.nvlink_domain), not the host: on a DGX they are the same
+8 GPUs, on an NVL72 rack a domain is 72 GPUs over 18 hosts of 4, and a group inside it runs on NVLink.
 """
 
 from __future__ import annotations
@@ -113,19 +115,25 @@ class LayoutBatch:
         return (self.sp == 1) & (self.tp > 1)
 
 
-def group_placement(size, stride, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ranks_per_node, nodes) of a group of `size` ranks `stride` apart."""
+def group_placement(size, stride, nvlink_domain: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks_per_domain, domains) of a group of `size` ranks `stride` apart."""
     size = np.asarray(size)
-    per_node = np.clip(gpus_per_node // np.asarray(stride), 1, size)
-    return per_node, -(-size // per_node)
+    per_domain = np.clip(nvlink_domain // np.asarray(stride), 1, size)
+    return per_domain, -(-size // per_domain)
 
 
-def layout_groups(batch: LayoutBatch, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """For each kind of group: (size, ranks_per_node, nodes), one entry per layout.
+def in_one_domain(size, stride, nvlink_domain: int) -> np.ndarray:
+    """Whether a group of `size` ranks `stride` apart stays inside one NVLink domain (its
+    collectives then run on the scale-up network only), for EP, TP or any other group."""
+    return group_placement(size, stride, nvlink_domain)[1] == 1
+
+
+def layout_groups(batch: LayoutBatch, nvlink_domain: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each kind of group: (size, ranks_per_domain, domains), one entry per layout.
 
     tp: the tensor-parallel group. cp: the context-parallel ring. dp: the gradient-reduction
     group (data x context parallel ranks hold the same weights). ep: the all-to-all group.
-    edp: ranks holding the same expert shard. pp: one pipeline boundary; it crosses nodes as soon as
+    edp: ranks holding the same expert shard. pp: one pipeline boundary; it crosses domains as soon as
     any boundary of the pipeline does, because the slowest boundary paces the pipeline.
     """
     t, c, d, e = batch.tp, batch.cp, batch.dp, batch.ep
@@ -137,8 +145,8 @@ def layout_groups(batch: LayoutBatch, gpus_per_node: int) -> dict[str, tuple[np.
         ("ep", e, t * c),
         ("edp", d * c // e, t * e),
     ):
-        groups[name] = (size, *group_placement(size, stride, gpus_per_node))
+        groups[name] = (size, *group_placement(size, stride, nvlink_domain))
     pp_stride = t * c * d
-    pp_nodes = np.where(pp_stride * batch.pp <= gpus_per_node, 1, 2)
-    groups["pp"] = (np.full_like(t, 2), 3 - pp_nodes, pp_nodes)
+    pp_domains = np.where(pp_stride * batch.pp <= nvlink_domain, 1, 2)
+    groups["pp"] = (np.full_like(t, 2), 3 - pp_domains, pp_domains)
     return groups

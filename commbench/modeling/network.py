@@ -5,9 +5,13 @@ the full gathered buffer, all_to_all one rank's whole send buffer. With n ranks 
   all_reduce 2(n-1)/n * S, all_gather / reduce_scatter / all_to_all (n-1)/n * S, sendrecv S
 bytes through each rank (the nccl-tests busbw factors), so time = latency + factor * S / busbw.
 
-A group that spans nodes with several ranks in each (a hierarchical group) is priced as NCCL's
-hierarchical algorithms run it: an intra-node phase at the full size and an inter-node phase on
-1/ranks_per_node of the data, rather than as if every byte crossed the inter-node network.
+The two tiers are the NVLink domain (intra: the scale-up network, NVSwitch) and the network
+between domains (inter: the scale-out NICs). A domain is the host on a DGX/HGX and a whole rack
+on an NVL72 (System.nvlink_domain); "node" in Placement's names means one domain, so a group of
+16 ranks over four 4-GPU trays of one NVL72 rack is intra. A group that spans domains with several
+ranks in each (a hierarchical group) is priced as NCCL's hierarchical algorithms run it: an
+intra-domain phase at the full size and an inter-domain phase on 1/ranks_per_node of the data,
+rather than as if every byte crossed the scale-out network.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ OPS = ops.DEFAULT_OPS + ("all_to_allv",)
 
 @dataclass(frozen=True)
 class Placement:
-    """How one group sits on nodes: `ranks_per_node` of its ranks in each of `nodes` nodes."""
+    """How one group sits on NVLink domains: `ranks_per_node` of its ranks in each of `nodes`
+    domains (a domain is the host on a DGX, the rack on an NVL72; see the module docstring)."""
 
     ranks_per_node: int
     nodes: int
@@ -82,8 +87,8 @@ class PresetNetwork:
         self.system = system
         self.warnings: list[str] = []  # a preset's documented figures price every collective
         self._busbw = {
-            "intra": system.intra.busbw_per_rank(system.gpus_per_node),
-            "inter": system.inter.busbw_per_rank(system.gpus_per_node),
+            "intra": system.intra.busbw_per_rank(system.gpus_per_host),
+            "inter": system.inter.busbw_per_rank(system.gpus_per_host),
         }
         self._network: dict[str, Network] = {"intra": system.intra, "inter": system.inter}
 

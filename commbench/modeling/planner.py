@@ -201,7 +201,7 @@ class Planner:
         if not results:
             return []
         ep = communication(self.job, LayoutBatch.from_layouts([r.layout for r in results]), self.cluster.cost,
-                           self.cluster.gpus_per_node).ep
+                           self.cluster.nvlink_domain).ep
         return [{"layout": str(r.layout), "max_over_mean": float(ep.imbalance[i]), "ep_s": float(r.categories["ep"]),
                  "ep_uniform_s": float(r.categories["ep"] * (1 - ep.skew_share[i])),
                  "skew_cost_s": float(r.categories["ep"] * ep.skew_share[i])} for i, r in enumerate(results)]

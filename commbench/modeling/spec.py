@@ -43,8 +43,14 @@ class PlanSpec:
     gpus: int = _required("GPUs in the cluster")
     global_batch: int = _required("sequences per optimizer step")
     seq_len: int = _required("tokens per sequence")
-    hardware: str = _with_default("system preset: dgx-a100, dgx-h100, h200 (default dgx-h100)", "dgx-h100")
-    gpus_per_node: int | None = _with_default("GPUs per node (default: the hardware preset's)")
+    hardware: str = _with_default("system preset: dgx-a100, dgx-h100, h200, dgx-b200, gb200-nvl72, gb300-nvl72 "
+                                  "(default dgx-h100)", "dgx-h100")
+    gpus_per_node: int | None = _with_default("GPUs per host, i.e. per Slurm node or compute tray (default: the "
+                                              "hardware preset's); where the preset's NVLink domain is its host, the "
+                                              "domain follows")
+    nvlink_domain: int | None = _with_default(
+        "GPUs in one NVLink domain, a whole number of hosts that divides the GPU count (default: the preset's: "
+        "8 on DGX/HGX H100, H200 and B200, 72 on GB200/GB300 NVL72). Groups inside one domain run on NVLink")
     bandwidth: str | None = _with_default("price collectives from this measured run directory")
     inter_network: str | None = _with_default("replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
     processor: str | None = _with_default(
@@ -67,9 +73,9 @@ class PlanSpec:
         for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN),
                            ("top", MAX_TOP)):
             object.__setattr__(self, name, whole_number(option(name), getattr(self, name), 1, high))
-        if self.gpus_per_node is not None:
-            object.__setattr__(self, "gpus_per_node",
-                               whole_number(option("gpus_per_node"), self.gpus_per_node, 1, MAX_GPUS_PER_NODE))
+        for name, high in (("gpus_per_node", MAX_GPUS_PER_NODE), ("nvlink_domain", MAX_GPUS)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, whole_number(option(name), getattr(self, name), 1, high))
         for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS)):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
@@ -133,13 +139,16 @@ def _system(spec: PlanSpec) -> System:
 
     system = load_system(spec.hardware)
     if spec.gpus_per_node is not None:
-        system = system.with_gpus_per_node(spec.gpus_per_node)
+        system = system.with_gpus_per_host(spec.gpus_per_node)
+    if spec.nvlink_domain is not None:
+        system = system.with_nvlink_domain(spec.nvlink_domain)
     if spec.inter_network:
         system = system.with_inter(load_network(spec.inter_network))
     if spec.processor:
         system = system.with_processor(load_processor(spec.processor))
-    if spec.gpus > system.gpus_per_node and spec.gpus % system.gpus_per_node:
-        raise UsageError(f"{spec.gpus} GPUs is not a whole number of {system.gpus_per_node}-GPU nodes")
+    for unit, size in (("node", system.gpus_per_host), ("NVLink domain", system.nvlink_domain)):
+        if spec.gpus > size and spec.gpus % size:
+            raise UsageError(f"{spec.gpus} GPUs is not a whole number of {size}-GPU {unit}s")
     return system
 
 

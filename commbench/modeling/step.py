@@ -172,7 +172,7 @@ class StepModel:
     def evaluate(self, batch: LayoutBatch) -> Evaluation:
         job, cluster = self.job, self.cluster
         proc = cluster.system.processor
-        cc = communication(job, batch, cluster.cost, cluster.gpus_per_node)
+        cc = communication(job, batch, cluster.cost, cluster.nvlink_domain)
         ops = op_costs(batch, layer_compute(job, batch, proc), cc, cluster, layers_per_chunk(job, batch),
                        job.execution.tp_forward_overlap)
         m = micro_batches(job, batch)

@@ -13,6 +13,7 @@ from dashboard.figures.processor import gemm_surface_figure
 from dashboard.planning import (
     PlanRequest,
     default_gpus_per_node,
+    default_nvlink_domain,
     execution_names,
     hardware_names,
     model_names,
@@ -30,6 +31,7 @@ DEFAULTS = "defaults"  # the "slowdown from" choice that leaves the step model's
 # the controls, in the order the callbacks receive them, and the PlanSpec field each one sets
 SPEC_CONTROLS = {
     "plan-model": "model", "plan-hardware": "hardware", "plan-gpus": "gpus", "plan-gpus-per-node": "gpus_per_node",
+    "plan-nvlink-domain": "nvlink_domain",
     "plan-batch": "global_batch", "plan-seq": "seq_len", "plan-bandwidth": "bandwidth", "plan-precision": "precision",
     "plan-execution": "execution", "plan-processor": "processor", "plan-inter-network": "inter_network",
     "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top", "plan-routing": "routing",
@@ -101,6 +103,7 @@ def _cluster_controls() -> list:
         _control("hardware", _choice("plan-hardware", hardware_names(), PlanSpec.default("hardware"), clearable=False)),
         _control("GPUs", _number("plan-gpus", 16)),
         _control("GPUs per node", _number("plan-gpus-per-node", placeholder="preset")),
+        _control("NVLink domain", _number("plan-nvlink-domain", placeholder="preset")),
         _control("processor", dcc.Input(id="plan-processor", type="text", list="plan-processor-presets",
                                          debounce=True, placeholder="preset's")),
         html.Datalist(id="plan-processor-presets", children=[html.Option(value=name) for name in processor_names()]),
@@ -120,7 +123,7 @@ def _request(*values) -> PlanRequest:
     for name, unset in (("bandwidth", PRESET_SOURCE), ("overlap_run", DEFAULTS)):
         chosen[name], stamp = _measured_run(chosen[name], unset)
         stamps.append(stamp)
-    for name in ("gpus_per_node", "processor", "inter_network", "routing"):  # empty means the preset's
+    for name in ("gpus_per_node", "nvlink_domain", "processor", "inter_network", "routing"):  # empty means the preset's
         chosen[name] = chosen[name] or None
     return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
 
@@ -135,9 +138,10 @@ def _measured_run(key: str | None, unset: str) -> tuple[str | None, object]:
     return str(entry.path), entry.signature
 
 
-@callback(Output("plan-gpus-per-node", "placeholder"), Input("plan-hardware", "value"))
-def show_preset_gpus_per_node(hardware):
-    return f"preset: {default_gpus_per_node(hardware)}"
+@callback(Output("plan-gpus-per-node", "placeholder"), Output("plan-nvlink-domain", "placeholder"),
+          Input("plan-hardware", "value"))
+def show_preset_host_and_domain(hardware):
+    return f"preset: {default_gpus_per_node(hardware)}", f"preset: {default_nvlink_domain(hardware)}"
 
 
 @callback(
