@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from commbench.data import store  # DuckDB loads only when a db command runs: `commbench --help` stays fast
+    from commbench.data import (
+        store,  # DuckDB loads only when a db command runs: `commbench --help` stays fast
+    )
 
     db = db_path(args.db)
     if args.db_command == "ingest":

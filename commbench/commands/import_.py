@@ -34,6 +34,7 @@ from __future__ import annotations
 import sys
 
 from commbench.data.nccl_tests import ImportedRun, parse_file, write_run
+from commbench.data.rundir import run_id_argument
 from commbench.diagnose.stragglers import STRAGGLER_RATIO, find_stragglers
 from commbench.errors import UsageError
 
@@ -53,7 +54,7 @@ def add_arguments(parser) -> None:
         help="the collective, for logs whose table fits two (all_reduce, all_gather, reduce_scatter, alltoall, "
         "alltoallv, sendrecv, ...); must agree with the log",
     )
-    parser.add_argument("--run-id", metavar="ID", help="name the run directory ID instead of a fresh id (one run only)")
+    parser.add_argument("--run-id", metavar="ID", type=run_id_argument, help="name the run directory ID instead of a fresh id (one run only)")
     parser.add_argument("--job-id", metavar="ID", help="nccl-inspector: the job's id (default: from the "
                         "nccl-inspector-<id> folder Inspector writes into, else unknown)")
 

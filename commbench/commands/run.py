@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from commbench.collectives import ALL_OPS, DEFAULT_OPS
+from commbench.data.rundir import run_id_argument
 from commbench.data.store_location import db_path
 from commbench.errors import UsageError
 from commbench.measure.options import BACKENDS, DTYPES, SCOPES, RunConfig
@@ -113,7 +114,8 @@ def add_where_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("where")
     where.add_argument("--nproc", type=int, default=None, help="ranks to start on this machine when not under torchrun/srun")
     where.add_argument("--out", default="results", help="results folder (default results/)")
-    where.add_argument("--run-id", default=None, help="name of the run directory (default: time-host-random)")
+    where.add_argument("--run-id", default=None, type=run_id_argument,
+                       help="name of the run directory: one name of letters, digits, . _ + - (default: time-host-random)")
     where.add_argument("--node-name", default=None, help="this node's name in the results (default: hostname)")
     where.add_argument("--cluster", default=None, metavar="NAME",
                        help="cluster name recorded in run.json (default: Slurm's cluster name, else the first "

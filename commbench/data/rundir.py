@@ -7,10 +7,12 @@ previous complete file or the new complete file, even if the writer is killed mi
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
 import os
+import re
 import secrets
 import socket
 import threading
@@ -38,6 +40,27 @@ from commbench.errors import CommbenchError, UsageError
 RUN_FILE = "run.json"
 RECORDS_JSONL = "records.jsonl"
 RECORDS_CSV = "records.csv"
+
+
+# A run id is a directory name: one path component from a safe alphabet, so `--run-id ../x`, an
+# absolute id or a newline can never place or name a run outside --out.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+def check_run_id(run_id: str) -> str:
+    """run_id, if it is one safe path component; UsageError (exit 2) otherwise."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id):
+        raise UsageError(f"run id {run_id!r}: a run id is one directory name of letters, digits, '.', '_', "
+                         "'+' and '-', starting with a letter or digit (at most 200)")
+    return run_id
+
+
+def run_id_argument(text: str) -> str:
+    """argparse type for --run-id: one line and exit 2 on a bad id, before anything starts."""
+    try:
+        return check_run_id(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def utc_now() -> str:
@@ -77,6 +100,7 @@ class RunWriter:
     """Owns one run directory. Only rank 0 of a run creates one."""
 
     def __init__(self, out_dir: str | Path, info: RunInfo):
+        check_run_id(info.run_id)
         self.root = Path(out_dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / info.run_id

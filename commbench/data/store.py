@@ -361,8 +361,7 @@ def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict]
         return
     staging = tmp / f"{table}.jsonl"
     with open(staging, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, default=str) + "\n")
+        handle.writelines(json.dumps(row, default=str) + "\n" for row in rows)
     types = {name: kind.replace(" PRIMARY KEY", "") for name, kind in columns.items()}
     names = ", ".join(f'"{name}"' for name in columns)
     con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM read_json(?, format='newline_delimited', columns=?)",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from itertools import groupby
 
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-_BRACKET = re.compile(r"^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)$")
+_NUMBERED = re.compile(r"^(.*?)(\d+)\Z")
+_BRACKET = re.compile(r"^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)\Z")
 
 
 def compress(names: list[str]) -> str:

@@ -56,12 +56,13 @@ RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_P
                      "COMMBENCH_EVERY")
 JOB_COMMANDS = ("run", "calibrate", "diagnose")  # what a job may run
 
-_TIME_LIMIT = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited)$", re.IGNORECASE)
-_DIRECTIVE = re.compile(r"^#{1,2}SBATCH --([a-z-]+)(?:=(\S+))?\s*$")
-_SETTING = re.compile(r"^(COMMBENCH_[A-Z_]+)=\$\{\1:-.*\}$")
-_DEFAULT_ARGS = re.compile(r"^DEFAULT_RUN_ARGS=\(.*\)$")
+# every check below is fullmatch: `$` would let a trailing newline through (--time $'30\n')
+_TIME_LIMIT = re.compile(r"\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited", re.IGNORECASE)
+_DIRECTIVE = re.compile(r"#{1,2}SBATCH --([a-z-]+)(?:=(\S+))?[ \t]*")
+_SETTING = re.compile(r"(COMMBENCH_[A-Z_]+)=\$\{\1:-.*\}")
+_DEFAULT_ARGS = re.compile(r"DEFAULT_RUN_ARGS=\(.*\)")
 _KNOBS_HEADER = "# ---- communication knobs"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SLURM_TIMEOUT_S = 30
 
 
@@ -109,14 +110,14 @@ class JobOptions:
             raise UsageError(f"--every must be at least one second (got {self.every_s} s)")
         if self.launcher not in LAUNCHERS:
             raise UsageError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
-        if self.time_limit is not None and not _TIME_LIMIT.match(self.time_limit):
+        if self.time_limit is not None and not _TIME_LIMIT.fullmatch(self.time_limit):
             raise UsageError(f"--time {self.time_limit!r} is not a Slurm time limit "
                              "(minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)")
         for flag, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not re.fullmatch(r"[\w.,-]+", value):
                 raise UsageError(f"{flag} {value!r}: only letters, digits and . , _ - are allowed")
         for name, _ in self.env:
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise UsageError(f"--env {name!r}: not a valid environment variable name")
         return self
 
@@ -175,7 +176,7 @@ def render(options: JobOptions) -> str:
 
 
 def _render_line(line: str, options: JobOptions, directives: dict, settings: dict, seen: set[str]) -> str:
-    if match := _DIRECTIVE.match(line):
+    if match := _DIRECTIVE.fullmatch(line):
         key, example = match.groups()
         if key not in directives:
             return line
@@ -186,11 +187,11 @@ def _render_line(line: str, options: JobOptions, directives: dict, settings: dic
         if value in (None, False):
             return f"##SBATCH --{key}" + (f"={example}" if example else "")
         return f"#SBATCH --{key}={value}"
-    if (match := _SETTING.match(line)) and match.group(1) in settings:
+    if (match := _SETTING.fullmatch(line)) and match.group(1) in settings:
         name = match.group(1)
         seen.add(name)
         return f"{name}=${{{name}:-{shlex.quote(settings[name])}}}"
-    if _DEFAULT_ARGS.match(line):
+    if _DEFAULT_ARGS.fullmatch(line):
         seen.add("DEFAULT_RUN_ARGS")
         return f"DEFAULT_RUN_ARGS=({shlex.join(options.run_args)})"
     return line
