@@ -43,7 +43,7 @@ def pairwise_run(out: Path, run_id: str, seed: int, slow_pair: tuple[int, int] |
         level = BASE_US[size] * (1.3 if pair == slow_pair else 1.0)
         times = level * np.exp(rng.normal(0.0, 0.02, ITERS))
         facts = RowFacts(op="pingpong", scope="pair", group_size=2, n_groups=1, size_bytes=size, count=size // 4,
-                         dtype="float", redop="none", root=-1, in_place=False, iters=ITERS, warmup=2, timer="host",
+                         dtype="float", redop="none", root=-1, in_place=False, iters=ITERS, warmup=2, timer="host", stop_reason="fixed",
                          direction="uni")
         record = build_record(facts, Stats.of(times), 1.0, time_us_mean_nccl=None, wrong=0, slowest_rank=pair[1],
                               pair=list(pair), pair_nodes=[f"node{pair[0]}", f"node{pair[1]}"])

@@ -6,7 +6,8 @@ from commbench.data.overlap import OverlapRecord
 from commbench.data.records import RowFacts, Stats, build_record
 
 FACTS = RowFacts(op="all_reduce", scope="intra", group_size=4, n_groups=2, size_bytes=1_000_000, count=250_000,
-                 dtype="float", redop="sum", root=-1, in_place=False, iters=20, warmup=2, timer="host")
+                 dtype="float", redop="sum", root=-1, in_place=False, iters=20, warmup=2, timer="host",
+                 stop_reason="fixed")
 STATS = Stats(median=100.0, p10=90.0, p90=120.0, min=80.0, max=150.0, mean=105.0, cv=0.1)
 
 

@@ -44,12 +44,15 @@ def test_two_rank_sweep_matches_nccl_tests_contract(cli, tmp_path):
                 assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_us"] / 1e3)
                 assert r["time_us_min"] <= r["time_us_p10"] <= r["time_us"] <= r["time_us_p90"] <= r["time_us_max"]
                 assert r["iters"] >= 5 and r["scope"] == "world" and r["group_size"] == 2
+                assert r["stop_reason"] in ("converged", "budget") and r["warmup"] >= 1  # adaptive defaults
     # the table on stdout is nccl-tests' and names the run directory
     assert "# Out of bounds values : 0 OK" in result.stdout
     assert str(run.path) in result.stdout
     # the CSV carries the same rows as the JSONL
     with open(run.path / "records.csv") as handle:
-        assert len(list(csv.DictReader(handle))) == len(run.records) == 5 * 2 * len(sizes)
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(run.records) == 5 * 2 * len(sizes)
+    assert [row["stop_reason"] for row in rows] == [r["stop_reason"] for r in run.records]
 
 
 def test_four_ranks_counts_and_factors(cli, tmp_path):
@@ -116,8 +119,10 @@ def test_srun_style_environment(tmp_path):
 
 
 def test_half_precision_and_fixed_iterations(cli, tmp_path):
-    result = cli("run", "--nproc", "2", "-b", "1K", "-e", "2K", "-d", "half", "-n", "7", "--ops", "all_reduce", "--out", str(tmp_path))
+    result = cli("run", "--nproc", "2", "-b", "1K", "-e", "2K", "-d", "half", "-n", "7", "-w", "3", "--ops", "all_reduce",
+                 "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     run = only_run(tmp_path)
     assert {r["iters"] for r in run.records} == {7} and {r["dtype"] for r in run.records} == {"half"}
+    assert {r["warmup"] for r in run.records} == {3} and {r["stop_reason"] for r in run.records} == {"fixed"}
     assert json.loads((run.path / "run.json").read_text())["args"]["iters"] == 7

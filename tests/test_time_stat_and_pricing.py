@@ -23,7 +23,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "examples" / "exampl
 
 def record(size: int, samples, in_place=False):
     facts = RowFacts(op="all_reduce", scope="world", group_size=2, n_groups=1, size_bytes=size, count=size // 4,
-                     dtype="float", redop="sum", root=-1, in_place=in_place, iters=len(samples), warmup=0, timer="host")
+                     dtype="float", redop="sum", root=-1, in_place=in_place, iters=len(samples), warmup=0, timer="host",
+                     stop_reason="fixed")
     return build_record(facts, Stats.of(samples), 1.0, time_us_mean_nccl=None, wrong=0).model_dump()
 
 

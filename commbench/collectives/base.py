@@ -88,6 +88,7 @@ class Collective:
     # gloo's transport lets incoming data overwrite outgoing data still being sent, so on these
     # backends the in-place variant stages the outgoing data in a scratch copy first (timed too)
     in_place_staged_on: tuple[str, ...] = ()
+    root: int = -1  # the group rank a rooted op sends from (nccl-tests' root column), -1 if unrooted
 
     def busbw_factor(self, n: int, variant: Variant) -> float:
         """busbw / algbw on n ranks, from commbench.ops (the one home of the factor)."""

@@ -6,11 +6,11 @@ from commbench.collectives.base import Collective, pattern, same_buffer, same_co
 
 
 def _launch(buffers, ctx, variant):
-    dist.broadcast(buffers.recv, src=ctx.global_ranks[0], group=ctx.group)
+    dist.broadcast(buffers.recv, src=ctx.global_ranks[BROADCAST.root], group=ctx.group)
 
 
 def _expected(ctx, counts, dtype, device, variant):
-    return pattern(0, counts.recv, dtype, device)
+    return pattern(BROADCAST.root, counts.recv, dtype, device)
 
 
 BROADCAST = Collective(
@@ -21,4 +21,5 @@ BROADCAST = Collective(
     launch=_launch,
     expected=_expected,
     out_of_place_copies=True,
+    root=0,
 )

@@ -73,9 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "(gloo, or NCCL over sockets; default 0.5)")
     how = parser.add_argument_group("how to measure")
     how.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo")
-    how.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per size (default: adapt to the size)")
-    how.add_argument("-w", "--warmup", type=int, default=2, help="warm-up iterations per size (default 2)")
-    how.add_argument("--time-budget-ms", type=float, default=20.0, help="timed time per row when adapting iterations (default 20)")
+    how.add_argument("-n", "--iters", type=int, default=None,
+                     help="timed iterations per size, fixed as nccl-tests' -n (default: time until the median's 95%% "
+                          "confidence interval is within --ci-pct, or the budget is spent; each row's stop_reason says which)")
+    how.add_argument("-w", "--warmup", type=int, default=None,
+                     help="warm-up iterations per size, fixed as nccl-tests' -w (default: until the median of the last "
+                          "5 ops stops falling, at most 100 ops or --time-budget-ms)")
+    how.add_argument("--time-budget-ms", type=float, default=20.0,
+                     help="timed time per row when adapting iterations (default 20)")
+    how.add_argument("--ci-pct", type=float, default=2.0,
+                     help="adaptive timing stops when the median's 95%% confidence interval is within +-this %% (default 2)")
     how.add_argument("--min-iters", type=int, default=5, help="fewest iterations when adapting (default 5)")
     how.add_argument("--max-iters", type=int, default=200, help="most iterations when adapting (default 200)")
     how.add_argument("-c", "--check-iters", type=int, default=1, help="correctness checks per row (0: none, default 1)")
@@ -129,7 +136,7 @@ def add_where_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         ops=args.ops, min_bytes=args.min_bytes, max_bytes=args.max_bytes, step_factor=args.step_factor,
-        dtype=args.dtype, backend=args.backend, scopes=args.scopes, iters=args.iters, warmup=args.warmup,
+        dtype=args.dtype, backend=args.backend, scopes=args.scopes, iters=args.iters, warmup=args.warmup, ci_pct=args.ci_pct,
         time_budget_ms=args.time_budget_ms, min_iters=args.min_iters, max_iters=args.max_iters,
         check_iters=args.check_iters, cuda_graph=args.cuda_graph, pairwise=args.pairwise,
         outlier_ratio=args.outlier_ratio, max_retransmit_pct=args.max_retransmit_pct, timeout_s=args.timeout,

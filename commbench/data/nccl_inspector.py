@@ -395,7 +395,7 @@ def _record(comm: Communicator, op: str, bucket: tuple[int, int], samples: list[
     factor = busbw_factor(op, comm.n_ranks)
     row = RowFacts(op=op, scope=comm.scope, group_size=comm.n_ranks, n_groups=1, size_bytes=size, count=0,
                    dtype="unknown", redop="none", root=-1, in_place=False, iters=len(samples), warmup=0,
-                   timer="imported")
+                   timer="imported", stop_reason=None)  # no timed loop: the job's own calls, as observed
     busbw = [s.size_bytes / s.time_us / 1e3 * factor for s in samples]
     return build_record(row, Stats.of([s.time_us for s in samples]), factor, time_us_mean_nccl=None, wrong=-1,
                         comm_id=comm.comm_id, comm_name=comm.name, hosts=comm.hosts, size_bucket=list(bucket),

@@ -322,7 +322,8 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     iters = m.iters if m.iters is not None else facts.iters
     row = RowFacts(op=op, scope=scope, group_size=group_size, n_groups=n_groups, size_bytes=m.size, count=m.count,
                    dtype=m.dtype, redop=m.redop, root=m.root, in_place=m.in_place,
-                   iters=(iters or 0) * facts.ops_per_iteration, warmup=facts.warmup, timer="imported")
+                   iters=(iters or 0) * facts.ops_per_iteration, warmup=facts.warmup, timer="imported",
+                   stop_reason="fixed")  # nccl-tests always times its -n iterations
     # nccl-tests prints one rank-averaged time; the spread only with -I: without it the spread is null
     stats = Stats(median=m.time_us, p10=m.time_p10, p90=m.time_p90, min=m.time_min, max=m.time_max, mean=m.time_us,
                   cv=m.cv)

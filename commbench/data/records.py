@@ -58,6 +58,7 @@ class RowFacts:
     iters: int
     warmup: int
     timer: str
+    stop_reason: str | None  # converged / budget / fixed (schema.Record.stop_reason); None: no timed loop
     direction: str | None = None
 
 

@@ -14,7 +14,8 @@ adding an optional field keeps the version):
      later, optional record fields `time_stat` (default 'slowest-rank median', what older rows are) and
      `time_us_mean` (absent in older rows); the percentiles, min, max and cv may be null (imported
      rows that did not report them; older imports copied the mean into them); later, optional record fields
-     `uniform_time_us_p10` and `uniform_time_us_p90` (all_to_allv rows; absent in older rows, read as null).
+     `uniform_time_us_p10` and `uniform_time_us_p90` (all_to_allv rows; absent in older rows, read as null);
+     later, optional record field `stop_reason` (why the timed loop stopped; absent in older rows, read as null).
      Each new record field adds a column to the results database's records table: see
      STORE_SCHEMA_VERSION in commbench/data/store.py.
 """
@@ -49,6 +50,10 @@ class Record(BaseModel):
     direction: Literal["uni", "bi"] | None = Field(None, description="pingpong only: one way at a time, or both ranks sending at once")
     iters: int = Field(description="timed iterations per rank")
     warmup: int = Field(0, description="untimed warm-up iterations before timing")
+    stop_reason: Literal["converged", "budget", "fixed"] | None = Field(
+        None, description="why the timed loop stopped: converged (the median's 95% confidence interval came within "
+                          "--ci-pct), budget (--time-budget-ms or --max-iters spent first), fixed (-n, or a tool that "
+                          "always runs a fixed count: overlap, nccl-tests); null in runs written before it was kept")
     timer: Literal["cuda_event", "host", "imported"] = Field("host", description="what measured each iteration")
     time_us: float = Field(description="reported per-op time (us): the statistic time_stat names")
     time_stat: str = Field("slowest-rank median", description="which statistic time_us is: 'slowest-rank median' "

@@ -13,7 +13,8 @@ Tables (STORE_SCHEMA_VERSION below; `meta` holds it):
            whether it is synthetic (schema 2; null for runs ingested under schema 1).
   records  one row per record: the schema's fields, extra fields (overlap runs) as JSON. Schema 4
            added uniform_time_us_p10/p90 (all_to_allv rows); rows ingested before kept them in extra,
-           and the migration moves them out of it (null where a run never had them).
+           and the migration moves them out of it (null where a run never had them). Schema 6 added
+           stop_reason (null for rows ingested before; re-ingesting a run fills it where the run has it).
   samples  per-iteration times of the reported (slowest) rank and every rank's median, per record,
            keyed by run_id and the record's key columns (op, scope, group_size, size_bytes, dtype,
            in_place, direction), and for pairwise rows the pair of ranks (schema 3; null otherwise);
@@ -53,9 +54,10 @@ from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
 
-# 2: runs.synthetic; 3: samples.pair; 4: records.uniform_time_us_p10/p90; 5: the actions table
+# 2: runs.synthetic; 3: samples.pair; 4: records.uniform_time_us_p10/p90; 5: the actions table;
+# 6: records.stop_reason
 # (each added to an older file by _migrate)
-STORE_SCHEMA_VERSION = 5
+STORE_SCHEMA_VERSION = 6
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
@@ -176,7 +178,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     """Bring an older file to this version in place, in one transaction, keeping every row:
     runs.synthetic (2) and samples.pair (3) added, null until a run is re-ingested (older runs'
     pairwise samples were never kept, so nothing is lost); records.uniform_time_us_p10/p90 (4)
-    added and filled from what older ingests kept of them in `extra`; the actions table (5), empty."""
+    added and filled from what older ingests kept of them in `extra`; the actions table (5), empty;
+    records.stop_reason (6) added, moved out of `extra` likewise where an ingest kept it there."""
     version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
     if version >= STORE_SCHEMA_VERSION:
         return
@@ -191,6 +194,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
                 _move_out_of_extra(con, name)
         if version < 5:
             _create_table(con, "actions", ACTION_COLUMNS)
+        if version < 6:
+            _move_out_of_extra(con, "stop_reason")
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(STORE_SCHEMA_VERSION)])
         con.execute("COMMIT")
     except BaseException:
@@ -200,11 +205,12 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
 
 def _move_out_of_extra(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Add the records column `name` (a number) and move each row's extra.<name> into it. A value
-    that is not a number stays in extra, so nothing is dropped; rows without it get null."""
+    that is not of its column's kind stays in extra, so nothing is dropped; rows without it get null."""
+    kinds = ("'VARCHAR', 'NULL'" if RECORD_COLUMNS[name] == "VARCHAR" else "'DOUBLE', 'BIGINT', 'UBIGINT', 'NULL'")
     con.execute(f'ALTER TABLE records ADD COLUMN IF NOT EXISTS "{name}" {RECORD_COLUMNS[name]}')
     con.execute(f'UPDATE records SET "{name}" = CAST(extra->>? AS {RECORD_COLUMNS[name]}), '
                 "extra = nullif(CAST(json_merge_patch(extra, json_object(?, NULL)) AS VARCHAR), '{}') "
-                "WHERE json_exists(extra, ?) AND json_type(extra, ?) IN ('DOUBLE', 'BIGINT', 'UBIGINT', 'NULL')",
+                f"WHERE json_exists(extra, ?) AND json_type(extra, ?) IN ({kinds})",
                 [f"$.{name}", name, f"$.{name}", f"$.{name}"])
 
 

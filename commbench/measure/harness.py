@@ -2,9 +2,12 @@
 
 For one row (an op on every group of a scope at one size) and one variant:
   1. every group of the scope allocates its buffers and fills them with known inputs;
-  2. warm-up ops estimate the op time; the slowest estimate anywhere sets the iteration count;
+  2. warm-up until the per-op time stops falling on every rank (or -w ops); a sweep's WarmState
+     lets a latency-bound size reuse the previous size's warm-up and timed count;
   3. a barrier over all ranks, then one inside the group, so all groups start together;
-  4. `iters` back-to-back ops, each timed (CUDA events on NCCL, host clock on gloo);
+  4. back-to-back timed ops (CUDA events on NCCL, host clock on gloo), in chunks, until every
+     rank's median is known within --ci-pct or the budget is spent (or -n ops); the record's
+     stop_reason says which (commbench.measure.timing holds the rules);
   5. untimed ops on fresh known inputs are checked on every rank (`wrong` elements);
   6. rank 0 gathers every rank's samples and reports the slowest rank's median.
 Control traffic (estimates, barriers, gathers) always runs on a gloo group, so it never
@@ -14,6 +17,7 @@ rows and what to do with each measurement; commbench.measure.runner runs them.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +25,15 @@ import torch
 import torch.distributed as dist
 
 from commbench.collectives import get_collective
-from commbench.collectives.base import PERIOD, Buffers, Collective, Counts, GroupContext, Variant, pattern
+from commbench.collectives.base import (
+    PERIOD,
+    Buffers,
+    Collective,
+    Counts,
+    GroupContext,
+    Variant,
+    pattern,
+)
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.samples import samples_line
 from commbench.data.schema import Record
@@ -30,7 +42,18 @@ from commbench.measure.moe import routed_rows
 from commbench.measure.options import DTYPES
 from commbench.measure.placement import applicable_scopes, scope_groups
 from commbench.measure.session import Session
-from commbench.measure.timing import CudaEventTimer, HostTimer, choose_iters
+from commbench.measure.timing import (
+    FIRST_CHUNK_MIN,
+    WARMUP_LIMIT,
+    WARMUP_WINDOW,
+    CudaEventTimer,
+    HostTimer,
+    choose_iters,
+    median_ci_halfwidth,
+    next_chunk,
+    stop_reason,
+    warmed_up,
+)
 
 
 @dataclass(frozen=True)
@@ -151,7 +174,7 @@ def check(session: Session, row: Row, variant: Variant, ctx: GroupContext, buffe
 def timer_for(session: Session):
     if session.device.type == "cuda":
         return CudaEventTimer(torch)
-    return HostTimer(session.sync)
+    return HostTimer(session.op_wait)
 
 
 def _graphed(run_op):
@@ -174,40 +197,127 @@ class Measured:
     values: list[float] | None
     iters: int
     warmups: int
+    stop_reason: str = "fixed"  # converged / budget / fixed (commbench.measure.timing)
+    op_time_us: float = 0.0  # the warmed-up per-op time every rank agreed on
 
 
-def measure(session: Session, row: Row, variant: Variant) -> Measured:
-    cfg = session.cfg
+@dataclass
+class WarmState:
+    """What a sweep carries from one size to the next of the same op, variant and scope: the
+    warmed-up op time and the timed count the last row stopped at. While the op is latency-bound
+    (its first call no slower than LATENCY_BOUND x that time) the process is still warm, so one
+    warm-up window does, and the last count is where timing starts instead of re-estimating."""
+
+    key: tuple | None = None
+    op_time_us: float = 0.0
+    iters: int = 0
+
+    def predicts(self, key: tuple, first_call_us: float) -> bool:
+        return key == self.key and self.op_time_us > 0 and first_call_us <= LATENCY_BOUND * self.op_time_us
+
+    def remember(self, key: tuple, measured: Measured) -> None:
+        self.key, self.op_time_us, self.iters = key, measured.op_time_us, measured.iters
+
+
+LATENCY_BOUND = 1.5
+
+
+def _agreed(values: list[float], op=dist.ReduceOp.MAX) -> list[float]:
+    """Every rank's values reduced over the (gloo) control group: all ranks then decide alike."""
+    holder = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(holder, op=op)
+    return holder.tolist()
+
+
+def _prepared_op(session: Session, row: Row, variant: Variant, ctx: GroupContext):
+    """The buffers on known inputs and the callable one iteration runs."""
+    hang_if_asked(session.rank, row.collective.name)
+    die_if_asked(session.rank, row.collective.name)
+    if session.monitor:  # sweeps have one; benchmarks that call measure() directly may not
+        session.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}, first call")
+    buffers = allocate(session, row, variant, ctx)
+    fill_known_inputs(buffers, ctx)
+    run_op = op_callable(session, row.collective, buffers, ctx, variant)
+    if session.cfg.cuda_graph and session.device.type == "cuda":
+        run_op = _graphed(run_op)
+    return buffers, delayed_if_asked(session.rank, row.collective.name, run_op)
+
+
+def measure(session: Session, row: Row, variant: Variant, warm: WarmState | None = None) -> Measured:
+    """Warm up, time and check one variant of one row on every rank (see the module's steps)."""
     ctx = my_context(session, row)
-    estimate = torch.zeros(1, dtype=torch.float64)
-    if ctx is not None:
-        hang_if_asked(session.rank, row.collective.name)
-        die_if_asked(session.rank, row.collective.name)
-        if session.monitor:  # sweeps have one; benchmarks that call measure() directly may not
-            session.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}, first call")
-        buffers = allocate(session, row, variant, ctx)
-        fill_known_inputs(buffers, ctx)
-        run_op = op_callable(session, row.collective, buffers, ctx, variant)
-        if cfg.cuda_graph and session.device.type == "cuda":
-            run_op = _graphed(run_op)
-        run_op = delayed_if_asked(session.rank, row.collective.name, run_op)
-        estimate[0] = HostTimer(session.sync).time(run_op, 1)[0]
-    dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # every group warms up and times alike
-    warmups = 1
-    if estimate.item() < cfg.time_budget_ms * 1000 and cfg.warmup > 1:
-        # more warm-up only where one op is short: a long op has warmed everything up already
-        warmups = cfg.warmup
-        more = HostTimer(session.sync).time(run_op, cfg.warmup - 1) if ctx is not None else []
-        estimate[0] = min([estimate.item()] + more) if ctx is not None else 0.0
-        dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
-    iters = cfg.iters or choose_iters(estimate.item(), cfg.time_budget_ms, cfg.min_iters, cfg.max_iters)
+    buffers, run_op = _prepared_op(session, row, variant, ctx) if ctx is not None else (None, None)
+    host = HostTimer(session.op_wait)
+    first = _agreed([host.time(run_op, 1)[0] if ctx is not None else 0.0])[0]
+    key = (row.scope, row.collective.name, variant.label)
+    reuse = warm is not None and warm.predicts(key, first)
+    warmups, op_time = _warm_up(session, run_op if ctx is not None else None, first, reuse)
     dist.barrier()
+    samples, iters, reason = _timed(session, ctx, run_op, op_time, warm.iters if reuse else 0)
     if ctx is None:
-        return Measured(None, iters, warmups)
-    dist.barrier(group=ctx.group) if session.backend == "gloo" else _device_barrier(session, ctx)
-    samples = timer_for(session).time(run_op, iters)
-    wrong = check(session, row, variant, ctx, buffers, run_op) if cfg.check_iters else -1
-    return Measured(samples + [float(wrong)], iters, warmups)
+        measured = Measured(None, iters, warmups, reason, op_time)
+    else:
+        wrong = check(session, row, variant, ctx, buffers, run_op) if session.cfg.check_iters else -1
+        measured = Measured(samples + [float(wrong)], iters, warmups, reason, op_time)
+    if warm is not None:
+        warm.remember(key, measured)
+    return measured
+
+
+def _warm_up(session: Session, run_op, first_us: float, reuse: bool) -> tuple[int, float]:
+    """(warm-up ops run, the agreed per-op time after them). -w runs exactly that many (the first
+    call is one); else windows of WARMUP_WINDOW ops until every rank's time stops falling, at most
+    WARMUP_LIMIT ops or the time budget. A long op warms everything up in one call."""
+    cfg, host = session.cfg, HostTimer(session.op_wait)
+    if cfg.warmup is not None:
+        more = host.time(run_op, cfg.warmup - 1) if run_op is not None and cfg.warmup > 1 else []
+        return max(cfg.warmup, 1), _agreed([min([first_us] + more) if run_op is not None else 0.0])[0]
+    budget_us = cfg.time_budget_ms * 1000.0
+    if first_us >= budget_us:
+        return 1, first_us
+    times, count = [first_us], 1
+    while True:
+        size = min(WARMUP_WINDOW, WARMUP_LIMIT - count)
+        times += host.time(run_op, size) if run_op is not None else []
+        count += size
+        settled = reuse or warmed_up(times) if run_op is not None else True
+        not_settled, spent = _agreed([0.0 if settled else 1.0, sum(times) if run_op is not None else 0.0])
+        if not not_settled or count >= WARMUP_LIMIT or spent >= budget_us:
+            break
+    recent = statistics.median(times[-WARMUP_WINDOW:]) if run_op is not None else 0.0
+    return count, _agreed([recent])[0]
+
+
+def _timed(session: Session, ctx: GroupContext | None, run_op, op_time_us: float, predicted: int
+           ) -> tuple[list[float], int, str]:
+    """(this rank's samples, the agreed count, why it stopped): -n's count, else chunks until the
+    slowest-converging rank's median is within --ci-pct or the budget is spent."""
+    cfg, timer = session.cfg, timer_for(session)
+    if cfg.iters:
+        _start_together(session, ctx)
+        return (timer.time(run_op, cfg.iters) if ctx is not None else []), cfg.iters, "fixed"
+    opening = predicted or min(FIRST_CHUNK_MIN, choose_iters(op_time_us, cfg.time_budget_ms, 1, cfg.max_iters))
+    chunk = max(cfg.min_iters, min(opening, cfg.max_iters))
+    samples: list[float] = []
+    done = 0
+    while True:
+        _start_together(session, ctx)
+        if ctx is not None:
+            samples += timer.time(run_op, chunk)
+        done += chunk
+        mine = [median_ci_halfwidth(samples), sum(samples)] if ctx is not None else [0.0, 0.0]
+        halfwidth, elapsed = _agreed(mine)
+        reason = stop_reason(halfwidth, cfg.ci_pct, done, elapsed, cfg.time_budget_ms, cfg.min_iters, cfg.max_iters)
+        chunk = next_chunk(done, elapsed / done, elapsed, cfg.time_budget_ms, cfg.max_iters)
+        if reason or not chunk:
+            return samples, done, reason or "budget"
+
+
+def _start_together(session: Session, ctx: GroupContext | None) -> None:
+    """A barrier over all ranks, then one inside the group, so all groups start together."""
+    dist.barrier()
+    if ctx is not None:
+        dist.barrier(group=ctx.group) if session.backend == "gloo" else _device_barrier(session, ctx)
 
 
 def _device_barrier(session: Session, ctx: GroupContext) -> None:
@@ -240,7 +350,7 @@ def to_record(session: Session, row: Row, variant: Variant, samples: torch.Tenso
     wrong_values = samples[members, iters]
     wrong = -1 if bool((wrong_values < 0).any()) else int(wrong_values.sum().item())
     return build_record(
-        row_facts(session, row, variant, iters, measured.warmups), per_rank[slowest],
+        row_facts(session, row, variant, iters, measured.warmups, stop_reason=measured.stop_reason), per_rank[slowest],
         row.collective.busbw_factor(n, variant), wrong=wrong, slowest_rank=slowest,
         time_us_mean_nccl=sum(per_rank[r].mean for r in members) / len(members),
         **(row.exchange.record_fields() if row.exchange else {}),
@@ -257,12 +367,13 @@ def kept_samples(row: Row, variant: Variant, samples: torch.Tensor, measured: Me
     return samples_line(record.model_dump(), record.slowest_rank, times, members, medians)
 
 
-def row_facts(session: Session, row: Row, variant: Variant, iters: int, warmups: int, timer: str | None = None) -> RowFacts:
+def row_facts(session: Session, row: Row, variant: Variant, iters: int, warmups: int, timer: str | None = None,
+              stop_reason: str = "fixed") -> RowFacts:
     """The row's columns left of the times, as nccl-tests prints them."""
     return RowFacts(
         op=row.collective.name, scope=row.scope, group_size=len(row.groups[0]), n_groups=len(row.groups),
         size_bytes=row.counts.size_bytes(DTYPES[session.cfg.dtype][1]), count=row.counts.param,
-        dtype=session.cfg.dtype, redop=row.collective.redop, root=0 if row.collective.name == "broadcast" else -1,
+        dtype=session.cfg.dtype, redop=row.collective.redop, root=row.collective.root,
         in_place=variant.in_place, direction=variant.direction, iters=iters, warmup=warmups,
-        timer=timer or timer_for(session).kind,
+        timer=timer or timer_for(session).kind, stop_reason=stop_reason,
     )

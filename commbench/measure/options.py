@@ -49,9 +49,10 @@ class RunConfig:
     dtype: str = "float"
     backend: str = "auto"
     scopes: tuple[str, ...] | None = None  # None: every scope that applies to the placement
-    iters: int | None = None  # None: adapt to the size under time_budget_ms
-    warmup: int = 2
+    iters: int | None = None  # None: time until the median's CI is within ci_pct, or the budget is spent
+    warmup: int | None = None  # None: warm up until the per-op time stops falling (commbench.measure.timing)
     time_budget_ms: float = 20.0
+    ci_pct: float = 2.0  # adaptive timing stops once the median's 95% CI is within +-ci_pct %
     min_iters: int = 5
     max_iters: int = 200
     check_iters: int = 1
@@ -93,12 +94,14 @@ class RunConfig:
         if self.step_factor < 2:
             raise UsageError("--step-factor must be 2 or more")
         for name in ("warmup", "check_iters"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} cannot be negative")
         if self.iters is not None and self.iters < 1:
             raise UsageError("--iters must be at least 1")
         if not 1 <= self.min_iters <= self.max_iters:
             raise UsageError("--min-iters must be at least 1 and at most --max-iters")
+        if not 0 < self.ci_pct <= 100:  # also refuses nan
+            raise UsageError(f"--ci-pct must be a percentage above 0 and at most 100 (got {self.ci_pct})")
         if not 0 < self.outlier_ratio < 1:
             raise UsageError("--outlier-ratio must be between 0 and 1")
         if not 0 <= self.max_retransmit_pct <= 100:  # also refuses nan
@@ -171,6 +174,7 @@ class OverlapConfig(RunConfig):
     step_factor: int = 4
     scopes: tuple[str, ...] | None = ("world",)
     iters: int | None = 10
+    warmup: int | None = 2
     gemm_size: int = 1024  # M = N = K
 
     def validate(self) -> OverlapConfig:
@@ -180,6 +184,8 @@ class OverlapConfig(RunConfig):
             raise UsageError(f"op {bad[0]!r} is not measured by overlap; choose from {', '.join(OVERLAP_OPS)}")
         if self.iters is None:
             raise UsageError("--iters must be given: overlap does not adapt the iteration count")
+        if self.warmup is None:
+            raise UsageError("--warmup must be given: overlap does not adapt the warm-up")
         if self.gemm_size < 1:
             raise UsageError(f"--gemm-size must be at least 1 (got {self.gemm_size})")
         if self.scopes != ("world",):

@@ -21,7 +21,6 @@ How "at once" is arranged:
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ from commbench.collectives.base import Variant
 from commbench.data.overlap import OverlapRecord, overlap_achieved
 from commbench.data.records import Stats, build_record
 from commbench.data.samples import samples_line
+from commbench.measure.cores import usable_cores
 from commbench.measure.harness import (
     Row,
     allocate,
@@ -197,8 +197,7 @@ def gemm_threads(session: Session) -> int:
     """CPU threads for this rank's GEMM: the cores shared evenly among the ranks of this node."""
     if session.device.type == "cuda":
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // session.ranks_on_my_node())
+    return max(1, usable_cores() // session.ranks_on_my_node())
 
 
 def _ratio(part: float, whole: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from commbench.data.cluster_name import resolve_cluster
 from commbench.data.rundir import utc_now
 from commbench.data.schema import NodeInfo, RunInfo
 from commbench.errors import UsageError
+from commbench.measure.cores import usable_cores
 from commbench.measure.launch import RankEnv
 from commbench.measure.options import GLOO_DTYPES, RunConfig
 from commbench.measure.watchdog import RankMonitor
@@ -50,6 +52,11 @@ class Session:
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    @property
+    def op_wait(self) -> Callable[[], None] | None:
+        """What a host timer calls after each op to wait for it: None where ops return complete (CPU)."""
+        return self.sync if self.device.type == "cuda" else None
 
     def group(self, ranks: tuple[int, ...]):
         """The communicator under test for these ranks; every rank creates every group, in order."""
@@ -89,7 +96,7 @@ def _share_cores(session: Session) -> None:
     ranks that share a node fight over cores in every copy and reduction, and times balloon."""
     if "OMP_NUM_THREADS" in os.environ:
         return  # the user decided
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // session.ranks_on_my_node()))
+    torch.set_num_threads(max(1, usable_cores() // session.ranks_on_my_node()))
 
 
 def _cluster_topology(identity, identities) -> dict:

@@ -6,7 +6,16 @@ ping-pong direction), and rank 0 prints it as nccl-tests does and adds its recor
 
 from __future__ import annotations
 
-from commbench.measure.harness import Row, gather_to_rank0, kept_samples, measure, scope_rows, timer_for, to_record
+from commbench.measure.harness import (
+    Row,
+    WarmState,
+    gather_to_rank0,
+    kept_samples,
+    measure,
+    scope_rows,
+    timer_for,
+    to_record,
+)
 from commbench.measure.moe import uniform_row
 from commbench.measure.progress import Progress
 from commbench.measure.report import NcclTestsPrinter
@@ -25,6 +34,7 @@ class SweepDriver:
 
     def measure_rows(self, run: MeasuredRun, progress: Progress) -> None:
         block = None
+        warm = {variant.label: WarmState() for row in self.rows for variant in row.collective.variants}
         for row in self.rows:
             if (row.scope, row.collective.name) != block:
                 block = (row.scope, row.collective.name)
@@ -32,7 +42,7 @@ class SweepDriver:
             records, kept = [], []
             for variant in row.collective.variants:
                 run.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}")
-                measured = measure(self.session, row, variant)
+                measured = measure(self.session, row, variant, warm[variant.label])
                 samples = gather_to_rank0(self.session, measured)
                 if samples is not None:
                     records.append(to_record(self.session, row, variant, samples, measured))

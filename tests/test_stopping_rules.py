@@ -1,0 +1,159 @@
+"""When warm-up and timing stop (issue 31): the rules on synthetic sequences, then the harness's
+own loop driven by a scripted clock on a one-rank gloo group, so every stop_reason and both
+nccl-tests overrides (-w, -n) are seen to come out of measure() itself."""
+
+import math
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from commbench.collectives import get_collective
+from commbench.collectives.base import IN_PLACE
+from commbench.data.schema import NodeInfo, Record
+from commbench.measure import harness
+from commbench.measure.harness import Row, WarmState, measure
+from commbench.measure.launch import RankEnv, free_port
+from commbench.measure.options import RunConfig
+from commbench.measure.session import Session
+from commbench.measure.timing import (
+    WARMUP_LIMIT,
+    WARMUP_WINDOW,
+    median_ci_halfwidth,
+    next_chunk,
+    stop_reason,
+    warmed_up,
+)
+
+
+def test_warm_up_waits_for_the_window_median_to_stop_falling():
+    falling = [1000, 900, 800, 700, 600, 500, 400, 300, 200, 100]
+    assert not warmed_up(falling)
+    assert not warmed_up([100] * 9)  # fewer than two windows: not yet known
+    assert warmed_up([300] * 5 + [200] * 5 + [200] * 5)
+    assert warmed_up([200] * 5 + [203, 199, 201, 198, 202])  # noise within 2%
+    assert not warmed_up([200] * 5 + [190] * 5)  # 5% faster: still warming up
+
+
+def test_median_interval_is_tight_for_steady_times_and_wide_for_scattered_ones():
+    assert median_ci_halfwidth([100.0] * 5) == math.inf  # too few samples bound a median at 95%
+    assert median_ci_halfwidth([100.0] * 20) == 0.0
+    rng = random.Random(0)
+    steady = [100 * (1 + rng.gauss(0, 0.01)) for _ in range(200)]
+    scattered = [100 * (1 + abs(rng.gauss(0, 0.5))) for _ in range(200)]
+    assert median_ci_halfwidth(steady) < 0.005
+    assert median_ci_halfwidth(scattered) > 0.02
+    # more samples, narrower interval: n = 16 spans ranks 4..13 of the sorted 1..16
+    assert median_ci_halfwidth([float(v) for v in range(1, 17)]) == pytest.approx((13 - 4) / (2 * 8.5))
+
+
+def test_stop_reason_and_chunking():
+    assert stop_reason(0.01, 2.0, done=3, elapsed_us=1e9, budget_ms=20, min_iters=5, max_iters=200) is None
+    assert stop_reason(0.01, 2.0, done=10, elapsed_us=100, budget_ms=20, min_iters=5, max_iters=200) == "converged"
+    assert stop_reason(0.05, 2.0, done=10, elapsed_us=100, budget_ms=20, min_iters=5, max_iters=200) is None
+    assert stop_reason(0.05, 2.0, done=10, elapsed_us=20_000, budget_ms=20, min_iters=5, max_iters=200) == "budget"
+    assert stop_reason(0.05, 2.0, done=200, elapsed_us=100, budget_ms=20, min_iters=5, max_iters=200) == "budget"
+    assert next_chunk(10, 100.0, 1000.0, 20, 200) == 10  # doubles the count
+    assert next_chunk(10, 100.0, 19_500.0, 20, 200) == 5  # what the budget leaves
+    assert next_chunk(190, 1.0, 190.0, 20, 200) == 10  # what --max-iters leaves
+
+
+class ScriptedClock:
+    """Stands in for both timers: each op 'takes' the next scripted time; counts what was asked."""
+
+    kind = "host"
+
+    def __init__(self, times):
+        self.times = iter(times)
+        self.asked = []
+
+    def time(self, op, iters):
+        self.asked.append(iters)
+        return [next(self.times) for _ in range(iters)]
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    port = free_port()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield port
+    dist.destroy_process_group()
+
+
+def _measure(port, clock, monkeypatch, warm=None, **options):
+    cfg = RunConfig(ops=("all_reduce",), check_iters=0, **options).validate()
+    session = Session(cfg=cfg, env=RankEnv(0, 1, 0, "127.0.0.1", port, "test"), backend="gloo",
+                      device=torch.device("cpu"), nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])])
+    monkeypatch.setattr(harness, "HostTimer", lambda wait=None: clock)
+    monkeypatch.setattr(harness, "timer_for", lambda session: clock)
+    collective = get_collective("all_reduce")
+    row = Row("world", collective, ((0,),), 1024, collective.counts(256, 1, 4))
+    measured = measure(session, row, IN_PLACE, warm)
+    return measured, session, row
+
+
+@dataclass
+class Script:
+    warm_up: list
+    timed: list
+
+    def times(self):
+        return [1000.0] + self.warm_up + self.timed  # the first call, then the rest
+
+
+FALLING_THEN_FLAT = [500.0] * 5 + [300.0] * 5 + [200.0] * 5 + [200.0] * 5  # settles at the 4th window
+
+
+def test_steady_times_converge_and_the_record_says_so(one_rank_group, monkeypatch):
+    clock = ScriptedClock(Script(FALLING_THEN_FLAT, [100.0] * 50).times())
+    measured, session, row = _measure(one_rank_group, clock, monkeypatch)
+    assert measured.warmups == 1 + 20 and clock.asked[:5] == [1, 5, 5, 5, 5]
+    assert measured.stop_reason == "converged" and measured.iters == 10  # the first look is tight already
+    samples = harness.gather_to_rank0(session, measured)
+    record = harness.to_record(session, row, IN_PLACE, samples, measured)
+    assert isinstance(record, Record) and record.stop_reason == "converged" and record.warmup == 21
+
+
+def test_scattered_times_run_until_the_budget_is_spent(one_rank_group, monkeypatch):
+    rng = random.Random(1)
+    scattered = [rng.choice([100.0, 300.0]) for _ in range(1000)]
+    clock = ScriptedClock(Script(FALLING_THEN_FLAT, scattered).times())
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, time_budget_ms=10.0)
+    assert measured.stop_reason == "budget"
+    timed = sum(clock.asked[5:])
+    assert timed == measured.iters and 10_000 <= sum(scattered[:timed]) < 10_000 + 300 * timed / 2
+    # --max-iters ends it first when the budget is larger
+    clock = ScriptedClock(Script(FALLING_THEN_FLAT, scattered).times())
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, time_budget_ms=1000.0, max_iters=30)
+    assert measured.stop_reason == "budget" and measured.iters == 30
+
+
+def test_warm_up_is_bounded_when_times_keep_falling(one_rank_group, monkeypatch):
+    falling = [10_000.0 - 50 * i for i in range(WARMUP_LIMIT - 1)]  # never settles
+    clock = ScriptedClock(Script(falling, [100.0] * 50).times())
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, time_budget_ms=1e6)
+    assert measured.warmups == WARMUP_LIMIT and sum(clock.asked[: -1]) == WARMUP_LIMIT
+
+
+def test_nccl_tests_overrides_are_honoured(one_rank_group, monkeypatch):
+    clock = ScriptedClock(Script([500.0] * 2, [100.0, 900.0] * 10).times())  # scattered: would not converge
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, warmup=3, iters=7)
+    assert clock.asked == [1, 2, 7]
+    assert (measured.warmups, measured.iters, measured.stop_reason) == (3, 7, "fixed")
+
+
+def test_a_latency_bound_size_reuses_the_warm_up_and_the_count(one_rank_group, monkeypatch):
+    warm = WarmState()
+    clock = ScriptedClock(Script(FALLING_THEN_FLAT, [100.0] * 50).times())
+    _measure(one_rank_group, clock, monkeypatch, warm=warm)
+    assert warm.op_time_us == 200.0 and warm.iters == 10
+    # the next size's first call (250 us) is within 1.5x of the warm op time: one window, count from before
+    clock = ScriptedClock([250.0] + [200.0] * WARMUP_WINDOW + [100.0] * 50)
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, warm=warm)
+    assert clock.asked == [1, WARMUP_WINDOW, 10] and measured.warmups == 1 + WARMUP_WINDOW
+    # a bandwidth-bound size (first call 4x slower) warms up afresh
+    clock = ScriptedClock([800.0] + FALLING_THEN_FLAT + [100.0] * 50)
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, warm=warm)
+    assert clock.asked[:5] == [1, 5, 5, 5, 5] and measured.warmups == 21
