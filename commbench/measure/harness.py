@@ -326,6 +326,14 @@ def _device_barrier(session: Session, ctx: GroupContext) -> None:
     session.sync()
 
 
+def gather_rows(session: Session, mine: torch.Tensor) -> torch.Tensor | None:
+    """Every rank's 1-d float64 tensor (all of one length) as one (world, length) tensor on rank 0,
+    over the control group; None on the other ranks. Every driver gathers through here."""
+    gathered = [torch.empty_like(mine) for _ in range(session.env.world_size)] if session.rank == 0 else None
+    dist.gather(mine, gathered, dst=0)
+    return torch.stack(gathered) if gathered is not None else None
+
+
 def gather_to_rank0(session: Session, measured: Measured) -> torch.Tensor | None:
     """Every rank's [samples..., wrong] as one (world, iters + 2) tensor on rank 0; column -1 says
     whether the rank took part (ranks outside every group send NaNs)."""
@@ -334,9 +342,7 @@ def gather_to_rank0(session: Session, measured: Measured) -> torch.Tensor | None
     if measured.values is not None:
         mine[: iters + 1] = torch.tensor(measured.values, dtype=torch.float64)
         mine[-1] = 1.0
-    gathered = [torch.empty_like(mine) for _ in range(session.env.world_size)] if session.rank == 0 else None
-    dist.gather(mine, gathered, dst=0)
-    return torch.stack(gathered) if gathered is not None else None
+    return gather_rows(session, mine)
 
 
 def to_record(session: Session, row: Row, variant: Variant, samples: torch.Tensor, measured: Measured) -> Record:

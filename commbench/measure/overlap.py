@@ -5,8 +5,9 @@ For each op and size (world scope, the sweep's declarations and out-of-place buf
   2. the GEMM alone, the collective alone, then both started together, `iters` iterations each,
      every phase behind a barrier on the gloo control group;
   3. one more iteration of both at once, on fresh known inputs, is checked on every rank
-     (`wrong`): a collective must still return the right data while a kernel runs beside it;
-  4. rank 0 gathers every rank's medians and reports the rank whose both-at-once time is largest.
+     (`wrong`, by the harness's check): a collective must still return the right data while a
+     kernel runs beside it;
+  4. rank 0 gathers every rank's medians (the harness's gather_rows) and reports the rank whose both-at-once time is largest.
 
 How "at once" is arranged:
   GPU  the GEMM on its own CUDA stream, the collective issued from a second stream (NCCL's stream
@@ -37,8 +38,9 @@ from commbench.measure.cores import usable_cores
 from commbench.measure.harness import (
     Row,
     allocate,
-    count_wrong,
+    check,
     fill_known_inputs,
+    gather_rows,
     my_context,
     op_callable,
     row_facts,
@@ -192,6 +194,17 @@ class RankFigures:
     comm_during_compute: float
     wrong: int
 
+    def as_row(self) -> torch.Tensor:
+        """The figures as one float64 row, the shape the harness gathers (gather_rows)."""
+        head = [self.compute, self.both, self.compute_during_comm, self.comm_during_compute, float(self.wrong)]
+        return torch.tensor(head + self.comm_samples, dtype=torch.float64)
+
+    @classmethod
+    def from_row(cls, row: torch.Tensor) -> RankFigures:
+        compute, both, compute_during, comm_during, wrong, *samples = row.tolist()
+        return cls(compute=compute, comm=Stats.of(samples), comm_samples=samples, both=both,
+                   compute_during_comm=compute_during, comm_during_compute=comm_during, wrong=int(wrong))
+
 
 def gemm_threads(session: Session) -> int:
     """CPU threads for this rank's GEMM: the cores shared evenly among the ranks of this node."""
@@ -259,23 +272,22 @@ class OverlapDriver:
         comm = overlap.comm_alone(run_op, cfg.iters)
         self._phase_start()
         both, compute_during, comm_during = zip(*overlap.together(run_op, cfg.iters))
-        # checked under overlap: fresh known inputs, one more iteration of both at once
-        fill_known_inputs(buffers, ctx)
-        self._phase_start()
-        overlap.together(run_op, 1)
-        session.sync()
-        expected = row.collective.expected(ctx, row.counts, buffers.recv.dtype, buffers.recv.device, variant)
+        # checked under overlap: fresh known inputs, one more iteration of both at once, per check
+
+        def op_beside_gemm() -> None:
+            self._phase_start()
+            overlap.together(run_op, 1)
+        wrong = check(session, row, variant, ctx, buffers, op_beside_gemm) if cfg.check_iters else -1
         return RankFigures(
             compute=statistics.median(compute), comm=Stats.of(comm), comm_samples=list(comm),
             both=statistics.median(both),
             compute_during_comm=statistics.median(compute_during), comm_during_compute=statistics.median(comm_during),
-            wrong=count_wrong(buffers.recv, expected, ctx.size),
+            wrong=wrong,
         )
 
     def _gather(self, mine: RankFigures) -> list[RankFigures] | None:
-        gathered = [None] * self.session.env.world_size if self.session.rank == 0 else None
-        dist.gather_object(mine, gathered, dst=0)
-        return gathered
+        rows = gather_rows(self.session, mine.as_row())
+        return None if rows is None else [RankFigures.from_row(row) for row in rows]
 
     def _record(self, row: Row, variant: Variant, ranks: list[RankFigures]) -> OverlapRecord:
         cfg = self.session.cfg
@@ -284,9 +296,10 @@ class OverlapDriver:
         comm = figures.comm
         raw_overlap = overlap_achieved(figures.compute, comm.median, figures.both)
         facts = row_facts(self.session, row, variant, cfg.iters, cfg.warmup, self.overlap.kind)
+        wrong = -1 if any(r.wrong < 0 for r in ranks) else sum(r.wrong for r in ranks)  # -1: not checked
         return build_record(
             facts, comm, row.collective.busbw_factor(len(row.groups[0]), variant), record_class=OverlapRecord,
-            time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks), wrong=sum(r.wrong for r in ranks),
+            time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks), wrong=wrong,
             slowest_rank=slowest, gemm_size=self.gemm.size, gemm_dtype=_dtype_name(self.gemm.dtype),
             gemm_threads=self.threads, gemm_tflops=_ratio(self.gemm.flops, figures.compute) / 1e6,
             compute_us=figures.compute, comm_us=comm.median, both_us=figures.both,

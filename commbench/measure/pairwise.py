@@ -23,12 +23,11 @@ from collections import Counter
 from dataclasses import replace
 
 import torch
-import torch.distributed as dist
 
 from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
 from commbench.errors import UsageError
-from commbench.measure.harness import Row, gather_to_rank0, kept_samples, measure, to_record
+from commbench.measure.harness import Row, gather_rows, gather_to_rank0, kept_samples, measure, to_record
 from commbench.measure.linkhealth import TcpCounters, moves_data_over_tcp, read_tcp_counters, record_retransmit_pct
 from commbench.measure.options import DTYPES
 from commbench.measure.progress import Progress
@@ -114,9 +113,7 @@ def gather_counter_deltas(session: Session, before: TcpCounters | None, after: T
     if before is not None and after is not None:
         delta = after - before
         mine[:] = torch.tensor([delta.segments_sent, delta.retransmitted], dtype=torch.float64)
-    gathered = [torch.empty_like(mine) for _ in range(session.env.world_size)] if session.rank == 0 else None
-    dist.gather(mine, gathered, dst=0)
-    return torch.stack(gathered) if gathered is not None else None
+    return gather_rows(session, mine)
 
 
 def pair_counters(counters: torch.Tensor | None, pair: tuple[int, int], host: dict[int, str]) -> dict:
