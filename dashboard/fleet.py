@@ -12,8 +12,8 @@ from pathlib import Path
 from commbench.analysis.compare import compare_runs
 from commbench.analysis.history import attach_change_points, load_series
 from commbench.analysis.runs import read_run
-from commbench.data.store import open_read_only, query
-from dashboard.data import database_for  # noqa: F401 - the History pages find the database here
+from commbench.data.store import open_read_only, query, read_actions
+from dashboard.data import database_for  # the History pages find the database here too
 
 CHOICES_SQL = """
 SELECT DISTINCT r.cluster, rec.op, rec.size_bytes, rec.scope
@@ -59,3 +59,18 @@ def link_for(points: list[dict], index: int, root: Path) -> tuple[str, str]:
     if before is None or after is None:
         return "/compare", "these runs lie outside the results folder the dashboard reads"
     return f"/compare?a={before}&b={after}", f"compare {points[index - 1]['run_id']} with {points[index]['run_id']}"
+
+
+ACTION_FIELDS = ("when", "node", "verb", "verdict", "evidence_run", "command", "result", "source")
+
+
+def scheduler_actions(results_root: Path, limit: int = 500) -> tuple[list[dict], str]:
+    """The store's scheduler actions (drains and resumes check, diagnose and health carried out or
+    refused), newest first, and a line saying where they come from."""
+    db = database_for(results_root)
+    if db is None:
+        return [], ("no results database beside this results folder: scheduler actions are recorded in the one "
+                    "--db (or $COMMBENCH_DB) names")
+    rows = [{name: str(row[name]) if row[name] is not None else "" for name in ACTION_FIELDS}
+            for row in read_actions(db, limit)]
+    return rows, f"{len(rows)} scheduler action(s) recorded in {db} (newest first)"

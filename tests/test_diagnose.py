@@ -10,7 +10,7 @@ import pytest
 from commbench.cli import main
 from commbench.diagnose.fleet import FleetModel, bound_rounds, simulate_diagnose
 from commbench.diagnose.hostlist import compress, expand
-from commbench.diagnose.strategy import diagnose, ring_edges, screen_groups
+from commbench.diagnose.strategy import RoundResult, Thresholds, diagnose, ring_edges, screen_groups
 
 
 def fleet(n=8, seed=0):
@@ -201,3 +201,30 @@ def test_a_hung_node_gives_strict_json_and_readable_reports(tmp_path):
         assert "no answer" in text(readable)
         rounds_chart(readable)
         verdict_rows(readable)
+
+
+class _CutNodeDragsItsPartner:
+    """The cluster model, except that a node sharing a group with the cut node goes silent in that round
+    too, as a live partner does whose gloo ring waits on a cut node past the round's time."""
+
+    def __init__(self, model, cut: int):
+        self.model, self.cut = model, cut
+
+    def run_round(self, groups, wait_for_silent=False):
+        result = self.model.run_round(groups, wait_for_silent)
+        dragged = {n for g in groups if self.cut in g and self.cut in result.hung for n in g}
+        return RoundResult(result.busbw, result.retransmit_pct, result.hung | frozenset(dragged))
+
+
+def test_a_healthy_node_silent_beside_a_cut_one_is_rechecked_and_not_drained():
+    model = FleetModel(16, np.random.default_rng(3))
+    model.node_rate[9] = 0.3
+    # node 10 shares the slow node's screen group (8-11), answers the screen, and is cut as the split
+    # round tests it with 11: 11 goes silent with it there, and again as 10's partner in the recheck
+    model.stops_at_round[10] = 2
+    result = diagnose(_CutNodeDragsItsPartner(model, cut=10), 16, Thresholds(group_size=4))
+    assert next(sorted(r.hung) for r in result.rounds if r.step == "split") == [10, 11]
+    assert set(result.hung) == {10} and set(result.bad_nodes) == {9}, (result.hung, result.bad_nodes)
+    (recheck,) = [r for r in result.rounds if r.step == "recheck"]
+    assert [list(g) for g in recheck.groups] == [[10, recheck.groups[0][1]], [11, recheck.groups[1][1]]]
+    assert recheck.hung == [10] and 11 in result.good_nodes()

@@ -61,3 +61,26 @@ def test_the_page_draws_a_large_diagnosis_with_only_the_nodes_that_did_not_pass(
         assert len(rows) == 3 and sum(len(trace.x) for trace in nodes.data) == 600
         assert 0 < len(rounds.data[0].x) < 600  # healthy nodes that passed every round are left out
         assert "no diagnose run" in page.draw(None)[3].layout.annotations[0].text
+
+
+def test_the_page_lists_the_scheduler_actions_of_the_store(tmp_path):
+    from commbench.data.store import record_actions
+    from dashboard.app import create_app
+
+    assert main(["diagnose", "--simulate", "8", "--out", str(tmp_path)]) == 0
+    app = create_app(tmp_path)
+    import dashboard.pages.diagnose as page
+    with app.server.test_request_context():
+        (_, note, table) = page.actions_section()
+        assert table.data == [] and "no results database" in note.children
+        record_actions(tmp_path / "commbench.duckdb", [
+            {"when": "2026-12-01T10:00:00+00:00", "node": "n3", "verb": "drain", "verdict": "diagnose: slow",
+             "evidence_run": "diagnose-1", "command": "scontrol update NodeName=n3 State=DRAIN", "result": "done",
+             "source": "diagnose"},
+            {"when": "2026-12-01T11:00:00+00:00", "node": "n3", "verb": "resume", "verdict": "passes again",
+             "evidence_run": None, "command": "scontrol update NodeName=n3 State=RESUME", "result": "done",
+             "source": "health"}])
+        (_, note, table) = page.actions_section()
+        assert [(row["verb"], row["source"], row["when"]) for row in table.data] == [
+            ("resume", "health", "2026-12-01 11:00:00"), ("drain", "diagnose", "2026-12-01 10:00:00")]
+        assert "2 scheduler action(s) recorded" in note.children

@@ -55,7 +55,8 @@ class FleetModel:
         if self.node_loss_pct is None:
             self.node_loss_pct = np.zeros(self.n_nodes)
 
-    def run_round(self, groups: Sequence[tuple[int, ...]]) -> RoundResult:
+    def run_round(self, groups: Sequence[tuple[int, ...]], wait_for_silent: bool = False) -> RoundResult:
+        """wait_for_silent changes nothing here: a node of the model is silent from its round on."""
         self.rounds_run += 1
         hung = frozenset(n for n, r in self.stops_at_round.items() if self.rounds_run >= r)
         busbw = np.empty(len(groups))

@@ -18,7 +18,12 @@ Steps:
                 two rounds: a bad node is slow (or lossy) with every partner; a node that passes with
                 good partners is not at fault, and a candidate link between two such nodes is tested
                 on its own: failing there, it is a bad link.
-  4. report     a Diagnosis: nodes to drain with reasons and evidence, links to inspect, nodes that
+  4. recheck    every node that did not answer is tested once more, with a known-good partner only:
+                a cut node drags down the partner of its group (the partner's part waits on it until
+                the round's time is up), so a healthy node can miss a round's answer too. Answering
+                here clears it (a failing pair then marks it slow); a partner's silence in this
+                round is never held against the partner.
+  5. report     a Diagnosis: nodes to drain with reasons and evidence, links to inspect, nodes that
                 did not answer, every round's groups and results, and the good nodes.
 
 Rounds are concurrent: with groups of g, localisation takes about log2(g) rounds whatever the number
@@ -47,8 +52,9 @@ class RoundResult:
 
 
 class Tester(Protocol):
-    def run_round(self, groups: Sequence[tuple[int, ...]]) -> RoundResult:
-        """Test disjoint groups at once, each as a ring in the given order."""
+    def run_round(self, groups: Sequence[tuple[int, ...]], wait_for_silent: bool = False) -> RoundResult:
+        """Test disjoint groups at once, each as a ring in the given order. wait_for_silent: wait the
+        round's whole time for nodes that did not answer before (a tester may give up on them early)."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,7 @@ class Diagnoser:
         self._screen_and_localise(self._screen())
         self._confirm_nodes()
         self._confirm_links()
+        self._recheck_silent()
         return self.result
 
     def _screen(self) -> list[tuple[int, ...]]:
@@ -364,6 +371,33 @@ class Diagnoser:
                     self.result.bad_links[link] = Verdict(reason.split("+") if reason else ["slow"], self.candidate_links[link]
                                                           + [self._evidence(link, decided[link], "the two alone")])
             links = [link for link in later if not set(link) & self.result.drained()]
+
+
+    def _recheck_silent(self) -> None:
+        """Each node named for not answering, once more with a known-good partner (step 4)."""
+        silent = sorted(self.result.hung)
+        while silent:
+            good = sorted(self.good - set(self.result.hung) - set(self.result.bad_nodes))
+            pairs = list(zip(silent, good))
+            if not pairs:
+                return
+            measured = self.tester.run_round([tuple(p) for p in pairs], wait_for_silent=True)
+            outcome, reason = classify(measured.busbw, measured.retransmit_pct, self.result.reference, self.t)
+            self.result.rounds.append(RoundLog("recheck", [tuple(p) for p in pairs], measured.busbw.tolist(),
+                                               measured.retransmit_pct.tolist(),
+                                               ["hung" if s in measured.hung else o for (s, _), o in zip(pairs, outcome)],
+                                               sorted(s for s, _ in pairs if s in measured.hung)))
+            for i, (node, partner) in enumerate(pairs):
+                if node in measured.hung:
+                    continue  # silent again, with a partner that answers everyone else: it stays named
+                del self.result.hung[node]
+                decided = (outcome[i], reason[i], float(measured.busbw[i]), float(measured.retransmit_pct[i]))
+                if outcome[i] == FAIL:
+                    self.result.bad_nodes[node] = Verdict(reason[i].split("+") if reason[i] else ["slow"], [
+                        self._evidence((node, partner), decided, "answered a recheck with a known-good partner")])
+                elif outcome[i] == PASS:
+                    self.good.add(node)
+            silent = silent[len(pairs):]
 
 
 def diagnose(tester: Tester, n_nodes: int, thresholds: Thresholds = Thresholds()) -> Diagnosis:

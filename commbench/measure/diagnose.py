@@ -238,10 +238,12 @@ class StoreTester:
         self.rounds_done = 0  # the strategy's rounds, numbered as its report numbers them
         self.gone: set[int] = set()  # node indices that did not answer once: never waited for again
 
-    def run_round(self, groups: Sequence[tuple[int, ...]]) -> RoundResult:
+    def run_round(self, groups: Sequence[tuple[int, ...]], wait_for_silent: bool = False) -> RoundResult:
         self.rounds_done += 1
         rank_groups = [[self.nodes[n].rank for n in g] for g in groups]
         started = time.monotonic()
+        if wait_for_silent:  # a recheck: the nodes asked about are waited for again
+            self.gone -= {n for g in groups for n in g}
         answers = self._play(rank_groups, f"round{self.rounds_done}")
         result = self._result(groups, rank_groups, answers)
         self._progress(f"round {self.rounds_done}: {len(groups)} group(s)", result.hung, time.monotonic() - started)

@@ -1,5 +1,5 @@
 """Diagnose: a `commbench diagnose` run's verdicts, nodes coloured by verdict, the straggler screen, and
-each round's groups."""
+each round's groups; then the scheduler actions of the fleet (drains and resumes from the store)."""
 
 import dash
 from dash import Input, Output, callback, dcc, html
@@ -7,6 +7,7 @@ from dash import Input, Output, callback, dcc, html
 from dashboard.app import results
 from dashboard.figures.common import message_figure
 from dashboard.figures.diagnose import node_map, rounds_chart, straggler_chart, straggler_verdict, verdict_rows
+from dashboard.fleet import scheduler_actions
 from dashboard.ui import columns_of, control, data_table, notices, run_options
 
 dash.register_page(__name__, path="/diagnose", name="Diagnose", order=7, title="commbench · diagnose")
@@ -27,7 +28,15 @@ def layout(**_query):
         dcc.Graph(id="dg-nodes"),
         dcc.Graph(id="dg-stragglers"),
         dcc.Graph(id="dg-rounds"),
+        *actions_section(),
     ])
+
+
+def actions_section() -> list:
+    """Every drain and resume commbench carried out or refused (check, diagnose, health --slurm)."""
+    rows, where = scheduler_actions(results().root)
+    return [html.H3("Scheduler actions"), html.P(where, id="dg-actions-source"),
+            data_table("dg-actions", columns=columns_of(rows), data=rows)]
 
 
 @callback(Output("dg-summary", "children"), Output("dg-verdicts", "columns"), Output("dg-verdicts", "data"),
