@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import ops
+from commbench import dtypes, ops, scopes
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("commbench", "dashboard")
@@ -220,3 +220,103 @@ def test_the_nccl_tests_reader_takes_factors_from_ops(factor_42):
     from commbench.data import nccl_tests
 
     assert nccl_tests.busbw_factor("all_reduce", 8) == 42.0
+
+
+# one home for dtypes and scopes: a second table would list two of their names side by side
+DTYPE_HOME, SCOPE_HOME = "commbench.dtypes", "commbench.scopes"
+# spellings only a dtype table holds: "float", "int" or "long" also name Python and JSON types
+DTYPE_WORDS = {spelling for dtype in dtypes.DTYPES.values() for spelling in (dtype.name, *dtype.spellings)} - {
+    "float", "int", "long", "bool", "byte", "char", "short"}
+
+
+def _constants(nodes: list) -> bool:
+    return all(isinstance(node, ast.Constant) for node in nodes)
+
+
+def _string_items(node: ast.AST, dict_keys: bool) -> list[str] | None:
+    """The strings of a literal tuple, list or set, a Literal[...], or (dict_keys) the keys of a dict
+    of constants (a dict of computed values maps its keys, it does not list them), else None."""
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
+        node = node.slice
+    if isinstance(node, ast.Dict):
+        items = node.keys if dict_keys and _constants(node.values) else None
+    else:
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else None
+    if not items or not _constants(items) or not all(isinstance(item.value, str) for item in items):
+        return None
+    return [item.value for item in items]
+
+
+def _membership_tests(tree: ast.AST) -> set[int]:
+    """ids of the literals on the right of `in`: `scope in ("intra", "pair")` asks, it lists nothing."""
+    return {id(right) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            for op, right in zip(node.ops, node.comparators) if isinstance(op, (ast.In, ast.NotIn))}
+
+
+def tables_of(source: str, words: set[str], dict_keys: bool = True) -> list[str]:
+    """The literals in `source` that name two or more of `words`: a table of them. dict_keys: a dict
+    keyed by them counts (a dtype table is name -> bytes; a dict keyed by scope holds a per-tier fact)."""
+    found, tree = [], ast.parse(source)
+    asked = _membership_tests(tree)
+    for node in ast.walk(tree):
+        items = None if id(node) in asked else _string_items(node, dict_keys)
+        if items is not None and len(words.intersection(items)) >= 2:
+            found.append(ast.unparse(node))
+    return found
+
+
+def _tables_outside(home: str, words: set[str], dict_keys: bool) -> dict[str, list[str]]:
+    found = {name: tables_of(path.read_text(encoding="utf-8"), words, dict_keys) for name, path in all_modules().items()
+             if name != home}
+    return {name: tables for name, tables in found.items() if tables}
+
+
+def test_no_dtype_table_outside_dtypes():
+    assert not _tables_outside(DTYPE_HOME, DTYPE_WORDS, dict_keys=True), "dtype facts belong in commbench/dtypes.py"
+
+
+def test_no_scope_list_outside_scopes():
+    assert not _tables_outside(SCOPE_HOME, set(scopes.SCOPES), dict_keys=False), "the scope list belongs in commbench/scopes.py"
+
+
+def test_the_table_finder_finds_tables():
+    """What the two tests above would flag: each of the old tables, and none of the lookups that replaced them."""
+    assert tables_of('DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}', DTYPE_WORDS)
+    assert tables_of('GLOO = ("float", "half", "double", "int8")', DTYPE_WORDS)
+    assert tables_of('Scope = Literal["world", "intra", "inter", "pair"]', set(scopes.SCOPES))
+    assert tables_of('p.add_argument("--scope", choices=("world", "intra", "inter"))', set(scopes.SCOPES))
+    assert tables_of('SYMBOLS = {"bf16": "circle", "fp16": "diamond"}', DTYPE_WORDS)
+    assert not tables_of('x = ("float", "int")\nfor tier in NODE_TIERS: pass', DTYPE_WORDS | set(scopes.SCOPES))
+    assert not tables_of('if scope in ("intra", "pair"): pass', set(scopes.SCOPES))
+    assert not tables_of('net = {"intra": system.intra, "inter": system.inter}', set(scopes.SCOPES))
+    assert not tables_of('USAGE = {"intra": 0.15, "inter": 0.02}', set(scopes.SCOPES), dict_keys=False)
+
+
+SLOWDOWN_HOME = "commbench.data.calculon"  # Calculon's processor_usage; modeling/cluster.py takes it from there
+_SLOWDOWN_WORDS = re.compile(r"\b15\s?%.{0,40}\b2\s?%", re.S)
+
+
+def slowdown_literals(source: str) -> list[str]:
+    """The default overlap slowdown typed again: 0.15 and 0.02 in one module, or "15% ... 2%" in one string."""
+    tree = ast.parse(source)
+    numbers = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, float)}
+    found = ["0.15 and 0.02"] if {0.15, 0.02} <= numbers else []
+    return found + [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                    and isinstance(node.value, str) and _SLOWDOWN_WORDS.search(node.value)]
+
+
+def test_the_default_slowdown_has_one_home():
+    from commbench.data.calculon import PROCESSOR_USAGE
+    from commbench.modeling.cluster import DEFAULT_SLOWDOWN_INTER, DEFAULT_SLOWDOWN_INTRA
+
+    assert (DEFAULT_SLOWDOWN_INTRA, DEFAULT_SLOWDOWN_INTER) == (PROCESSOR_USAGE["intra"], PROCESSOR_USAGE["inter"]) == (0.15, 0.02)
+    found = {name: slowdown_literals(path.read_text(encoding="utf-8")) for name, path in all_modules().items()
+             if name != SLOWDOWN_HOME}
+    assert not {name: hits for name, hits in found.items() if hits}, "the default slowdown belongs in data/calculon.py"
+
+
+def test_the_slowdown_finder_finds_the_old_copies():
+    assert slowdown_literals('HELP = "default 15% NVLink / 2% inter-node"')
+    assert slowdown_literals('label = "defaults: 15% intra-node, 2% inter-node"')
+    assert slowdown_literals('DEFAULTS = {"intra": (True, 0.15), "inter": (False, 0.02)}')
+    assert not slowdown_literals('x = 0.15\nlabel = f"{x:.0%} intra-node"')

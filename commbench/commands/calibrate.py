@@ -29,14 +29,13 @@ import socket
 import sys
 from pathlib import Path
 
+from commbench.dtypes import CALIBRATED_DTYPES, CALIBRATION_DTYPES, GEMM_DTYPES
 from commbench.errors import UsageError
 from commbench.measure.progress import Progress
 
 HELP = "measure this device's GEMM, attention, elementwise, launch and optimizer rates into a processor JSON"
 
 DEVICES = ("auto", "cpu", "cuda")
-ALL_DTYPES = ("fp32", "bf16", "fp16")
-SUPPORTED = {"cpu": ("fp32",), "cuda": ("bf16", "fp16", "fp32")}
 LIMITS = {"gemm": (1, 65536), "seq": (16, 131072), "heads": (1, 256), "head_dim": (8, 256)}
 
 
@@ -111,8 +110,8 @@ def grid_changes(args: argparse.Namespace) -> dict:
     the changes they make to the grid."""
     if args.dtype is not None:
         for dtype in split(args.dtype, "--dtype"):
-            if dtype not in ALL_DTYPES:
-                raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(ALL_DTYPES)}")
+            if dtype not in GEMM_DTYPES:
+                raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(GEMM_DTYPES)}")
     changes = {}
     if args.gemm_dims:
         changes["gemm_dims"] = tuple(bounded(int_item(item, "--gemm-dims"), "gemm", "--gemm-dims")
@@ -147,11 +146,11 @@ def resolve_device(asked: str) -> str:
 
 def parse_dtypes(text: str | None, device: str) -> tuple[str, ...]:
     if text is None:
-        return ("bf16", "fp16") if device == "cuda" else ("fp32",)
+        return CALIBRATED_DTYPES[device]
     dtypes = tuple(dict.fromkeys(split(text, "--dtype")))
     for dtype in dtypes:
-        if dtype not in SUPPORTED[device]:
-            raise UsageError(f"--dtype {dtype}: not calibrated on {device} (there: {', '.join(SUPPORTED[device])})")
+        if dtype not in CALIBRATION_DTYPES[device]:
+            raise UsageError(f"--dtype {dtype}: not calibrated on {device} (there: {', '.join(CALIBRATION_DTYPES[device])})")
     return dtypes
 
 

@@ -18,6 +18,7 @@ import json
 from commbench.commands.store_options import add_db_argument, fraction_arg
 from commbench.data.store_location import db_path
 from commbench.errors import UsageError
+from commbench.scopes import SWEPT_SCOPES
 from commbench.units import format_size, parse_size
 
 DEFAULT_THRESHOLD = 0.05  # as commbench.analysis.history, which loads ruptures and DuckDB
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(see `commbench db sql \"SELECT DISTINCT cluster FROM runs\"`)")
     parser.add_argument("--op", required=True, help="collective, e.g. all_reduce")
     parser.add_argument("--size", required=True, help="message size, e.g. 64M")
-    parser.add_argument("--scope", choices=("world", "intra", "inter"), default=None, help="only this scope")
+    parser.add_argument("--scope", choices=SWEPT_SCOPES, default=None, help="only this scope")
     parser.add_argument("--threshold", type=fraction_arg, default=DEFAULT_THRESHOLD,
                         help="smallest change that counts, e.g. 5%% (default 5%%)")
     parser.add_argument("--json", action="store_true", help="the series and change points as JSON")

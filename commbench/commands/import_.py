@@ -54,7 +54,8 @@ def add_arguments(parser) -> None:
         help="the collective, for logs whose table fits two (all_reduce, all_gather, reduce_scatter, alltoall, "
         "alltoallv, sendrecv, ...); must agree with the log",
     )
-    parser.add_argument("--run-id", metavar="ID", type=run_id_argument, help="name the run directory ID instead of a fresh id (one run only)")
+    parser.add_argument("--run-id", metavar="ID", type=run_id_argument,
+                        help="name the run directory ID instead of a fresh id (one run only)")
     parser.add_argument("--job-id", metavar="ID", help="nccl-inspector: the job's id (default: from the "
                         "nccl-inspector-<id> folder Inspector writes into, else unknown)")
 

@@ -20,7 +20,7 @@ Columns of the table (medians over --iters iterations of the rank slowest at bot
 records.jsonl and records.csv in <out>/<run_id>/ (run kind "overlap") carry every figure and the
 collective's own timing fields as a sweep writes them; the fields are documented in
 commbench/data/overlap.py. `commbench plan --overlap-run <out>/<run_id>` charges the step
-model the slowdown measured here instead of the default 15% / 2%: the GEMM's extra time per
+model the slowdown measured here instead of the default (Calculon's, modeling/cluster.py): the GEMM's extra time per
 second the collective ran beside it, at each op's largest size, median over the ops
 (commbench/data/slowdown.py).
 
@@ -32,7 +32,8 @@ from __future__ import annotations
 import argparse
 
 from commbench.commands.run import add_where_arguments, csv_list, database_arg, size_arg
-from commbench.measure.options import BACKENDS, DTYPES, OVERLAP_OPS, OverlapConfig
+from commbench.dtypes import MEASURED_DTYPES
+from commbench.measure.options import BACKENDS, OVERLAP_OPS, OverlapConfig
 from commbench.measure.worker import launch_driver
 
 HELP = "time a GEMM and a collective alone and at once: overlap achieved and mutual slowdown"
@@ -48,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("-e", "--max-bytes", type=size_arg, default=_DEFAULTS.max_bytes, help="largest message size (default 64M)")
     what.add_argument("-f", "--step-factor", type=int, default=_DEFAULTS.step_factor,
                       help=f"multiply the size by this each step (default {_DEFAULTS.step_factor})")
-    what.add_argument("-d", "--dtype", default="float", help=f"collective element type: {', '.join(DTYPES)} (default float)")
+    what.add_argument("-d", "--dtype", default="float", help=f"collective element type: {', '.join(MEASURED_DTYPES)} (default float)")
     what.add_argument("--gemm-size", type=int, default=_DEFAULTS.gemm_size,
                       help=f"M = N = K of the GEMM (default {_DEFAULTS.gemm_size}); bfloat16 on GPU, float32 on CPU")
     how = parser.add_argument_group("how to measure")

@@ -23,9 +23,11 @@ import argparse
 from commbench.collectives import ALL_OPS, DEFAULT_OPS
 from commbench.data.rundir import run_id_argument
 from commbench.data.store_location import db_path
+from commbench.dtypes import MEASURED_DTYPES
 from commbench.errors import UsageError
-from commbench.measure.options import BACKENDS, DTYPES, SCOPES, RunConfig
+from commbench.measure.options import BACKENDS, RunConfig
 from commbench.measure.worker import launch_driver
+from commbench.scopes import SWEPT_SCOPES, describe
 from commbench.units import parse_size
 
 HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"
@@ -58,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("-b", "--min-bytes", type=size_arg, default=8, help="smallest size, e.g. 8, 1K (default 8)")
     what.add_argument("-e", "--max-bytes", type=size_arg, default=64 << 20, help="largest size, e.g. 4M, 1G (default 64M)")
     what.add_argument("-f", "--step-factor", type=int, default=2, help="multiply the size by this each step (default 2)")
-    what.add_argument("-d", "--dtype", default="float", help=f"element type: {', '.join(DTYPES)} (default float)")
-    what.add_argument("--scopes", type=csv_list(SCOPES), default=None,
-                      help="world, intra (one group per node), inter (one rank per node); default: all that apply")
+    what.add_argument("-d", "--dtype", default="float", help=f"element type: {', '.join(MEASURED_DTYPES)} (default float)")
+    what.add_argument("--scopes", type=csv_list(SWEPT_SCOPES), default=None,
+                      help=f"{describe(SWEPT_SCOPES)}; default: all that apply")
     what.add_argument("--pairwise", action="store_true",
                       help="instead of a sweep: ping-pong latency (at --min-bytes) and bandwidth (at --max-bytes) of every "
                            "pair of nodes and of ranks inside each node, in rounds that share no link; flags slow or lossy pairs")

@@ -50,12 +50,12 @@ from pathlib import Path
 from commbench.data.rundir import utc_now
 from commbench.errors import CommbenchError, UsageError
 from commbench.measure import slurm
+from commbench.scopes import in_order
 
 HELP = "submit a run to Slurm (sbatch), print the script (--dry-run) or follow the job to its end (--wait)"
 
 _POLL_S = 1.0
 _LOG_TAIL_LINES = 20
-_SCOPE_ORDER = ("world", "intra", "inter", "pair")
 _UNSET = object()
 
 
@@ -437,7 +437,7 @@ def summary_lines(run) -> list[str]:
     """nodes x ranks, scopes, wrong total and the best bus bandwidth per op and scope."""
     ranks_per_node = sorted({len(node.ranks) for node in run.info.nodes})
     records = run.records
-    scopes = [scope for scope in _SCOPE_ORDER if any(rec["scope"] == scope for rec in records)]
+    scopes = in_order({rec["scope"] for rec in records})
     wrong = sum(max(rec["wrong"], 0) for rec in records)
     best: dict[tuple[str, str], float] = {}
     for rec in records:

@@ -40,11 +40,10 @@ from pathlib import Path
 
 from commbench.data.bandwidth_table import BandwidthTable, Entry, model_time_us
 from commbench.errors import CommbenchError, UsageError
+from commbench.scopes import SCOPES
 from commbench.units import format_size, parse_size
 
 HELP = "bandwidth table of a run: measured points, fitted latency + bandwidth, time at any size"
-
-SCOPES = ("world", "intra", "inter", "pair")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

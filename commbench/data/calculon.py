@@ -16,9 +16,8 @@ What we write, per tier (tier 0 = inside a node, tier 1 = one rank per node):
               nominal scalar (it is assumed to run at the tier's bandwidth) and a note says so;
   latency     the median fitted alpha of the tier's ops (seconds);
   size        ranks per node for tier 0, all ranks of the run for tier 1;
-  must_be_filled, processor_usage   not measured: tier 0 true / 0.15, tier 1 false / 0.02
-              (the convention of Calculon's own examples; commbench's simulator uses the same
-              slowdowns by default).
+  must_be_filled, processor_usage   not measured: the convention of Calculon's own examples
+              (PROCESSOR_USAGE below; commbench's simulator uses the same slowdowns by default).
 Each tier is built from the largest group measured on it (a full node, all nodes).
 
 What is lost (listed in the file's "commbench" section too): the size dependence beyond one
@@ -34,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from commbench.data.bandwidth_table import BandwidthTable, Entry
+from commbench.scopes import NODE_TIERS
 
 # Calculon op -> (our op, nominal scalar, offset)
 CALCULON_OPS = {
@@ -42,7 +42,11 @@ CALCULON_OPS = {
     "all_gather": ("all_gather", 1.0, -1),
     "all_reduce": ("all_reduce", 2.0, -1),
 }
-TIER_DEFAULTS = {"intra": (True, 0.15), "inter": (False, 0.02)}  # must_be_filled, processor_usage
+# Calculon's processor_usage of its NVLink and InfiniBand networks (github calculon-ai/calculon,
+# systems/h100_80g_nvl8.json): the compute slowdown while communication overlaps it, a simulator's
+# assumption, not a measurement. The planner's default slowdowns are these (modeling/cluster.py).
+PROCESSOR_USAGE = {"intra": 0.15, "inter": 0.02}
+MUST_BE_FILLED = {"intra": True, "inter": False}
 
 LOST = [
     "size dependence beyond latency + size/bandwidth (the fitted model's error, cache and protocol knees)",
@@ -57,7 +61,7 @@ LOST = [
 def calculon_networks(table: BandwidthTable) -> dict:
     """{"networks": [tier...], "commbench": {provenance, notes, lost}}; raises ValueError without tiers."""
     tiers, provenance, notes = [], [], []
-    for tier_name in ("intra", "inter"):
+    for tier_name in NODE_TIERS:
         chosen = {name: _largest(table, tier_name, op) for name, (op, _, _) in CALCULON_OPS.items()}
         measured = {name: e for name, e in chosen.items() if e is not None}
         if not measured:
@@ -81,7 +85,7 @@ def _tier(table: BandwidthTable, tier_name: str, measured: dict[str, Entry], not
             ops[name] = [nominal, offset]
         else:
             ops[name] = [nominal * bandwidth / entry.fit.busbw_gbps, offset]
-    must_be_filled, processor_usage = TIER_DEFAULTS[tier_name]
+    must_be_filled, processor_usage = MUST_BE_FILLED[tier_name], PROCESSOR_USAGE[tier_name]
     largest = max(e.group_size for e in measured.values())
     size = max(largest, table.world_size // table.nodes) if tier_name == "intra" else max(largest, table.world_size)
     return {

@@ -28,8 +28,9 @@ from commbench.data.nccl_tests_json import read_report
 from commbench.data.nccl_tests_text import read_runs
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.rundir import RunWriter
-from commbench.data.schema import NodeInfo, Record, RunInfo, Scope
+from commbench.data.schema import NodeInfo, Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
+from commbench.scopes import Scope
 
 __all__ = [
     "INCOMPLETE_REASON",

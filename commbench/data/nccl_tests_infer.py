@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from commbench import ops
 from commbench.data.nccl_tests_facts import Measurement, RunFacts
+from commbench.dtypes import element_bytes
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,6 @@ SHAPES: dict[str, OpShape] = {
 }
 
 
-# bytes per element of each type name nccl-tests prints
-DTYPE_BYTES = {
-    "int8": 1, "char": 1, "uint8": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-    "half": 2, "bfloat16": 2, "float16": 2,
-    "int32": 4, "int": 4, "uint32": 4, "float": 4, "float32": 4,
-    "int64": 8, "uint64": 8, "double": 8, "float64": 8,
-}  # fmt: skip
 
 
 def candidates(facts: RunFacts, ranks: int | None) -> list[str]:
@@ -98,7 +92,7 @@ def _sizes_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
         return True
     per_count = ranks if shape.size_in_ranks else 1
     for row in rows:
-        element = DTYPE_BYTES.get(row.dtype)
+        element = element_bytes(row.dtype)
         if element and row.count and row.size != row.count * element * per_count:
             return False
     return True

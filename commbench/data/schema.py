@@ -26,9 +26,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+from commbench.scopes import Scope, describe
 
-Scope = Literal["world", "intra", "inter", "pair"]
+SCHEMA_VERSION = 1
 
 
 class Record(BaseModel):
@@ -36,9 +36,9 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    op: str = Field(description="collective: all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv, broadcast, pingpong")
-    scope: Scope = Field("world", description="which ranks form a group: world, intra (one group per node), "
-                                             "inter (one rank per node), pair")
+    op: str = Field(description="collective: all_reduce, all_gather, reduce_scatter, all_to_all, all_to_allv, sendrecv, "
+                                "broadcast, pingpong")
+    scope: Scope = Field("world", description=f"which ranks form a group: {describe()}")
     group_size: int = Field(description="ranks in one communicator (n in the busbw factor)")
     n_groups: int = Field(1, description="groups measured at the same time (intra/inter scopes)")
     size_bytes: int = Field(description="nccl-tests 'size': max(send, receive) bytes of one rank")

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-DEVICE_DTYPES = {"cpu": ("fp32",), "cuda": ("bf16", "fp16")}
+from commbench.dtypes import GEMM_DTYPES, lookup
+
+# the torch dtype of each GEMM precision name (fp32, bf16, fp16)
+TORCH_DTYPES = {name: getattr(torch, lookup(name).torch) for name in GEMM_DTYPES}
 ELEMENTWISE_KINDS = ("copy", "add", "gelu", "layer_norm", "softmax")
 ATTENTION_BACKENDS = ("flash", "efficient", "cudnn", "math")
 MAX_GEMM_DIM = 65536
@@ -246,13 +248,13 @@ def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=l
     result = {"dtypes": list(dtypes), "gemm": [], "attention": [], "elementwise": [], "repeats": repeats}
     for dtype in dtypes:
         for m, n, k in grid.shapes():
-            seconds = time_gemm(clock, device, DTYPES[dtype], m, n, k, repeats)
+            seconds = time_gemm(clock, device, TORCH_DTYPES[dtype], m, n, k, repeats)
             result["gemm"].append({"dtype": dtype, "m": m, "n": n, "k": k, "seconds": seconds})
             advance(f"GEMM {dtype} {m}x{n}x{k}")
     for dtype in dtypes:
         for seq, heads, head_dim in grid.attention:
             for backend in ATTENTION_BACKENDS:
-                timed = time_attention(clock, device, DTYPES[dtype], 1, heads, seq, head_dim, repeats, backend)
+                timed = time_attention(clock, device, TORCH_DTYPES[dtype], 1, heads, seq, head_dim, repeats, backend)
                 if timed is not None:
                     result["attention"].append({"dtype": dtype, "backend": backend, "batch": 1, "heads": heads,
                                                 "seq": seq, "head_dim": head_dim, "forward_s": timed[0],
@@ -260,7 +262,7 @@ def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=l
                 advance(f"attention {backend} {dtype} s={seq}")
     for dtype in dtypes:
         for kind in ELEMENTWISE_KINDS:
-            seconds, moved = time_elementwise(clock, device, DTYPES[dtype], kind, grid.elementwise_elements, repeats)
+            seconds, moved = time_elementwise(clock, device, TORCH_DTYPES[dtype], kind, grid.elementwise_elements, repeats)
             result["elementwise"].append({"dtype": dtype, "kind": kind, "bytes": moved, "seconds": seconds})
             advance(f"elementwise {kind} {dtype}")
     result["launch_s"] = time_launch(clock, device, repeats)

@@ -37,9 +37,9 @@ from commbench.collectives.base import (
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.samples import samples_line
 from commbench.data.schema import Record
+from commbench.dtypes import DTYPES
 from commbench.measure.faults import corrupt_if_asked, delayed_if_asked, die_if_asked, hang_if_asked
 from commbench.measure.moe import routed_rows
-from commbench.measure.options import DTYPES
 from commbench.measure.placement import applicable_scopes, scope_groups
 from commbench.measure.session import Session
 from commbench.measure.timing import (
@@ -72,7 +72,7 @@ def scope_rows(session: Session) -> list[Row]:
     """Every (scope, op, size) row of the configured ops, identical on all ranks (it decides which
     collectives they call): the rows of a sweep, and of an overlap run."""
     cfg = session.cfg
-    elt = DTYPES[cfg.dtype][1]
+    elt = DTYPES[cfg.dtype].bytes
     scopes = cfg.scopes or applicable_scopes(session.nodes)
     rows = []
     for scope in scopes:
@@ -114,7 +114,7 @@ def my_context(session: Session, row: Row) -> GroupContext | None:
 
 
 def allocate(session: Session, row: Row, variant: Variant, ctx: GroupContext) -> Buffers:
-    dtype = getattr(torch, DTYPES[session.cfg.dtype][0])
+    dtype = getattr(torch, DTYPES[session.cfg.dtype].torch)
     counts = row.counts
     if not variant.in_place:
         return Buffers(send=torch.empty(counts.send, dtype=dtype, device=session.device),
@@ -378,7 +378,7 @@ def row_facts(session: Session, row: Row, variant: Variant, iters: int, warmups:
     """The row's columns left of the times, as nccl-tests prints them."""
     return RowFacts(
         op=row.collective.name, scope=row.scope, group_size=len(row.groups[0]), n_groups=len(row.groups),
-        size_bytes=row.counts.size_bytes(DTYPES[session.cfg.dtype][1]), count=row.counts.param,
+        size_bytes=row.counts.size_bytes(DTYPES[session.cfg.dtype].bytes), count=row.counts.param,
         dtype=session.cfg.dtype, redop=row.collective.redop, root=row.collective.root,
         in_place=variant.in_place, direction=variant.direction, iters=iters, warmup=warmups,
         timer=timer or timer_for(session).kind, stop_reason=stop_reason,

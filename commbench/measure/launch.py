@@ -16,8 +16,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from commbench.dtypes import GLOO_DTYPES, check_gloo_supports
 from commbench.errors import CommbenchError, UsageError
-from commbench.measure.options import GLOO_DTYPES
 
 WORKER_CONFIG_ENV = "COMMBENCH_RUN_CONFIG"  # the run options, as JSON
 WORKER_DRIVER_ENV = "COMMBENCH_DRIVER"  # which driver the worker runs
@@ -172,7 +172,7 @@ def check_local_launch(cfg, nproc: int | None) -> int:
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {nproc})")
     if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
-        raise UsageError(f"dtype {cfg.dtype} is not supported by gloo, the only backend without a GPU; use float or half")
+        check_gloo_supports(cfg.dtype, "the only backend without a GPU")
     return nproc
 
 

@@ -12,32 +12,11 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from commbench.collectives import DEFAULT_OPS, check_op_name
+from commbench.dtypes import DTYPES, canonical_dtype, check_gloo_supports
 from commbench.errors import UsageError
+from commbench.scopes import SWEPT_SCOPES
 
-# nccl-tests type name -> (torch dtype attribute, bytes per element)
-DTYPES = {
-    "float": ("float32", 4),
-    "half": ("float16", 2),
-    "bfloat16": ("bfloat16", 2),
-    "double": ("float64", 8),
-    "int8": ("int8", 1),
-    "uint8": ("uint8", 1),
-    "int32": ("int32", 4),
-    "int64": ("int64", 8),
-}
-DTYPE_ALIASES = {"float32": "float", "fp32": "float", "float16": "half", "fp16": "half", "bf16": "bfloat16",
-                 "float64": "double", "fp64": "double", "int": "int32", "long": "int64"}
-# gloo's collectives have no bfloat16 kernels (torch 2.13); refuse before starting any rank
-GLOO_DTYPES = ("float", "half", "double", "int8", "uint8", "int32", "int64")
-SCOPES = ("world", "intra", "inter")
 BACKENDS = ("auto", "nccl", "gloo")
-
-
-def canonical_dtype(name: str) -> str:
-    name = DTYPE_ALIASES.get(name.lower(), name.lower())
-    if name not in DTYPES:
-        raise UsageError(f"unknown dtype {name!r}; choose from {', '.join(DTYPES)}")
-    return name
 
 
 @dataclass
@@ -85,8 +64,8 @@ class RunConfig:
         self.dtype = canonical_dtype(self.dtype)
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}; choose from {', '.join(BACKENDS)}")
-        if self.backend == "gloo" and self.dtype not in GLOO_DTYPES:
-            raise UsageError(f"dtype {self.dtype} is not supported by gloo; use one of {', '.join(GLOO_DTYPES)} or --backend nccl")
+        if self.backend == "gloo":
+            check_gloo_supports(self.dtype, "--backend gloo")
         if self.min_bytes > self.max_bytes:
             raise UsageError(f"--min-bytes ({self.min_bytes}) is larger than --max-bytes ({self.max_bytes})")
         if self.max_bytes <= 0:
@@ -111,8 +90,8 @@ class RunConfig:
                 raise UsageError(f"{flag} must be a positive number of at most {most} (got {value})")
         if self.scopes is not None:
             for scope in self.scopes:
-                if scope not in SCOPES:
-                    raise UsageError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+                if scope not in SWEPT_SCOPES:
+                    raise UsageError(f"unknown scope {scope!r}; choose from {', '.join(SWEPT_SCOPES)}")
         if "all_to_allv" in self.ops:
             self.moe_shape(tokens=1, ranks=1)  # checks the routing options before any rank starts
         return self
@@ -124,7 +103,7 @@ class RunConfig:
         parse_routing(self.routing)
         if self.tokens is not None and (not self.tokens or min(self.tokens) < 1):
             raise UsageError("--tokens must list whole numbers of at least 1")
-        return MoeShape(tokens=tokens, hidden=self.hidden, elt_bytes=DTYPES[self.dtype][1], top_k=self.top_k,
+        return MoeShape(tokens=tokens, hidden=self.hidden, elt_bytes=DTYPES[self.dtype].bytes, top_k=self.top_k,
                         experts=self.experts, ranks=ranks, placement=self.placement,
                         capacity_factor=self.capacity_factor or None, seed=self.routing_seed)
 
@@ -140,7 +119,7 @@ class RunConfig:
         """all_to_allv's tokens per rank: --tokens, else one per byte size (a rank's uniform send bytes)."""
         if self.tokens:
             return sorted(set(self.tokens))
-        per_token = self.top_k * self.hidden * DTYPES[self.dtype][1]
+        per_token = self.top_k * self.hidden * DTYPES[self.dtype].bytes
         return sorted({size // per_token for size in self.sizes() if size >= per_token})
 
     def sizes(self) -> list[int]:

@@ -26,10 +26,10 @@ import torch
 
 from commbench.collectives import get_collective
 from commbench.collectives.pingpong import UNI
+from commbench.dtypes import DTYPES
 from commbench.errors import UsageError
 from commbench.measure.harness import Row, gather_rows, gather_to_rank0, kept_samples, measure, to_record
 from commbench.measure.linkhealth import TcpCounters, moves_data_over_tcp, read_tcp_counters, record_retransmit_pct
-from commbench.measure.options import DTYPES
 from commbench.measure.progress import Progress
 from commbench.measure.runner import MeasuredRun
 from commbench.measure.session import Session
@@ -92,7 +92,7 @@ def pair_rows(session: Session) -> list[Row]:
     if session.env.world_size < 2:
         raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
     pingpong = get_collective("pingpong")
-    elt = DTYPES[cfg.dtype][1]
+    elt = DTYPES[cfg.dtype].bytes
     inter_rounds = round_robin([node.ranks[0] for node in nodes])
     per_node = [round_robin(node.ranks) for node in nodes]
     intra_rounds = [[pair for rounds in per_node if k < len(rounds) for pair in rounds[k]]

@@ -7,6 +7,7 @@ inter: rail groups, local rank i of every node (all rails at once; "MOD <ranks p
 from __future__ import annotations
 
 from commbench.data.schema import NodeInfo
+from commbench.scopes import SWEPT_SCOPES
 
 
 def scope_groups(scope: str, nodes: list[NodeInfo]) -> list[list[int]]:
@@ -23,7 +24,6 @@ def scope_groups(scope: str, nodes: list[NodeInfo]) -> list[list[int]]:
 def applicable_scopes(nodes: list[NodeInfo]) -> list[str]:
     """world always; intra and inter only when there are several nodes and their groups differ
     from world (with one rank per node, inter is world; with one node, intra is world)."""
-    scopes = ["world"]
     if len(nodes) > 1 and max(len(node.ranks) for node in nodes) > 1:
-        scopes += ["intra", "inter"]
-    return scopes
+        return list(SWEPT_SCOPES)
+    return ["world"]

@@ -21,10 +21,11 @@ from commbench import __version__
 from commbench.data.cluster_name import resolve_cluster
 from commbench.data.rundir import utc_now
 from commbench.data.schema import NodeInfo, RunInfo
+from commbench.dtypes import check_gloo_supports
 from commbench.errors import UsageError
 from commbench.measure.cores import usable_cores
 from commbench.measure.launch import RankEnv
-from commbench.measure.options import GLOO_DTYPES, RunConfig
+from commbench.measure.options import RunConfig
 from commbench.measure.watchdog import RankMonitor
 from commbench.topology import discover_node, merge_nodes, node_name, place_ranks
 
@@ -74,8 +75,8 @@ def open_session(cfg: RunConfig, env: RankEnv) -> Session:
         rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=cfg.timeout_s + GLOO_TIMEOUT_MARGIN_S),
     )
     backend = _agree_on_backend(cfg, env)
-    if backend == "gloo" and cfg.dtype not in GLOO_DTYPES:
-        raise UsageError(f"dtype {cfg.dtype} is not supported by gloo; use --dtype float or run on GPUs with NCCL")
+    if backend == "gloo":
+        check_gloo_supports(cfg.dtype, "the backend these ranks agreed on")
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", env.local_rank)

@@ -6,15 +6,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench.data.calculon import PROCESSOR_USAGE
 from commbench.modeling.hardware import System
 from commbench.modeling.layout import in_one_domain
 from commbench.modeling.network import CollectiveCost, Placement, PresetNetwork
 
 # Compute slowdown while communication overlaps it, used when no measured factor is given: Calculon's
-# `processor_usage` of its NVLink and InfiniBand networks (github calculon-ai/calculon,
-# systems/h100_80g_nvl8.json: 0.15 and 0.02), a simulator's assumption, not a measurement.
-DEFAULT_SLOWDOWN_INTRA = 0.15
-DEFAULT_SLOWDOWN_INTER = 0.02
+# `processor_usage` of its NVLink and InfiniBand networks, a simulator's assumption, not a measurement
+# (its source is beside PROCESSOR_USAGE).
+DEFAULT_SLOWDOWN_INTRA = PROCESSOR_USAGE["intra"]
+DEFAULT_SLOWDOWN_INTER = PROCESSOR_USAGE["inter"]
+# how --help and the dashboard name the defaults
+DEFAULT_SLOWDOWN_WORDS = f"{DEFAULT_SLOWDOWN_INTRA:.0%} intra-node (NVLink), {DEFAULT_SLOWDOWN_INTER:.0%} inter-node"
 # A group with several ranks in each of several nodes runs an NVLink phase and a network phase;
 # their shares of its time are read at a size in the bandwidth regime, where the overlapped
 # collectives that matter sit (ZeRO-3 weight gathers and gradient buckets: tens to hundreds of MB).

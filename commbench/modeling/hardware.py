@@ -75,7 +75,9 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.dtypes import GEMM_DTYPES
 from commbench.errors import UsageError
+from commbench.scopes import NODE_TIERS
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -273,8 +275,6 @@ def processor_from_json(raw: dict) -> Processor:
     )
 
 
-GEMM_DTYPES = ("bf16", "fp16", "fp32")
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
 
 
 def _positive_int(value, name: str) -> int:
@@ -353,6 +353,6 @@ def load_network(name: str) -> Network:
 @cache
 def load_system(name: str) -> System:
     values, _ = _values(_read("system", name))
-    networks = {tier: load_network(values[f"{tier}_network"]) for tier in ("intra", "inter")}
+    networks = {tier: load_network(values[f"{tier}_network"]) for tier in NODE_TIERS}
     return System(name=values["name"], processor=load_processor(values["processor"]),
                   gpus_per_host=int(values["gpus_per_host"]), nvlink_domain=int(values["nvlink_domain"]), **networks)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from commbench.modeling.hardware import DTYPE_BYTES, Processor
+from commbench.dtypes import precision_bytes
+from commbench.modeling.hardware import Processor
 
 # score-element traffic of the unfused path, bytes per element at 2-byte scores: the fused
 # scale-mask-softmax kernel reads and writes the scores (4), dropout reads them, writes them and
@@ -77,7 +78,7 @@ def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float | Non
     """Seconds of one (batched) GEMM of shape (M, N, K) on `proc`, in `dtype` (the processor's
     gemm_dtype unless given; element_bytes follow it); arrays broadcast."""
     dtype = dtype or proc.gemm_dtype
-    element_bytes = element_bytes or DTYPE_BYTES[dtype]
+    element_bytes = element_bytes or precision_bytes(dtype)
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2 * m * n * k * batch
     if not kernel_described(proc):

@@ -15,6 +15,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from commbench.errors import UsageError
+from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP, whole_number
 
@@ -61,7 +62,7 @@ class PlanSpec:
                                    "default) is megatron-core; the list with assumptions is at the end of plan --help",
                                    "megatron")
     slowdown: float | None = _with_default(
-        "measured compute slowdown while communication overlaps (e.g. 0.13); default 15% NVLink / 2% inter-node")
+        f"measured compute slowdown while communication overlaps (e.g. 0.13); default {DEFAULT_SLOWDOWN_WORDS}")
     overlap_run: str | None = _with_default("take the slowdown from this `commbench overlap` run directory")
     top: int = _with_default("layouts to show (default 5)", 5)
     routing: str | None = _with_default(

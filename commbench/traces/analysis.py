@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.dtypes import element_bytes as dtype_bytes
 from commbench.errors import UsageError
 from commbench.traces.chrome_trace import ChromeTraceReader
 from commbench.traces.intervals import IntervalSet
@@ -55,15 +56,6 @@ _COLLECTIVE_CALL_PREFIXES = ("c10d::", "record_param_comms", "nccl:")
 
 DEFAULT_TIMELINE_LIMIT = 50_000
 
-# Element sizes of the dtype names that record_param_comms writes (c10 ScalarType names).
-_DTYPE_BYTES = {
-    "bool": 1, "byte": 1, "char": 1, "uint8": 1, "int8": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "short": 2, "half": 2, "bfloat16": 2, "uint16": 2, "int16": 2, "float16": 2,
-    "int": 4, "float": 4, "uint32": 4, "int32": 4, "float32": 4, "complexhalf": 4,
-    "long": 8, "double": 8, "uint64": 8, "int64": 8, "float64": 8, "complexfloat": 8,
-    "complexdouble": 16,
-}  # fmt: skip
 
 
 @dataclass
@@ -406,7 +398,8 @@ def _classify(name: str, category: str) -> str | None:
 
 
 def _message_bytes(args: dict) -> int | None:
-    element_bytes = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
+    # record_param_comms writes c10 ScalarType names (Float, BFloat16, Float8_e4m3fn ...)
+    element_bytes = dtype_bytes(str(args.get("dtype", "")))
     elements = [args.get("In msg nelems"), args.get("Out msg nelems")]
     elements = [n for n in elements if isinstance(n, (int, float))]
     if element_bytes is None or not elements:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from commbench.dtypes import GEMM_DTYPES
 from commbench.modeling.hardware import Processor
 from dashboard.figures.common import PALETTE
 
-SYMBOLS = {"bf16": "circle", "fp16": "diamond", "fp32": "square"}
+SYMBOLS = dict(zip(GEMM_DTYPES, ("circle", "diamond", "square")))  # one marker per GEMM precision
 
 
 def _surface_traces(processor: Processor, label: str, colour: str) -> list:

@@ -4,6 +4,7 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from commbench.errors import CommbenchError
+from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.spec import PlanSpec
 from dashboard.app import plan_cache, results
@@ -95,7 +96,7 @@ def _cluster_controls() -> list:
                   f"{run.world_size} ranks)", "value": run.key}
         for run in measured
     ]
-    overlap_runs = [{"label": "defaults: 15% intra-node, 2% inter-node", "value": DEFAULTS}] + [
+    overlap_runs = [{"label": f"defaults: {DEFAULT_SLOWDOWN_WORDS}", "value": DEFAULTS}] + [
         {"label": f"{'synthetic' if run.synthetic else 'measured'}: {run.label}", "value": run.key}
         for run in measured if run.kind == "overlap"
     ]
