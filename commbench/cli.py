@@ -30,6 +30,8 @@ COMMANDS = {
     "history": "history",
     "diagnose": "diagnose",
     "health": "health",
+    "efficiency": "efficiency",
+    "metrics": "metrics",
 }
 
 
