@@ -7,6 +7,7 @@
 #   nftables             packet loss on emulated links (this kernel has no netem qdisc)
 #   slurm-wlm munge      a real Slurm 22.05 cluster on the emulated nodes
 #   chromium chromium-driver   browser tests of the dashboard
+#   prometheus           a real Prometheus server (and promtool) scraping `commbench metrics serve`
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -20,7 +21,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 0
 fi
 
-pkgs=(iproute2 util-linux nftables slurm-wlm munge chromium chromium-driver)
+pkgs=(iproute2 util-linux nftables slurm-wlm munge chromium chromium-driver prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
