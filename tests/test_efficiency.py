@@ -25,7 +25,8 @@ def benchmark_records(rate_scale=1.0):
         for size in (1 << 20, 4 << 20, 16 << 20, 64 << 20):
             time_us = 25 + size * factor / (rate * rate_scale) * 1e6
             row = RowFacts(op=op, scope=scope, group_size=n, n_groups=1, size_bytes=size, count=size // 4, dtype="float",
-                           redop="sum", root=-1, in_place=op == "all_reduce", iters=20, warmup=5, timer="host")
+                           redop="sum", root=-1, in_place=op == "all_reduce", iters=20, warmup=5, timer="host",
+                           stop_reason="fixed")
             records.append(build_record(row, Stats(time_us, time_us, time_us, time_us, time_us, time_us, 0.0), factor,
                                         time_us_mean_nccl=None, wrong=0))
     return records

@@ -116,7 +116,7 @@ def test_gz_and_jsonl_and_a_truncated_last_line(tmp_path):
     (b"\x00\xff\x13binary" * 100, "not JSON"),
     (b"[" * 100000 + b"\n", "not JSON"),  # deeper than the parser's recursion limit
     (b'{"header": {}, "metadata": {}, "coll_perf": {}}\n', "missing"),
-    (b"x" * (2 << 20) + b"\n", "longer than"),
+    (b"x" * (5 << 20) + b"\n", "longer than"),  # over safe_read.MAX_LINE_BYTES (4 MiB)
     (json.dumps({"header": {"id": "0x1", "rank": 5, "n_ranks": 2, "nnodes": 1}, "metadata": {"hostname": "h", "pid": 1},
                  "coll_perf": {"coll": "AllReduce", "coll_sn": 1, "coll_msg_size_bytes": 8, "coll_exec_time_us": 1,
                                "coll_busbw_gbs": 0.0}}).encode() + b"\n", "rank 5 of a communicator of 2"),

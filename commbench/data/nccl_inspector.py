@@ -32,10 +32,11 @@ How a log becomes commbench's terms:
   - the job's identity: --job-id, else the `nccl-inspector-<id>` directory the logs are in.
 Inspector logs no dtype and no element count: records say dtype "unknown" and count 0.
 
-Reading is tolerant and bounded: lines that are not Inspector records (cut by a crash, binary,
-too deep, wrong types) are skipped and counted; a line over MAX_LINE_BYTES is skipped unread; a
-file where most lines are bad, or no line is an Inspector record, is refused with one line.
-Only regular files are read; inside a directory, symbolic links are not followed.
+Reading is tolerant and bounded (files open through commbench.data.safe_read): lines that are not
+Inspector records (cut by a crash, binary, nested too deep, wrong types) are skipped and counted; a
+line over safe_read.MAX_LINE_BYTES is skipped unread; a file where most lines are bad, or no line
+is an Inspector record, is refused with one line. Only regular files are read; inside a directory,
+symbolic links are not followed and a file whose real path leaves the directory is refused.
 Torch-free.
 """
 
@@ -52,13 +53,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from commbench import ops
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.rundir import RunWriter
+from commbench.data.safe_read import INSPECTOR_LOG, MAX_LINE_BYTES, UnsafeFile, open_regular, parse_json
 from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import NodeInfo, Record, RunInfo, Scope
 from commbench.errors import UsageError
@@ -66,7 +68,6 @@ from commbench.errors import UsageError
 INSPECTOR_COMMIT = "5067397c2676d5aed50042fc39e5c8ee96eb0027"
 SOURCE = "nccl-inspector"
 LOG_SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")  # what Inspector's exporter reads
-MAX_LINE_BYTES = 1 << 20  # a record is ~0.2-0.5 KB (README), a verbose one with many channels a few KB
 MAX_BAD_SHARE = 0.5  # more bad lines than this share: the file is not an Inspector log
 MAX_FILES = 100_000
 SIZE_BUCKET_DOC = "power-of-two buckets [2^k, 2^(k+1)) bytes of commbench's size_bytes"
@@ -119,14 +120,15 @@ class _BadLine(ValueError):
 # Files
 
 
-def log_files(paths: list[str | Path]) -> list[Path]:
-    """The Inspector logs among paths: files as given, directories searched (links not followed)."""
-    found: list[Path] = []
+def log_files(paths: list[str | Path]) -> list[tuple[Path, Path | None]]:
+    """The Inspector logs among paths, each with the folder it must stay inside (None: given by name):
+    files as given, directories searched (links not followed)."""
+    found: list[tuple[Path, Path | None]] = []
     for path in map(Path, paths):
         if path.is_dir() and not path.is_symlink():
-            found.extend(_logs_under(path))
+            found.extend((log, path) for log in _logs_under(path))
         elif path.is_file():
-            found.append(path)
+            found.append((path, None))
         elif path.exists():
             raise UsageError(f"{path}: not a regular file (a device, pipe or socket is not a log)")
         else:
@@ -149,19 +151,11 @@ def _logs_under(root: Path) -> list[Path]:
     return found
 
 
-def _open(path: Path) -> IO[bytes]:
-    if not path.is_file():
-        raise UsageError(f"{path}: not a regular file")
-    try:
-        # the caller's `with` closes either
-        return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
-def _lines(path: Path) -> Iterator[bytes | None]:
-    """The file's lines; None for a line longer than MAX_LINE_BYTES (skipped without holding it)."""
-    with _open(path) as handle:
+def _lines(path: Path, root: Path | None) -> Iterator[bytes | None]:
+    """The file's lines; None for a line longer than MAX_LINE_BYTES (skipped without holding it).
+    Opened through commbench.data.safe_read: regular files only, and inside root when one is given."""
+    with open_regular(path, INSPECTOR_LOG, root) as raw:
+        handle = gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw
         try:
             while True:
                 line = handle.readline(MAX_LINE_BYTES + 1)
@@ -173,15 +167,15 @@ def _lines(path: Path) -> Iterator[bytes | None]:
                     yield None
                     continue
                 yield line
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
             raise UsageError(f"{path}: cannot read ({exc})") from None
 
 
-def read_calls(path: Path) -> tuple[list[Call], FileStats]:
+def read_calls(path: Path, root: Path | None = None) -> tuple[list[Call], FileStats]:
     """Every Inspector record of one file; UsageError when the file is not an Inspector log."""
     stats = FileStats(str(path))
     calls: list[Call] = []
-    for number, raw in enumerate(_lines(path), 1):
+    for number, raw in enumerate(_lines(path, root), 1):
         if raw is not None and not raw.strip():
             continue
         stats.lines += 1
@@ -210,9 +204,12 @@ def read_calls(path: Path) -> tuple[list[Call], FileStats]:
 def parse_line(raw: bytes | str) -> Call:
     """One Inspector JSON line as a Call; _BadLine says why it is not one."""
     try:
-        item = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
-        raise _BadLine(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        item = parse_json(text, "line")  # safe_read's depth and integer-length limits
+    except UnicodeDecodeError:
+        raise _BadLine("not JSON (not UTF-8 text)") from None
+    except UnsafeFile as exc:
+        raise _BadLine(f"not JSON ({str(exc).split(': ', 1)[-1][:80]})") from None
     if not isinstance(item, dict):
         raise _BadLine("not a JSON object")
     header, metadata = _object(item, "header"), _object(item, "metadata")
@@ -322,13 +319,14 @@ def read_job(paths: list[str | Path], job_id: str | None = None) -> InspectorJob
     files = log_files(paths)
     calls: list[Call] = []
     stats: list[FileStats] = []
-    for path in files:
-        found, file_stats = read_calls(path)
+    for path, root in files:
+        found, file_stats = read_calls(path, root)
         calls.extend(found)
         stats.append(file_stats)
     comms = _communicators(calls)
     records, samples = _rows(calls, comms)
-    info = _run_info(files, calls, comms, stats, job_id or _job_id(files), len(records))
+    paths = [path for path, _ in files]
+    info = _run_info(paths, calls, comms, stats, job_id or _job_id(paths), len(records))
     return InspectorJob(info, records, samples)
 
 
