@@ -175,3 +175,24 @@ def test_a_recurring_sweep_runs_twice_and_both_runs_are_in_the_store(slurm_clust
                               "--size", "64K", "--scope", "world"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert history.returncode == 0, history.stdout + history.stderr
     assert f"{len(runs)} runs" in history.stdout and first[0] in history.stdout and second[0] in history.stdout
+
+
+def test_the_intra_node_check_fails_a_node_whose_loopback_is_slow(slurm_cluster, tmp_path):
+    """No GPUs here: the intra check is gloo send/recv over the node's loopback, graded against a baseline
+    written on the node while healthy; then its loopback is shaped to 200 Mbit/s (tc on lo)."""
+    node = slurm_cluster.ec.node(0)
+    env = {"PYTHONPATH": str(REPO)}
+    baseline = tmp_path / "health.json"
+    health = [*CLI, "health", "--checks", "intra", "--iters", "3"]
+    written = node.run([*health, "--write-baseline", str(baseline)], env=env, timeout=180)
+    assert written.returncode == 0, written.stdout + written.stderr
+    subprocess.run(["tc", "-n", node.netns, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "200mbit",
+                    "burst", "512kb", "latency", "50ms"], check=True)  # burst above lo's 64 KiB MTU
+    try:
+        slow = node.run([*health, "--baseline", str(baseline)], env=env, timeout=180)
+    finally:
+        subprocess.run(["tc", "-n", node.netns, "qdisc", "del", "dev", "lo", "root"], check=False)
+    print(written.stdout, slow.stdout, slow.stderr[-2000:])
+    assert slow.returncode == 1
+    (line,) = slow.stdout.splitlines()
+    assert re.fullmatch(r"FAIL intra gloo loopback: [0-9.]+ GB/s, \d+% of the expected [0-9.]+ \(limit 70%; baseline .*\)", line)
