@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from commbench import __version__
-from commbench.errors import CommbenchError
+from commbench.errors import WRITE_ERRORS, CommbenchError, write_error
 
 # subcommand -> module under commbench.commands (kept in the order `--help` shows them)
 COMMANDS = {
@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"commbench {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRORS:
+            raise
+        print(f"commbench {args.command}: error: {write_error(exc)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `commbench ... | head` closed the pipe: not an error of ours
         sys.stderr.close()
         return 0

@@ -1,5 +1,8 @@
 """Errors that the command line turns into one line on stderr and an exit code."""
 
+import errno
+import os
+
 
 class CommbenchError(Exception):
     """A run failed for a reason the user should read (exit 1)."""
@@ -19,3 +22,15 @@ class RankFailure(CommbenchError):
     def __init__(self, message: str, reporter: bool):
         super().__init__(message)
         self.reporter = reporter
+
+
+# Errors of the disk a write can meet: each becomes one line naming the path, never a traceback
+# (and never blamed on the network when a rank meets it).
+WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT, errno.EPERM, errno.EFBIG})
+
+
+def write_error(exc: OSError) -> str:
+    """'cannot write PATH: No space left on device (ENOSPC)' for an OSError of WRITE_ERRORS."""
+    where = f" {exc.filename}" if exc.filename else ""
+    code = errno.errorcode.get(exc.errno or 0, "?")
+    return f"cannot write{where}: {exc.strerror or os.strerror(exc.errno or 0)} ({code})"

@@ -24,11 +24,14 @@ with the raw timings under "measurements". Fractions are of the fastest GEMM mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import socket
 import sys
 from pathlib import Path
 
+from commbench.data.rundir import atomic_write_text
 from commbench.dtypes import CALIBRATED_DTYPES, CALIBRATION_DTYPES, GEMM_DTYPES
 from commbench.errors import UsageError
 from commbench.measure.progress import Progress
@@ -36,6 +39,7 @@ from commbench.measure.progress import Progress
 HELP = "measure this device's GEMM, attention, elementwise, launch and optimizer rates into a processor JSON"
 
 DEVICES = ("auto", "cpu", "cuda")
+PROBE_BYTES = 64 * 1024  # more than a full grid's description takes
 LIMITS = {"gemm": (1, 65536), "seq": (16, 131072), "heads": (1, 256), "head_dim": (8, 256)}
 
 
@@ -72,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     with Progress(not args.no_progress, measuring.steps(grid, request["dtypes"]), "calibrating", 36) as progress:
         measurements = measuring.measure(device, request["dtypes"], grid, progress.advance)
     description = describe(measurements, measuring.device_facts(device), request["host"], args.peak_flops)
-    out.write_text(json.dumps(description, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(out, json.dumps(description, indent=1) + "\n")  # a full disk keeps the old file whole
     if args.json:
         json.dump(description, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -183,18 +187,22 @@ def shape(text: str, flag: str, kinds: tuple[str, ...]) -> tuple[int, ...]:
 
 
 def writable_output(out: str | None, host: str) -> Path:
-    """The file to write, proven writable now rather than after minutes of measuring."""
+    """The file to write, proven writable now rather than after minutes of measuring: a probe the
+    size of a description is written beside it and removed (a full disk takes an empty file)."""
     path = Path(out or f"processor-{host}.json")
     if path.is_dir():
         path = path / f"processor-{host}.json"
-    existed = path.exists()
+    probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * PROBE_BYTES)
+            handle.flush()
+            os.fsync(handle.fileno())
     except (OSError, ValueError) as error:
         raise UsageError(f"--out {path}: cannot write there ({getattr(error, 'strerror', None) or error})") from None
-    if not existed:
-        path.unlink()
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
     return path
 
 

@@ -120,9 +120,13 @@ def write_run(run: ImportedRun, out_dir: str | Path, run_id: str | None = None) 
     info = run.info.model_copy(update={"run_id": run_id} if run_id else {})
     # written as not complete first, like a live run, so a reader never sees complete without records
     writer = RunWriter(out_dir, info.model_copy(update={"complete": False, "reason": None}))
-    writer.add_records(run.records)
-    writer.info = info
-    writer.write_info()
+    try:
+        writer.add_records(run.records)
+        writer.info = info
+        writer.write_info()
+    except BaseException:
+        writer.discard()  # a full disk, a kill: no half import is left behind
+        raise
     return writer.path
 
 

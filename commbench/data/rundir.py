@@ -8,12 +8,14 @@ previous complete file or the new complete file, even if the writer is killed mi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import threading
 import time
@@ -78,12 +80,19 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
     """Write a temporary file and rename it over `path`. The rename alone protects readers and
     crashes of this process; `durable` also syncs to disk, against losing power (slow: once per run)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()  # a full disk shows here, inside the try, not in a close after it
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # never leave a .tmp beside the file: the old `path` is still whole
+        if isinstance(exc, OSError) and not exc.filename:
+            exc.filename = str(path)  # a full disk shows in write(), whose error names no file
+        raise
 
 
 def records_to_csv(records: list[dict]) -> str:
@@ -112,8 +121,16 @@ class RunWriter:
         self.records: list[dict] = []
         self.samples: list[str] = []  # samples.jsonl lines, one per record that kept its samples
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
-        self.write_info()
-        self._write_records()
+        try:
+            self.write_info()
+            self._write_records()
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        """Remove the run directory this writer created (it failed before holding anything whole)."""
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def write_info(self) -> None:
         atomic_write_text(self.path / RUN_FILE, self.info.model_dump_json(indent=2) + "\n")
@@ -155,6 +172,7 @@ class Run:
     info: RunInfo
     records: list[dict]
     warnings: list[str] = field(default_factory=list)
+    bad_records: int = 0  # records.jsonl lines skipped (not JSON, not a record, too long)
 
     @property
     def run_id(self) -> str:
@@ -206,20 +224,20 @@ def load_run(path: str | Path) -> Run:
         info = RunInfo.model_validate(raw)
     except ValidationError as exc:
         raise CommbenchError(f"{run_file}: invalid ({_first_error(exc)})") from None
-    records = _read_records(path / RECORDS_JSONL, warnings)
+    lines = LineReport()
+    records = _read_records(path / RECORDS_JSONL, warnings, lines)
     if not info.complete:
         warnings.append(f"{path.name}: run not complete" + (f" ({info.reason})" if info.reason else ""))
-    return Run(path=path, info=info, records=records, warnings=warnings + info.warnings)
+    return Run(path=path, info=info, records=records, warnings=warnings + info.warnings, bad_records=lines.bad)
 
 
-def _read_records(path: Path, warnings: list[str]) -> list[dict]:
+def _read_records(path: Path, warnings: list[str], lines: LineReport) -> list[dict]:
     """Every valid record, streamed (safe_read); bad lines are counted and skipped. A records file
     that cannot be read at all (a FIFO, a device, a link out of the run) is a warning: no records."""
     records: list[dict] = []
     if not os.path.lexists(path):
         warnings.append(f"{path}: missing, no records")
         return records
-    lines = LineReport()
     try:
         for number, item in iter_jsonl(path, RECORDS, lines, root=path.parent):
             try:
@@ -228,6 +246,7 @@ def _read_records(path: Path, warnings: list[str]) -> list[dict]:
                 lines.skip(f"{path.name} line {number}", _first_error(exc))
     except UnsafeFile as exc:
         warnings.append(f"{exc}; no records read")
+        lines.skip(path.name, "unreadable")
         return []
     warnings.extend(lines.warnings(path.name))
     return records

@@ -36,6 +36,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 import types
@@ -50,6 +51,7 @@ import duckdb
 
 from commbench.data.cluster_name import resolve_cluster
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
+from commbench.data.safe_read import RECORDS, UnsafeFile, open_regular
 from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
 from commbench.data.schema import Record
 from commbench.errors import CommbenchError, UsageError
@@ -60,6 +62,7 @@ from commbench.errors import CommbenchError, UsageError
 STORE_SCHEMA_VERSION = 6
 RUN_FILES = (RUN_FILE, RECORDS_JSONL, SAMPLES_JSONL)
 LOCK_WAIT_S = 600.0
+MEASURED_KINDS = ("sweep", "pairwise", "overlap")  # runs that exist for their records: none is no run
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
 
 RUN_COLUMNS = {
@@ -111,7 +114,7 @@ ACTION_COLUMNS = {"when": "TIMESTAMP", "node": "VARCHAR", "verb": "VARCHAR", "ve
 def _writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """One writer at a time per database file; the next one waits (DuckDB itself would refuse it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as handle:
+    with open(_lock_path(path), "w") as handle:
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -131,6 +134,18 @@ def _writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
 # query, and the statement cannot turn these back on (lock_configuration).
 QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
                 "autoload_known_extensions": False, "lock_configuration": True}
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo the open transaction; DuckDB may have aborted it already (a full disk): the first error wins."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def _lock_path(db: Path) -> Path:
+    return db.with_name(db.name + ".lock")
 
 
 def _connect(path: Path, read_only: bool, wait_s: float = 60.0, config: dict | None = None) -> duckdb.DuckDBPyConnection:
@@ -199,7 +214,7 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(STORE_SCHEMA_VERSION)])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        _rollback(con)
         raise
 
 
@@ -254,29 +269,85 @@ def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def ingest(db: str | Path, paths: Iterable[str | Path]) -> IngestReport:
-    """Load every run directory under `paths` into the database at `db` (created if missing)."""
+    """Load every run directory under `paths` into the database at `db` (created if missing).
+    A database this call created is removed again when the ingest fails (a full disk, a kill the
+    process survives): a half-made file would break every later ingest. Errors of the disk are one
+    CommbenchError naming the file."""
     db = Path(db)
     dirs = run_dirs(paths)
     report = IngestReport()
+    lock_created = not _lock_path(db).exists()
     with _writer_lock(db):
-        con = _connect(db, read_only=False)
+        created = not db.exists()
         try:
-            _create_tables(con)
-            _check_version(con, db)
-            _migrate(con)
-            known = _known_runs(con)
-            pending: list[tuple[Run, str, str]] = []
-            for path in dirs:
-                staged = _stage(path, known, report)
-                if staged:
-                    pending.append(staged)
-                if len(pending) >= BATCH_RUNS:
-                    _write_batch(con, pending, known, report)
-                    pending = []
-            _write_batch(con, pending, known, report)
-        finally:
-            con.close()
+            _ingest_locked(db, dirs, report)
+        except BaseException as exc:
+            if created:
+                _remove_database(db, with_lock=lock_created)
+            if isinstance(exc, (duckdb.Error, OSError)) and not isinstance(exc, duckdb.InterruptException):
+                kept = "no database written" if created else "database unchanged"
+                raise CommbenchError(f"{db}: ingest failed, {kept} ({_first_line(exc)})") from None
+            raise
     return report
+
+
+def _ingest_locked(db: Path, dirs: list[Path], report: IngestReport) -> None:
+    _remove_stale_staging()
+    con = _connect(db, read_only=False)
+    try:
+        _create_tables(con)
+        _check_version(con, db)
+        _migrate(con)
+        known = _known_runs(con)
+        pending: list[tuple[Run, str, str]] = []
+        staged_ids: dict[str, Path] = {}  # run id -> the directory this ingest took it from
+        for path in dirs:
+            staged = _stage(path, known, report)
+            if staged and _first_of_its_id(staged[0], staged_ids, report):
+                pending.append(staged)
+            if len(pending) >= BATCH_RUNS:
+                _write_batch(con, pending, known, report)
+                pending = []
+        _write_batch(con, pending, known, report)
+    finally:
+        con.close()
+
+
+def _first_of_its_id(run: Run, staged_ids: dict[str, Path], report: IngestReport) -> bool:
+    """True for the first directory of a run id in this ingest; a later one is reported and skipped
+    (two rows with one primary key would abort the whole batch)."""
+    first = staged_ids.setdefault(run.run_id, run.path)
+    if first == run.path:
+        return True
+    report.skipped.append((str(run.path), f"duplicate run id {run.run_id} (already taken from {first}); skipped"))
+    return False
+
+
+def _remove_database(db: Path, with_lock: bool) -> None:
+    """What a failed first ingest made: the file, its WAL and (when this ingest made it) the lock file;
+    a writer waiting on that lock then creates the database afresh, and DuckDB refuses a second writer."""
+    for leftover in (db, db.with_name(db.name + ".wal")) + ((_lock_path(db),) if with_lock else ()):
+        try:
+            leftover.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+_STAGING_PREFIX = "commbench-ingest-"
+
+
+def _remove_stale_staging() -> None:
+    """Staging folders of ingests that were killed (SIGKILL skips every cleanup): their pid is gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_STAGING_PREFIX}*-*"):
+        pid = folder.name.removeprefix(_STAGING_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _known_runs(con) -> dict[str, tuple[str, str, str]]:
@@ -299,11 +370,14 @@ def _fingerprint(path: Path) -> str:
 
 
 def _digest(path: Path) -> str:
+    """SHA-256 of the run's files, streamed through safe_read (a FIFO or a device is never read)."""
     digest = hashlib.sha256()
     for name in RUN_FILES:
         try:
-            digest.update((path / name).read_bytes())
-        except FileNotFoundError:
+            with open_regular(path / name, RECORDS, root=path) as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+        except UnsafeFile:
             digest.update(b"\0missing")
         digest.update(b"\0")
     return digest.hexdigest()
@@ -324,6 +398,9 @@ def _stage(path: Path, known: dict, report: IngestReport) -> tuple[Run, str, str
     if not run.info.complete:
         report.skipped.append((str(path), "partial run (not complete" + (f": {run.info.reason})" if run.info.reason else ")")))
         return None
+    if not run.records and (run.bad_records or run.info.kind in MEASURED_KINDS):
+        report.skipped.append((str(path), f"no valid records ({run.bad_records} bad lines); not ingested"))
+        return None
     digest = _digest(path)
     previous = known.get(run.run_id)
     if previous and previous[2] == digest:
@@ -338,7 +415,7 @@ def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: 
     for run, fingerprint, digest in pending:
         rows["runs"].append(_run_row(run, fingerprint, digest))
         _record_rows(run, rows)
-    with tempfile.TemporaryDirectory(prefix="commbench-ingest-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{_STAGING_PREFIX}{os.getpid()}-") as tmp:
         con.execute("BEGIN TRANSACTION")
         try:
             run_ids = [row["run_id"] for row in rows["runs"]]
@@ -350,7 +427,7 @@ def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: 
             _insert_samples(con, [(run.path / SAMPLES_JSONL, run.run_id) for run, _, _ in pending])
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
     for run, fingerprint, digest in pending:
         previous = known.get(run.run_id)
@@ -370,8 +447,11 @@ def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict]
         handle.writelines(json.dumps(row, default=str) + "\n" for row in rows)
     types = {name: kind.replace(" PRIMARY KEY", "") for name, kind in columns.items()}
     names = ", ".join(f'"{name}"' for name in columns)
-    con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM read_json(?, format='newline_delimited', columns=?)",
-                [str(staging), types])
+    try:
+        con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM read_json(?, format='newline_delimited', "
+                    "columns=?)", [str(staging), types])
+    finally:
+        staging.unlink()  # read: the next table's file need not share the disk with it
 
 
 _SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]",
@@ -380,7 +460,7 @@ _SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DO
 
 def _insert_samples(con, files: list[tuple[Path, str]]) -> None:
     """Every samples.jsonl of the batch, parsed by DuckDB; lines that do not parse are skipped."""
-    present = [(str(path), run_id) for path, run_id in files if path.is_file()]
+    present = [(str(path), run_id) for path, run_id in files if _regular_inside(path)]
     if not present:
         return
     key_columns = ", ".join(f"CAST(s.key->>{i} AS {SAMPLE_COLUMNS[name]})" for i, name in enumerate(KEY_FIELDS))
@@ -391,6 +471,15 @@ def _insert_samples(con, files: list[tuple[Path, str]]) -> None:
         "JOIN (SELECT unnest(?) AS filename, unnest(?) AS run_id) m ON s.filename = m.filename "
         "WHERE s.key IS NOT NULL AND s.time_us IS NOT NULL",
         [[path for path, _ in present], _SAMPLE_FILE_COLUMNS, [path for path, _ in present], [run_id for _, run_id in present]])
+
+
+def _regular_inside(path: Path) -> bool:
+    """A samples file DuckDB may read: a regular file inside its run directory (no link out, no FIFO)."""
+    try:
+        with open_regular(path, RECORDS, root=path.parent):
+            return True
+    except UnsafeFile:
+        return False
 
 
 def _timestamp(text: str | None) -> str | None:

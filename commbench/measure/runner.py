@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from commbench.data.rundir import RunWriter, new_run_id
 from commbench.data.schema import Record
-from commbench.errors import CommbenchError, RankFailure, UsageError
+from commbench.errors import WRITE_ERRORS, CommbenchError, RankFailure, UsageError, write_error
 from commbench.measure.launch import RankEnv
 from commbench.measure.options import RunConfig
 from commbench.measure.progress import Progress
@@ -61,7 +61,12 @@ class MeasuredRun:
         """Rank 0: keep these records and their samples lines (the run directory is rewritten) and
         count their wrong elements."""
         self.total_wrong += sum(max(r.wrong, 0) for r in records)
-        self.writer.add_records(records, samples)
+        try:
+            self.writer.add_records(records, samples)
+        except OSError as exc:
+            if exc.errno not in WRITE_ERRORS:
+                raise
+            raise CommbenchError(write_error(exc)) from None
 
     def execute(self) -> int:
         session = self.session
@@ -115,6 +120,10 @@ class MeasuredRun:
                 self.writer = RunWriter(session.cfg.out_dir, run_info(session, run_id, self.driver.kind))
             except UsageError as exc:
                 refusal = str(exc)
+            except OSError as exc:  # a full or read-only --out: one line, not a rank blamed on the network
+                if exc.errno not in WRITE_ERRORS:
+                    raise
+                refusal = write_error(exc)
         refusal = broadcast_str(refusal)  # every rank stops together, before any collective under test
         if refusal:
             raise UsageError(refusal)
@@ -126,8 +135,13 @@ class MeasuredRun:
         self.total_wrong = int(flag.item())
 
     def _finish(self, complete: bool, reason: str | None = None) -> None:
-        if self.writer:
+        if not self.writer:
+            return
+        try:
             self.writer.finish(complete=complete, reason=reason)
+        except OSError as exc:  # the disk filled: the run directory keeps its last whole files
+            if complete or exc.errno not in WRITE_ERRORS:
+                raise
 
     def _on_hang(self, diagnosis: Diagnosis) -> None:
         """Runs on the watchdog thread: record why, say it once, and leave."""
