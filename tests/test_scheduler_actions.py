@@ -174,3 +174,18 @@ def test_health_bad_input_is_one_line_and_exit_2(tmp_path):
                              env=run_env, timeout=120, check=False)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and message in bad.stderr, (args, bad.stderr)
     assert writes(tmp_path) == []
+
+
+def test_health_fails_a_nic_only_when_the_nic_was_the_limit():
+    """A NIC figure the host could not push harder is a lower bound: low, it is inconclusive, never a failure."""
+    from commbench.commands.health import _grade
+    from commbench.measure.health import Figure
+
+    line_rate = (1.0, "line rate --nic-rate 1 Gbit/s")
+    shaped = _grade(Figure("nic eth0 egress", 0.30, "Gbit/s", bound="link"), line_rate, 0.5)
+    busy = _grade(Figure("nic eth0 egress", 0.22, "Gbit/s", bound="sender"), line_rate, 0.5)
+    full = _grade(Figure("nic eth0 egress", 0.95, "Gbit/s", bound="link"), line_rate, 0.5)
+    assert (shaped["status"], busy["status"], full["status"]) == ("FAIL", "inconclusive", "pass")
+    assert shaped["line"] == ("FAIL nic eth0 egress: 0.3 Gbit/s, 30% of the expected 1 (limit 50%; "
+                              "line rate --nic-rate 1 Gbit/s)")
+    assert _grade(Figure("intra gloo loopback", None, "GB/s", note="timed out"), None, 0.3)["status"] == "FAIL"
