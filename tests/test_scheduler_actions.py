@@ -189,3 +189,14 @@ def test_health_fails_a_nic_only_when_the_nic_was_the_limit():
     assert shaped["line"] == ("FAIL nic eth0 egress: 0.3 Gbit/s, 30% of the expected 1 (limit 50%; "
                               "line rate --nic-rate 1 Gbit/s)")
     assert _grade(Figure("intra gloo loopback", None, "GB/s", note="timed out"), None, 0.3)["status"] == "FAIL"
+
+
+def test_health_expects_every_gpu_pair_of_a_preset_at_its_nvlink_rate():
+    from commbench.commands.health import _preset
+    from commbench.modeling.hardware import load_system
+
+    system = load_system("dgx-h100")
+    expected = _preset("dgx-h100")
+    assert len(expected) == system.gpus_per_host * (system.gpus_per_host - 1)
+    rate, source = expected["intra gpu0->gpu7"]
+    assert rate == system.intra.bandwidth * system.intra.efficiency / 1e9 and source.startswith("preset ")

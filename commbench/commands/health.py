@@ -159,7 +159,7 @@ def _preset(name: str) -> dict[str, tuple[float, str]]:
     rate = system.intra.bandwidth * system.intra.efficiency / 1e9
     where = f"preset {system.name}: {system.intra.name} x efficiency {system.intra.efficiency}"
     return {f"intra gpu{a}->gpu{b}": (rate, where)
-            for a in range(system.gpus_per_node) for b in range(system.gpus_per_node) if a != b}
+            for a in range(system.gpus_per_host) for b in range(system.gpus_per_host) if a != b}
 
 
 def measure(args: argparse.Namespace, checks: list[str]) -> list:

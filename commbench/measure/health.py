@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 PROC_NET = Path("/proc/net")
 _SIOCGIFADDR = 0x8915
@@ -169,9 +170,10 @@ def gloo_loopback(size: int, iters: int, timeout_s: float = 30.0) -> Figure:
 
     def rank(me: int) -> None:
         try:
-            options = dist.ProcessGroupGloo._Options()
+            # torch's type stubs lack _Options and a process group's send/recv: both exist at run time
+            options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
             options._devices, options._timeout = [device], timedelta(seconds=timeout_s)
-            group = dist.ProcessGroupGloo(store, me, 2, options)
+            group: Any = dist.ProcessGroupGloo(store, me, 2, options)
             tensor = torch.ones(size // 4, dtype=torch.float32)
             for i in range(iters + 1):
                 start = time.perf_counter()
