@@ -10,6 +10,10 @@ node, links shaped with tc), one four-node cluster shared by the tests of this m
 
 The health check is told the NIC's line rate (1 Gbit/s, the emulated link) and sends to the bridge's
 address; no program runs there. The checks run one after the other in the order written.
+
+Slow (about 3 minutes in all on the 2-core test VM, one cluster for all): a 4-node diagnosis job
+(~30 s), health checks that need whole HealthCheckIntervals (10 s, Slurm's to pace) to drain and
+resume, a sweep that must run twice 20 s apart, and a torch import per intra-node check.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ HC_SCRIPT.write_text("#!/bin/sh\nexit 0\n")  # until the cluster is up (slurmd r
 HC_SCRIPT.chmod(0o755)
 CLUSTER = {"nodes": NODES, "rate": "1gbit", "slurm": {
     "extra_conf": f"HealthCheckProgram={HC_SCRIPT}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY"}}
-pytestmark = [pytest.mark.cluster, pytest.mark.slurm,
+pytestmark = [pytest.mark.cluster, pytest.mark.slurm, pytest.mark.slow,
               pytest.mark.parametrize("slurm_cluster", [CLUSTER], indirect=True)]
 
 
