@@ -55,6 +55,10 @@ MEASURED_DTYPES = tuple(name for name, dtype in DTYPES.items() if dtype.torch)
 GLOO_DTYPES = tuple(name for name, dtype in DTYPES.items() if dtype.torch and dtype.gloo)
 # the precisions a processor preset's gemm_surface is keyed by and `commbench calibrate` times
 GEMM_DTYPES = ("bf16", "fp16", "fp32")
+# the formats quantised GEMMs run in (commbench.modeling.recipes), bytes per element without scales;
+# a processor's gemm_surface may also hold points of these (fractions of its FP8 / FP4 peak)
+QUANTISED_GEMM_BYTES = {"fp8": 1.0, "fp4": 0.5}
+SURFACE_DTYPES = GEMM_DTYPES + tuple(QUANTISED_GEMM_BYTES)
 # what `commbench calibrate` times on each device by default: the tensor-core precisions on GPUs;
 # CPUs multiply float32 far faster than the 16-bit types, so only fp32 is timed there
 CALIBRATED_DTYPES = {"cpu": ("fp32",), "cuda": ("bf16", "fp16")}
@@ -72,8 +76,10 @@ def element_bytes(spelling: str) -> int | None:
     return dtype.bytes if dtype else None
 
 
-def precision_bytes(short: str) -> int:
-    """Bytes per element of a GEMM precision (fp32, bf16, fp16); KeyError for any other name."""
+def precision_bytes(short: str) -> float:
+    """Bytes per element of a GEMM precision (fp32, bf16, fp16, fp8, fp4); KeyError for any other name."""
+    if short in QUANTISED_GEMM_BYTES:
+        return QUANTISED_GEMM_BYTES[short]
     if short not in GEMM_DTYPES:
         raise KeyError(short)
     return _BY_SPELLING[short].bytes

@@ -16,6 +16,7 @@ from commbench.modeling.job import EXECUTIONS, PRECISIONS
 from commbench.modeling.layout import parse_layout
 from commbench.modeling.models import PRESETS
 from commbench.modeling.planner import Planner
+from commbench.modeling.recipes import RECIPES
 from commbench.modeling.schedule import StepResult
 from commbench.modeling.spec import PlanSpec, build_planner
 
@@ -68,6 +69,10 @@ def network_names() -> list[str]:
 
 def precision_names() -> list[str]:
     return list(PRECISIONS)
+
+
+def compute_precision_names() -> list[str]:
+    return list(RECIPES)
 
 
 def execution_names() -> list[str]:

@@ -31,6 +31,7 @@ import textwrap
 from dataclasses import fields
 
 from commbench.modeling.job import EXECUTIONS, PRECISIONS
+from commbench.modeling.recipes import RECIPES
 from commbench.modeling.spec import PlanSpec
 
 __doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
@@ -54,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--seq-len", type=int, required=True)
     _spec_option(parser, "--processor", metavar="NAME|FILE.json")
     _spec_option(parser, "--precision", choices=tuple(PRECISIONS))
+    _spec_option(parser, "--compute-precision", choices=tuple(RECIPES))
+    _spec_option(parser, "--fp8-param-gather", action="store_true")
     _spec_option(parser, "--execution", choices=tuple(EXECUTIONS))
     _spec_option(parser, "--slowdown", type=float)
     _spec_option(parser, "--overlap-run", metavar="RUN_DIR")
@@ -125,7 +128,7 @@ def main(args) -> int:
             "model": planner.job.model.describe(), "model_figures": model_figures(planner.job),
             "network": planner.cluster.cost.describe(),
             "slowdown": _slowdown_figures(planner), "execution": planner.job.execution.name,
-            "execution_assumes": planner.job.execution.assumes,
+            "execution_assumes": planner.job.execution.assumes, "compute": compute_figures(planner),
             "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
             "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
             "dropped_examples": [{"layout": layout, "reason": why} for layout, why in ranking.dropped_examples], "warnings": warnings,
@@ -149,7 +152,8 @@ def _one_layout(planner, args) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), "model_figures": model_figures(planner.job), "fits": reason is None, "reason": reason,
                           "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
-                          "execution": planner.job.execution.name, "warnings": warnings,
+                          "execution": planner.job.execution.name, "compute": compute_figures(planner),
+                          "warnings": warnings,
                           **_ep_skew_json(planner, args, [result])}, indent=2))
     else:
         _print_header(planner, warnings)
@@ -159,6 +163,16 @@ def _one_layout(planner, args) -> int:
         if reason:
             print(f"does not fit: {reason}", file=sys.stderr)
     return 0 if reason is None else 1
+
+
+def compute_figures(planner) -> dict:
+    """The compute precision: the recipe, what stays in BF16, the GEMM peak it runs at and the
+    parameter-gather width (plan --json's `compute`)."""
+    job, processor = planner.job, planner.cluster.system.processor
+    return {**job.compute.describe(), "fp8_param_gather": job.quantised_param_gather,
+            "gathered_param_bytes": job.gathered_param_bytes,
+            "gemm_peak_flops": processor.for_recipe(job.compute).peak_flops, "bf16_peak_flops": processor.peak_flops,
+            "bytes_per_param_variant": job.precision.name}
 
 
 def _ep_skew_json(planner, args, results) -> dict:
@@ -185,6 +199,9 @@ def _print_header(planner, warnings) -> None:
     console.print(f"model: {model.describe()}")
     console.print(f"parameters: {model.total_params:,} total, {model.active_params:,} active per token")
     console.print(f"job: global batch {planner.job.global_batch} x seq {planner.job.seq_len}, {planner.job.precision.name}")
+    compute = planner.job.compute
+    console.print(f"compute precision: {compute.name} ({compute.te_recipe}); BF16: {', '.join(compute.bf16_parts())}"
+                  + ("; parameters gathered quantised" if planner.job.quantised_param_gather else ""))
     console.print(f"execution: {planner.job.execution.name}")
     system = planner.cluster.system
     console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_host} per host, "

@@ -272,7 +272,7 @@ def zero3_sharding(p: _Pricing) -> Zero3Costs:
         return p.over_replicas(op, np.where(zero3, dense / p.layers * bytes_per_param, 0.0),
                                np.where(zero3, expert / p.layers * bytes_per_param, 0.0))
 
-    gather = per_layer("all_gather", prec.param_bytes)
+    gather = per_layer("all_gather", p.job.gathered_param_bytes)
     reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes)
     if p.job.execution.zero3_reduce_scatter_overlap:
         bwd, bwd_blocking = gather + reduce_scatter, p.zeros()
@@ -296,8 +296,9 @@ def data_parallel(p: _Pricing) -> DataParallelCosts:
     )
     reductions = np.select([batch.zero <= 1, batch.zero == 2], [1, p.micro_batches], 0)
     gather_weights = (batch.zero == 1) | (batch.zero == 2)
-    param_gather = p.over_replicas("all_gather", np.where(gather_weights, dense * prec.param_bytes, 0.0),
-                                   np.where(gather_weights, expert * prec.param_bytes, 0.0))
+    gathered = p.job.gathered_param_bytes  # in the width sent: FP8 with --fp8-param-gather
+    param_gather = p.over_replicas("all_gather", np.where(gather_weights, dense * gathered, 0.0),
+                                   np.where(gather_weights, expert * gathered, 0.0))
     return DataParallelCosts(
         bucket=bucket.seconds, buckets=buckets, reductions=reductions, param_gather=param_gather.seconds,
         sent_per_step=reductions * buckets * bucket.sent + param_gather.sent,

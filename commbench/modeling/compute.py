@@ -16,6 +16,10 @@ n = b*s/cp tokens per rank, q/kv the attention widths, f the MLP width, t tensor
                   s^2/2 pairs (QK^T and AV at half density: 2*b*(s/cp)*s*q/t with plain attention), or
                   s*w - w^2/2 on layers with a sliding window w
   backward        2x the GEMMs (input and weight gradients), 2.5x attention (FlashAttention-2)
+With a quantised compute precision (job.compute, commbench.modeling.recipes) the linear layers'
+GEMMs run at the processor's peak in the recipe's format, their casts, scales and transposed copies
+are priced as HBM traffic (quantise_seconds), and the attention core, the output layer, the router
+and the recipe's BF16 layers stay at the BF16 rate.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from commbench.modeling.kernels import (
     gemm_seconds,
 )
 from commbench.modeling.layout import LayoutBatch
+from commbench.modeling.recipes import cast_bytes_per_element
 
 SECONDS_PER_YEAR = 365.25 * 86400
 BACKWARD_GEMM_FACTOR = 2.0  # input and weight gradients, each the forward's FLOPs
@@ -68,16 +73,20 @@ class LayerCompute:
     # the backward's framework cost where it is measured apart (eager autograd ops); None: the
     # backward's kernels cost BACKWARD_ELEMENTWISE_FACTOR times the forward's
     bwd_kernels: np.ndarray | None = None
+    # a quantised recipe's casts, amax reads, transposed copies and Hadamard transforms (0 in bf16)
+    fwd_quantise: np.ndarray | float = 0.0
+    bwd_quantise: np.ndarray | float = 0.0
 
     @property
     def forward(self) -> np.ndarray:
-        return self.fwd_gemm + self.fwd_attention + self.fwd_elementwise + self.fwd_kernels
+        return self.fwd_gemm + self.fwd_attention + self.fwd_elementwise + self.fwd_kernels + self.fwd_quantise
 
     @property
     def backward(self) -> np.ndarray:
         if self.bwd_kernels is not None:
-            return self.bwd_gemm + self.bwd_attention + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise + self.bwd_kernels
-        return (self.bwd_gemm + self.bwd_attention
+            return (self.bwd_gemm + self.bwd_attention + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise
+                    + self.bwd_kernels + self.bwd_quantise)
+        return (self.bwd_gemm + self.bwd_attention + self.bwd_quantise
                 + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels))
 
     def recompute(self, mode: np.ndarray) -> np.ndarray:
@@ -112,9 +121,10 @@ def _attention_projections(model, proc: Processor, n, t) -> tuple[np.ndarray, np
     return sum(f for f, _ in parts), sum(b for _, b in parts)
 
 
-def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n,
+         router_proc: Processor | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, backward) GEMM seconds and the activation width (per token, /tp) of one layer's MLP,
-    averaged over dense and MoE layers."""
+    averaged over dense and MoE layers; the router runs on `router_proc` (BF16 under every recipe)."""
     model, t = job.model, batch.tp
     h, matrices = model.hidden, model.mlp_matrices
     up = matrices - 1  # GeLU: one up-projection; SwiGLU: gate and up
@@ -129,7 +139,7 @@ def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n) -> tuple[np.n
     expert_tokens = routed_tokens * batch.ep / moe.num_experts
     experts = _mlp_block(proc, expert_tokens, h, moe.expert_ffn_hidden / t, up)
     shared = _mlp_block(proc, n, h, moe.shared_ffn_hidden / t, up) if moe.shared_ffn_hidden else (0.0, 0.0)
-    router = _linear(proc, n, moe.num_experts, h)
+    router = _linear(router_proc or proc, n, moe.num_experts, h)
     moe_fwd, moe_bwd = (local_experts * e + s + r for e, s, r in zip(experts, shared, router))
     moe_width = (matrices * (moe.top_k * moe.expert_ffn_hidden + moe.shared_ffn_hidden) + 4 * moe.top_k * h) / t
     dense_share, moe_share = model.dense_layers / model.layers, model.moe_layers / model.layers
@@ -196,15 +206,69 @@ def framework_costs(model, execution, proc: Processor, n) -> tuple[np.ndarray, n
     return np.broadcast_to(kernels * proc.kernel_overhead_s, np.shape(n)).astype(float), None
 
 
-def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> LayerCompute:
+def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n):
+    """(forward, backward) seconds of a layer's linear GEMMs and its MLP activation width, in the
+    job's compute precision: the recipe's share of BF16 layers at the BF16 rate, the rest quantised."""
+    model, t = job.model, batch.tp
+    quantised = proc.for_recipe(job.compute)
+    attention_fwd, attention_bwd = _attention_projections(model, quantised, n, t)
+    mlp_fwd, mlp_bwd, mlp_width = _mlp(job, batch, quantised, n, router_proc=proc)
+    share = job.compute.bf16_layer_share if job.compute.quantised else 0.0
+    if share:
+        bf16_attention, bf16_mlp = _attention_projections(model, proc, n, t), _mlp(job, batch, proc, n)
+        attention_fwd, attention_bwd = ((1 - share) * q + share * b for q, b in
+                                        zip((attention_fwd, attention_bwd), bf16_attention))
+        mlp_fwd, mlp_bwd = ((1 - share) * q + share * b for q, b in zip((mlp_fwd, mlp_bwd), bf16_mlp[:2]))
+    return attention_fwd + mlp_fwd, attention_bwd + mlp_bwd, mlp_width
+
+
+def quantised_operands(job: TrainingJob, batch: LayoutBatch, n) -> tuple:
+    """Elements of one layer's quantised GEMM operands on one rank per micro-batch, averaged over
+    dense and MoE layers: (activations x, output gradients dy, weights). The inputs of the fused
+    QKV and gate/up GEMMs are cast once; MLA's down-projections and the router stay in BF16."""
+    model, t = job.model, batch.tp
+    h, up = model.hidden, model.mlp_matrices - 1
+    attention_out = model.attention_out_dim
+    split_inputs = (model.attention_projection_params - attention_out * h - model.tp_replicated_params_per_layer) / h
+    x_attention, dy_attention = n * (h + attention_out / t), n * (split_inputs / t + h)
+    dense_mlp = (n * (h + model.ffn_hidden / t), n * (up * model.ffn_hidden / t + h))
+    if model.moe:
+        moe = model.moe
+        routed = n * moe.top_k * job.expert_load
+        ffn = (routed * moe.expert_ffn_hidden + n * moe.shared_ffn_hidden) / t
+        moe_mlp = ((routed + n * bool(moe.shared_ffn_hidden)) * h + ffn, up * ffn + (routed + n * bool(moe.shared_ffn_hidden)) * h)
+        dense_share, moe_share = model.dense_layers / model.layers, model.moe_layers / model.layers
+        x_mlp, dy_mlp = (dense_share * d + moe_share * m for d, m in zip(dense_mlp, moe_mlp))
+    else:
+        x_mlp, dy_mlp = dense_mlp
+    dense_weights = (model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params) / model.layers
+    weights = (dense_weights - model.tp_replicated_params_per_layer) / t + model.expert_params / model.layers / (t * batch.ep)
+    return x_attention + x_mlp, dy_attention + dy_mlp, weights
+
+
+def quantise_seconds(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, micro_batches) -> tuple:
+    """(forward, backward) seconds per layer per micro-batch of the recipe's casts: activations
+    every micro-batch, weights once per step (cached over its micro-batches), output gradients in
+    backward, NVFP4's Hadamard transform of the weight gradient's inputs (see recipes.py)."""
+    recipe = job.compute
+    if not recipe.quantised:
+        return 0.0, 0.0
+    x, dy, weights = quantised_operands(job, batch, n)
+    cast = cast_bytes_per_element(recipe)
+    quantised = 1.0 - recipe.bf16_layer_share
+    forward = quantised * cast * (x + weights / np.maximum(micro_batches, 1)) / proc.elementwise_bandwidth
+    backward = quantised * (cast * dy + recipe.hadamard_passes * 4.0 * (x + dy)) / proc.elementwise_bandwidth
+    return forward, backward
+
+
+def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_batches=1) -> LayerCompute:
     model, execution = job.model, job.execution
     proc = proc.for_execution(execution.name).for_dtype(job.precision.compute_dtype)
     h, t = model.hidden, batch.tp
     n = batch.mbs * job.seq_len / batch.cp  # tokens per rank per micro-batch
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
 
-    attention_fwd, attention_bwd = _attention_projections(model, proc, n, t)
-    mlp_fwd, mlp_bwd, mlp_width = _mlp(job, batch, proc, n)
+    linear_fwd, linear_bwd, mlp_width = _linear_layers(job, batch, proc, n)
     if not execution.fused_bias_activation:  # a bias pass over each up-projection's output
         mlp_width = mlp_width + 2 * (model.mlp_matrices - 1) * model.ffn_hidden / t
     core_fwd, core_bwd = _attention_core(job, batch, proc, n)
@@ -215,8 +279,10 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor) -> Laye
     logits = n * model.vocab / t  # on this rank, per micro-batch
     loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
     fwd_kernels, bwd_kernels = framework_costs(model, execution, proc, n)
+    fwd_quantise, bwd_quantise = quantise_seconds(job, batch, proc, n, micro_batches)
     return LayerCompute(
-        fwd_gemm=attention_fwd + mlp_fwd, bwd_gemm=attention_bwd + mlp_bwd,
+        fwd_gemm=linear_fwd, bwd_gemm=linear_bwd,
         fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
         fwd_kernels=fwd_kernels, head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd, bwd_kernels=bwd_kernels,
+        fwd_quantise=fwd_quantise, bwd_quantise=bwd_quantise,
     )

@@ -27,6 +27,12 @@ the calibration half of bench/RESULTS-published.md"):
                                   FP8: an FP8 recipe is refused)
     peak_flops_fp4                FLOP/s, dense FP4 tensor-core peak (Blackwell: NVFP4) (no FP4)
     power_w                       watts, the maximum thermal design power (not reported)
+    compute_capability            text, the CUDA compute capability ("9.0" Hopper, "10.0" Blackwell):
+                                  which Transformer Engine recipes its tensor cores run
+                                  (commbench.modeling.recipes) (bf16 only)
+    gemm_surface's "fp8" and "fp4" points are fractions of peak_flops_fp8 / peak_flops_fp4, the
+    others of peak_flops_bf16; gemm_efficiency is read as a fraction of the peak of the format a
+    GEMM runs in
     elementwise_efficiency        fraction of memory bandwidth that norms, activations and
                                   residual adds reach (1.0)
     sm_count                      integer: streaming multiprocessors (a CPU: cores) a GEMM's output
@@ -75,7 +81,7 @@ from pathlib import Path
 
 import numpy as np
 
-from commbench.dtypes import GEMM_DTYPES
+from commbench.dtypes import SURFACE_DTYPES
 from commbench.errors import UsageError
 from commbench.scopes import NODE_TIERS
 
@@ -109,11 +115,21 @@ class Processor:
     peak_flops_fp8: float | None = None  # dense FP8 tensor-core FLOP/s; None: the processor has no FP8
     peak_flops_fp4: float | None = None  # dense FP4 tensor-core FLOP/s; None: no FP4
     power_w: float | None = None  # maximum thermal design power
+    compute_capability: str | None = None  # CUDA compute capability; None: not a CUDA GPU, or not described
     sources: dict = field(default_factory=dict, compare=False)
 
     def for_dtype(self, dtype: str) -> Processor:
         """This processor pricing GEMMs in `dtype`."""
         return self if dtype == self.gemm_dtype else replace(self, gemm_dtype=dtype)
+
+    def for_recipe(self, recipe) -> Processor:
+        """This processor running GEMMs quantised by `recipe` (commbench.modeling.recipes): at the
+        peak of the recipe's format, priced from that format's surface points where measured."""
+        if not recipe.quantised:
+            return self
+        from commbench.modeling.recipes import processor_peak
+
+        return replace(self, peak_flops=processor_peak(self, recipe), gemm_dtype=recipe.peak)
 
     def for_execution(self, execution: str) -> Processor:
         """This processor as the named execution's stack sees it (execution_gemm_efficiency)."""
@@ -271,6 +287,7 @@ def processor_from_json(raw: dict) -> Processor:
         execution_gemm_efficiency=tuple((str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
                                         for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())),
         **{name: _optional_positive(values, name) for name in ("peak_flops_fp8", "peak_flops_fp4", "power_w")},
+        compute_capability=str(values["compute_capability"]) if values.get("compute_capability") else None,
         sources=sources,
     )
 
@@ -312,8 +329,8 @@ def _gemm_tile(value) -> tuple[int, int]:
 def _gemm_surface(value: dict) -> tuple:
     surface = []
     for dtype, points in sorted(value.items()):
-        if dtype not in GEMM_DTYPES:
-            raise ValueError(f"gemm_surface dtype {dtype!r} is not one of {', '.join(GEMM_DTYPES)}")
+        if dtype not in SURFACE_DTYPES:
+            raise ValueError(f"gemm_surface dtype {dtype!r} is not one of {', '.join(SURFACE_DTYPES)}")
         rows = []
         for m, n, k, fraction in points:
             rows.append((*(float(_positive_int(d, "gemm_surface shape")) for d in (m, n, k)),

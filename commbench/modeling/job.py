@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commbench.modeling.models import ModelSpec
+from commbench.modeling.recipes import RECIPES, ComputeRecipe
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,22 @@ class TrainingJob:
     # rank receiving most, so they are priced at its bytes
     routing: str = "uniform"
     execution: Execution = field(default_factory=lambda: EXECUTIONS["megatron-core"])
+    # the number format of the linear layers' GEMMs (a Transformer Engine recipe; bf16: none)
+    compute: ComputeRecipe = field(default_factory=lambda: RECIPES["bf16"])
+    # the weights are kept in the recipe's format and ZeRO/FSDP gather them so (Megatron's
+    # --fp8-param-gather): the quantised copy replaces the BF16 one and the gathers move its bytes
+    quantised_param_gather: bool = False
 
     def __post_init__(self):
         if self.activation_bytes is None:
             object.__setattr__(self, "activation_bytes", self.precision.activation_bytes)
+
+    @property
+    def gathered_param_bytes(self) -> float:
+        """Bytes per parameter the ZeRO-1/2 weight gather and ZeRO-3/FSDP gathers move."""
+        if self.quantised_param_gather and self.compute.quantised:
+            return self.compute.element_bytes
+        return float(self.precision.param_bytes)
 
     @property
     def tokens_per_step(self) -> int:

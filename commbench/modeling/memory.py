@@ -19,6 +19,18 @@ Static state: MLA's down-projections are not split by TP either. Selective recom
 full recompute keeps only the layer input, 2*s*b*h (/t with sequence parallelism).
 Pipeline ranks hold min(m, p) micro-batches in flight with 1F1B, times 1 + (p-1)/(p*v) when
 interleaved (Narayanan et al. 2021).
+
+A quantised compute precision (job.compute, commbench.modeling.recipes) adds and changes items:
+  quantised weights  Transformer Engine's cached copies of the linear weights in the recipe's
+                     format, row-wise and column-wise (the transposed copy the backward needs):
+                     2 x element_bytes per linear weight on the rank (ZeRO-3: of the two layers
+                     gathered), one copy where the weights are kept quantised (--fp8-param-gather)
+  parameters         with --fp8-param-gather the primary weights are the quantised ones:
+                     element_bytes per parameter instead of the precision's 2 (the fp32 master
+                     copy in the optimizer item stays)
+  activations        the linear layers' saved inputs (QKV and gate/up inputs, the attention output,
+                     the MLP down-projection's input) are kept in the recipe's format: element_bytes
+                     instead of the activation width, on the recipe's quantised layers
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import numpy as np
 from commbench.modeling.job import Precision, TrainingJob
 from commbench.modeling.layout import LayoutBatch
 
-LEDGER_ITEMS = ("parameters", "gradients", "optimizer", "activations", "temporary", "reserved")
+LEDGER_ITEMS = ("parameters", "quantised weights", "gradients", "optimizer", "activations", "temporary", "reserved")
 
 # The seeds put static state at "16-20 B/param": the 16 itemised below plus headroom they do not
 # itemise. Their "175B needs 3.5 TB, at least 44 x 80 GB GPUs" is this upper bound (175e9 x 20).
@@ -140,18 +152,20 @@ def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray
         shard = batch.zero >= from_stage
         return nbytes * (dense / np.where(shard, dp_group, 1) + expert / np.where(shard, expert_group, 1))
 
+    m = micro_batches(job, batch)
+    n_layers = layers_per_chunk(job, batch) * batch.vpp
     ledger = {
-        "parameters": sharded(prec.param_bytes, 3),
+        "parameters": sharded(job.gathered_param_bytes, 3),
+        "quantised weights": quantised_weight_bytes(job, batch, n_layers),
         "gradients": sharded(prec.grad_bytes, 2),
         "optimizer": sharded(prec.optimizer_bytes, 1),
     }
-    m = micro_batches(job, batch)
-    n_layers = layers_per_chunk(job, batch) * batch.vpp
-    per_layer = activation_bytes_per_layer(job, batch, batch.recompute)
+    saved_quantised = quantised_activation_saving(job, batch)
+    per_layer = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == 2, 0.0, saved_quantised)
     first_stage = per_layer * n_layers * in_flight_micro_batches(batch, m)
     # full recompute rebuilds one layer's activations at a time during backward
-    first_stage = first_stage + np.where(batch.recompute == 2,
-                                         activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)), 0.0)
+    rebuilt = activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised
+    first_stage = first_stage + np.where(batch.recompute == 2, rebuilt, 0.0)
     # the last stage also holds the logits: bf16 output and fp32 copy for the loss
     tokens = batch.mbs * job.seq_len / batch.cp
     logits = tokens * model.vocab / batch.tp * (job.activation_bytes + 4)
@@ -163,6 +177,39 @@ def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray
     return ledger
 
 
+def quantised_weight_bytes(job: TrainingJob, batch: LayoutBatch, n_layers) -> np.ndarray:
+    """Bytes of the recipe's cached quantised weight copies on one rank (0 in bf16)."""
+    recipe = job.compute
+    if not recipe.quantised:
+        return np.zeros(len(batch))
+    from commbench.modeling.compute import quantised_operands  # compute imports this module
+
+    weights_per_layer = quantised_operands(job, batch, 1.0)[2]
+    held = np.where(batch.zero == 3, np.minimum(2, n_layers), n_layers)  # ZeRO-3: this layer and the prefetched one
+    copies = 1 if job.quantised_param_gather else 2
+    return held * weights_per_layer * (1 - recipe.bf16_layer_share) * copies * recipe.element_bytes
+
+
+def quantised_activation_saving(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
+    """Bytes per layer and micro-batch saved by keeping the linear layers' inputs in the recipe's
+    format: the QKV and gate/up inputs (s*b*h each, /t with sequence parallelism), the attention
+    output and the down-projection's input (split by TP)."""
+    recipe = job.compute
+    narrower = job.activation_bytes - recipe.element_bytes
+    if not recipe.quantised or narrower <= 0:
+        return np.zeros(len(batch))
+    model, t = job.model, batch.tp
+    tokens = batch.mbs * job.seq_len / batch.cp
+    replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
+    down_input = model.ffn_hidden
+    if model.moe:
+        moe = model.moe
+        routed = moe.top_k * job.expert_load * moe.expert_ffn_hidden + moe.shared_ffn_hidden
+        down_input = (model.dense_layers * model.ffn_hidden + model.moe_layers * routed) / model.layers
+    elements = tokens * (2 * model.hidden * replicated + (model.attention_out_dim + down_input) / t)
+    return (1 - recipe.bf16_layer_share) * narrower * elements
+
+
 def _temporary_buffers(job: TrainingJob, batch: LayoutBatch, dense, expert) -> np.ndarray:
     """Communication buffers: two gradient buckets in flight; ZeRO-3 also holds the gathered weights
     of the layer being computed and the prefetched next one, and one layer's unsharded gradients."""
@@ -170,5 +217,5 @@ def _temporary_buffers(job: TrainingJob, batch: LayoutBatch, dense, expert) -> n
     buckets = 2 * np.minimum(job.bucket_bytes, (dense + expert) * prec.grad_bytes)
     layers = layers_per_chunk(job, batch) * batch.vpp
     layer_params = (dense + expert) / np.maximum(layers, 1)
-    gathered = layer_params * (2 * prec.param_bytes + prec.grad_bytes)
+    gathered = layer_params * (2 * job.gathered_param_bytes + prec.grad_bytes)
     return np.where(batch.zero == 3, gathered, 0.0) + np.where(batch.dp * batch.cp > 1, buckets, 0.0)

@@ -18,6 +18,7 @@ from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP, whole_number
+from commbench.modeling.recipes import RECIPES, checked_recipe
 
 if TYPE_CHECKING:  # the planner pulls in numpy and the step model; `commbench --help` need not
     from commbench.modeling.hardware import System
@@ -57,6 +58,15 @@ class PlanSpec:
     processor: str | None = _with_default(
         "replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
     precision: str = _with_default("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
+    compute_precision: str = _with_default(
+        "the number format of the linear layers' GEMMs, by Transformer Engine recipe: bf16 (default), fp8-delayed "
+        "(DelayedScaling), fp8-current (Float8CurrentScaling), fp8-blockwise (Float8BlockScaling), mxfp8 "
+        "(MXFP8BlockScaling, Blackwell), nvfp4 (NVFP4BlockScaling, Blackwell). Priced at the processor's peak in that "
+        "format plus the casts, scales and transposed copies; attention core, embedding, output layer and router stay "
+        "BF16. Apart from --precision, which says the bytes kept per parameter", "bf16")
+    fp8_param_gather: bool = _with_default(
+        "keep the weights in the compute precision's format and gather them so (Megatron's --fp8-param-gather): "
+        "ZeRO/FSDP parameter gathers move 1 byte per parameter instead of 2, and no BF16 weight copy is kept", False)
     execution: str = _with_default("how the framework runs the step (kernels fused, attention, collectives overlapped): "
                                    "megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager; megatron (the "
                                    "default) is megatron-core; the list with assumptions is at the end of plan --help",
@@ -77,7 +87,15 @@ class PlanSpec:
         for name, high in (("gpus_per_node", MAX_GPUS_PER_NODE), ("nvlink_domain", MAX_GPUS)):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, whole_number(option(name), getattr(self, name), 1, high))
-        for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS)):
+        if self.fp8_param_gather not in (True, False):
+            raise UsageError(f"{option('fp8_param_gather')} is on or off, not {self.fp8_param_gather!r}")
+        if self.fp8_param_gather and self.compute_precision == "bf16":
+            raise UsageError(f"{option('fp8_param_gather')} needs a quantised {option('compute_precision')} (fp8-..., "
+                             "mxfp8 or nvfp4), not bf16")
+        if self.precision == "fp32" and self.compute_precision != "bf16":
+            raise UsageError(f"{option('precision')} fp32 trains without autocast; "
+                             f"{option('compute_precision')} {self.compute_precision} needs a mixed-precision variant")
+        for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS), ("compute_precision", RECIPES)):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
         if self.slowdown is not None and self.overlap_run is not None:
@@ -131,7 +149,9 @@ def build_planner(spec: PlanSpec) -> Planner:
     routing = routing_of(spec, model.name)[0]
     cluster = Cluster(spec.gpus, system, _collective_cost(spec, system, routing), **_slowdown_figures(spec))
     job = TrainingJob(model, spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
-                      execution=EXECUTIONS[spec.execution], routing=routing)
+                      execution=EXECUTIONS[spec.execution], routing=routing,
+                      compute=checked_recipe(spec.compute_precision, system.processor),
+                      quantised_param_gather=spec.fp8_param_gather)
     return Planner(job, cluster)
 
 

@@ -173,9 +173,9 @@ class StepModel:
         job, cluster = self.job, self.cluster
         proc = cluster.system.processor
         cc = communication(job, batch, cluster.cost, cluster.nvlink_domain)
-        ops = op_costs(batch, layer_compute(job, batch, proc), cc, cluster, layers_per_chunk(job, batch),
-                       job.execution.tp_forward_overlap)
         m = micro_batches(job, batch)
+        ops = op_costs(batch, layer_compute(job, batch, proc, m), cc, cluster, layers_per_chunk(job, batch),
+                       job.execution.tp_forward_overlap)
         categories = self._pipeline_categories(batch, ops, cc, m)
         exposed, dp_overlap_slowdown = self._gradient_reduction(batch, ops, cc, m)
         categories["dp"] = categories["dp"] + exposed + cc.dp.param_gather

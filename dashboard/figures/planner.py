@@ -14,7 +14,7 @@ from dashboard.figures.overlap import MAX_BARS
 
 GB = 1e9
 MEMORY_COLOURS = {
-    "parameters": "#1f77b4", "gradients": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
+    "parameters": "#1f77b4", "quantised weights": "#17becf", "gradients": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
     "temporary": "#9467bd", "reserved": "#7f7f7f",
 }  # fmt: skip
 

@@ -13,6 +13,7 @@ from dashboard.figures.planner import breakdown_figure, memory_figure, ranked_ro
 from dashboard.figures.processor import gemm_surface_figure
 from dashboard.planning import (
     PlanRequest,
+    compute_precision_names,
     default_gpus_per_node,
     default_nvlink_domain,
     execution_names,
@@ -34,6 +35,7 @@ SPEC_CONTROLS = {
     "plan-model": "model", "plan-hardware": "hardware", "plan-gpus": "gpus", "plan-gpus-per-node": "gpus_per_node",
     "plan-nvlink-domain": "nvlink_domain",
     "plan-batch": "global_batch", "plan-seq": "seq_len", "plan-bandwidth": "bandwidth", "plan-precision": "precision",
+    "plan-compute-precision": "compute_precision", "plan-fp8-param-gather": "fp8_param_gather",
     "plan-execution": "execution", "plan-processor": "processor", "plan-inter-network": "inter_network",
     "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top", "plan-routing": "routing",
 }
@@ -80,6 +82,10 @@ def _job_controls() -> list:
         _control("sequence length", _number("plan-seq", 4096)),
         _control("precision", _choice("plan-precision", precision_names(), PlanSpec.default("precision"),
                                      clearable=False)),
+        _control("compute precision", _choice("plan-compute-precision", compute_precision_names(),
+                                             PlanSpec.default("compute_precision"), clearable=False)),
+        _control("parameter gather", dcc.Checklist(id="plan-fp8-param-gather", value=[],
+                                                   options=[{"label": " quantised (--fp8-param-gather)", "value": "on"}])),
         _control("execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"),
                                      clearable=False)),
         _control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
@@ -126,6 +132,8 @@ def _request(*values) -> PlanRequest:
         stamps.append(stamp)
     for name in ("gpus_per_node", "nvlink_domain", "processor", "inter_network", "routing"):  # empty means the preset's
         chosen[name] = chosen[name] or None
+    chosen["compute_precision"] = chosen["compute_precision"] or PlanSpec.default("compute_precision")
+    chosen["fp8_param_gather"] = bool(chosen["fp8_param_gather"])  # the checklist's ["on"] or []
     return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
 
 
