@@ -249,7 +249,7 @@ def with_hostile_changes(draw, valid: dict, hostile: dict, most: int = 2) -> dic
 
 VALID_RUN_CONFIG = dict(ops=("all_reduce",), min_bytes=8, max_bytes=1 << 20, step_factor=2, dtype="float",
                         backend="gloo", scopes=None, iters=None, warmup=2, check_iters=1, min_iters=5, max_iters=200,
-                        time_budget_ms=50.0, outlier_ratio=0.75, timeout_s=300.0)
+                        time_budget_ms=50.0, ci_pct=2.0, outlier_ratio=0.75, timeout_s=300.0)
 HOSTILE_RUN_CONFIG = {
     "ops": st.lists(st.sampled_from(ALL_OPS) | st.text(max_size=12), max_size=4).map(tuple),
     "min_bytes": hostile_ints, "max_bytes": hostile_ints, "step_factor": hostile_ints,
@@ -258,7 +258,7 @@ HOSTILE_RUN_CONFIG = {
     "scopes": st.lists(st.sampled_from(["world", "intra", "inter"]) | st.text(max_size=6), max_size=3).map(tuple),
     "iters": hostile_ints, "warmup": hostile_ints, "check_iters": hostile_ints, "min_iters": hostile_ints,
     "max_iters": hostile_ints, "time_budget_ms": hostile_floats, "outlier_ratio": hostile_floats,
-    "timeout_s": hostile_floats,
+    "timeout_s": hostile_floats, "ci_pct": hostile_floats,
 }
 
 
@@ -268,6 +268,7 @@ def assert_runnable(cfg: RunConfig) -> None:
     assert 0 < cfg.outlier_ratio < 1
     # NaN passes `x <= 0`; it then breaks timedelta(seconds=...) in measure/session.py and would blind the watchdog
     assert cfg.timeout_s > 0 and cfg.time_budget_ms > 0, (cfg.timeout_s, cfg.time_budget_ms)
+    assert 0 < cfg.ci_pct <= 100, cfg.ci_pct  # NaN would never converge, and never say why
 
 
 @SETTINGS
@@ -287,6 +288,7 @@ RUN_OPTIONS = {
     "--outlier-ratio": hostile_text | st.sampled_from(["nan", "inf", "0.5"]),
     "--backend": st.sampled_from(["gloo", "nccl", "x"]), "-n": hostile_text, "-w": hostile_text,
     "--time-budget-ms": hostile_text | st.sampled_from(["nan", "-inf", "1e400"]),
+    "--ci-pct": hostile_text | st.sampled_from(["nan", "0", "-2", "101"]),
     "--min-iters": hostile_text, "--max-iters": hostile_text, "-c": hostile_text,
     "--timeout": hostile_text | st.sampled_from(["nan", "inf", "-1", "1e-300"]),
     "--nproc": hostile_text, "--out": hostile_text, "--run-id": hostile_text, "--node-name": hostile_text,

@@ -101,7 +101,7 @@ class GPT(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tok is not None:
-            x = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+            x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
         for block in self.blocks:
             x = block(x)
         if self.head is not None:
