@@ -218,6 +218,26 @@ def test_a_schema_2_database_gains_the_samples_pair_column(tmp_path):
     assert "pair" in store.query(db, "SELECT * FROM samples LIMIT 0")[0]
 
 
+def test_a_schema_5_database_gains_stop_reason_and_keeps_its_rows(tmp_path):
+    db = tmp_path / "r.duckdb"
+    store.ingest(db, [EXAMPLES])
+    before = count(db, "SELECT count(*) FROM records")
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE records DROP COLUMN stop_reason")
+    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    con.close()
+    assert store.ingest(db, []).summary() == "0 added, 0 updated, 0 unchanged, 0 skipped"  # opening to write migrates
+    assert count(db, "SELECT count(*) FROM records") == before
+    assert count(db, "SELECT count(stop_reason) FROM records") == 0  # null until re-ingested
+    for run in EXAMPLES.iterdir():  # the imported examples say fixed: re-ingesting them fills the column
+        if run.is_dir():
+            os.utime(run / "records.jsonl")
+    store.ingest(db, [EXAMPLES])
+    fixed = store.query(db, "SELECT DISTINCT stop_reason FROM records r JOIN runs USING (run_id) "
+                            "WHERE source = 'nccl-tests'")[1]
+    assert fixed == [("fixed",)]
+
+
 def test_submit_passes_db_and_cluster_to_the_job(tmp_path):
     script = cli("submit", "--nodes", "2", "--ntasks-per-node", "2", "--db", str(tmp_path / "f.duckdb"),
                  "--cluster", "lab", "--dry-run", "--", "-e", "4M")
