@@ -104,7 +104,7 @@ def demo_as_job(gemm_flops: float, bandwidth: float) -> tuple[TrainingJob, Proce
                       ffn_hidden=1, vocab=1, mlp="gelu", tied_embeddings=True, max_seq_len=demo.BATCH)
     sgd_fp32 = Precision("fp32 SGD", param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=0)
     job = TrainingJob(model, seq_len=demo.BATCH, global_batch=demo.WORLD_SIZE, precision=sgd_fp32,
-                      bucket_bytes=demo.BUCKET_CAP_MB * 2**20, reserved_bytes=0.0, activation_bytes=4)
+                      bucket_bytes=demo.BUCKET_CAP_MB * 2**20, on_gpu=False, activation_bytes=4)
     return job, processor
 
 

@@ -29,6 +29,14 @@ shared machine changes its speed from minute to minute.
 
 Run (as root):  python bench/validate_planner.py [--rate 1gbit] [--rounds 2] [--work DIR]
 Re-predict saved measurements without training again: --predict-only --work DIR
+
+Memory (--memory): the same cluster trains each of MEMORY_LAYOUTS (bench/validation/layouts.py:
+DDP, ZeRO-1, FSDP, TP, PP, full recompute on and off, gradient accumulation) for --memory-steps
+steps in a fresh model, and every rank reads its peak of the bytes torch's CPU allocator holds
+(torch.profiler's memory events, from before the model is built: what torch.cuda.max_memory_allocated
+reads on a GPU); the memory ledger predicts each rank's allocator peak (a pipeline's rank r is its
+stage r). Prints measured vs predicted per layout and rank and the MAPE over them, and writes
+memory.json and memory.md to --work.
 """
 
 from __future__ import annotations
@@ -51,8 +59,8 @@ sys.path.insert(0, str(REPO / "tests"))  # the emulated cluster: tests/cluster/e
 sys.path.insert(0, str(BENCH / "validation"))
 
 from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
-from layouts import FIRST_VALIDATION_UNSEEN, PARALLEL_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
-from predict import ABLATIONS, predict  # noqa: E402
+from layouts import FIRST_VALIDATION_UNSEEN, MEMORY_LAYOUTS, PARALLEL_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
+from predict import ABLATIONS, predict, predict_memory  # noqa: E402
 
 from commbench.data.slowdown import measured_slowdown  # noqa: E402
 
@@ -264,6 +272,56 @@ def markdown_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def measure_memory(args, work: Path) -> None:
+    """train_gpt.py --memory on the 2-node emulated cluster: every rank's allocator peak per layout."""
+    log = work / "measure.log"
+    machine_state(work, "memory start")
+    with EmulatedCluster(nodes=2, rate=args.rate, etc_hosts=True) as cluster:
+        start = time.monotonic()
+        output = torchrun_per_node(cluster, [str(BENCH / "validation" / "train_gpt.py"), "--memory",
+                                             "--layouts", ",".join(MEMORY_LAYOUTS), "--memory-steps",
+                                             str(args.memory_steps), *args.train_args,
+                                             "--out", str(work / "memory-training.json")], log, timeout=900)
+        print("".join(f"  {line}\n" for line in output.splitlines() if line.startswith(TRAINING_LINE)), end="")
+        print(f"memory measured in {time.monotonic() - start:.0f} s", flush=True)
+    machine_state(work, "memory end")
+
+
+def compare_memory(work: Path) -> dict:
+    """Per layout and rank: measured and predicted allocator peak, the error, and the MAPE over them."""
+    training = json.loads((work / "memory-training.json").read_text())
+    predicted = predict_memory(training)
+    rows = []
+    for name, measured in training["layouts"].items():
+        for rank, figures in enumerate(measured["ranks"]):
+            guess = predicted[name]["ranks"][rank]
+            rows.append({"layout": name, "planner_layout": measured["planner_layout"], "rank": rank,
+                         "measured_bytes": figures["peak_bytes"], "measured_end_bytes": figures["end_bytes"],
+                         "predicted_bytes": guess, "error_pct": 100 * (guess - figures["peak_bytes"]) / figures["peak_bytes"],
+                         "predicted_moment": predicted[name]["moments"][rank],
+                         "predicted_items": {k: v for k, v in predicted[name]["ledgers"][rank].items() if v}})
+    errors = [row["error_pct"] for row in rows]
+    return {"rows": rows, "mape_pct": statistics.fmean(abs(e) for e in errors),
+            "mean_signed_error_pct": statistics.fmean(errors), "layouts": list(training["layouts"]),
+            "config": {key: training[key] for key in ("model", "global_batch", "pp_micro_batches", "steps",
+                                                     "world_size", "torch", "optimizer", "measured_at", "host")}}
+
+
+def memory_table(summary: dict) -> str:
+    lines = ["| layout | planner layout | rank | measured peak (MB) | predicted (MB) | error | predicted peak at | "
+             "largest predicted items (MB) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for row in summary["rows"]:
+        items = sorted(((v, k) for k, v in row["predicted_items"].items()
+                        if k not in ("allocator_peak", "total", "outside_allocator")), reverse=True)[:4]
+        lines.append(f"| {row['layout']} | `{row['planner_layout']}` | {row['rank']} | {row['measured_bytes'] / 1e6:.1f} | "
+                     f"{row['predicted_bytes'] / 1e6:.1f} | {row['error_pct']:+.1f}% | {row['predicted_moment']} | "
+                     + ", ".join(f"{k} {v / 1e6:.1f}" for v, k in items) + " |")
+    verdict = "meets" if summary["mape_pct"] <= GOAL_MAPE else "misses"
+    lines.append(f"\nPeak memory MAPE over {len(summary['rows'])} layout-ranks: **{summary['mape_pct']:.1f}%** "
+                 f"({verdict} the goal of <= {GOAL_MAPE:.0f}%); mean signed error {summary['mean_signed_error_pct']:+.1f}%")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", default="1gbit", help="emulated link rate per node (tc units, default 1gbit)")
@@ -275,6 +333,8 @@ def main() -> int:
     parser.add_argument("--max-bytes", default="32M", help="largest collective size measured (default 32M)")
     parser.add_argument("--work", help="folder for measurements and results (default: a new temporary one)")
     parser.add_argument("--predict-only", action="store_true", help="reuse the measurements already in --work")
+    parser.add_argument("--memory", action="store_true", help="validate the memory ledger instead (see above)")
+    parser.add_argument("--memory-steps", type=int, default=2, help="with --memory: training steps measured (default 2)")
     parser.add_argument("--ablate", default="", metavar="LIST",
                         help="also predict without each of these measured inputs (comma-separated, or 'all'): "
                              + "; ".join(f"{name}: {what}" for name, what in ABLATIONS.items()))
@@ -290,6 +350,8 @@ def main() -> int:
         parser.error(f"--ablate {unknown[0]!r}: choose from {', '.join(ABLATIONS)} or all")
     work = Path(args.work or tempfile.mkdtemp(prefix="commbench-validation-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.memory:
+        return validate_memory(args, work)
     if not args.predict_only:
         if os.geteuid() != 0:
             raise SystemExit("the emulated cluster needs root (network namespaces and tc)")
@@ -302,6 +364,20 @@ def main() -> int:
     for name, messages in summary["warnings"].items():
         for message in messages:
             print(f"warning ({name}): {message}")
+    print(f"\nmeasurements and results in {work}")
+    return 0
+
+
+def validate_memory(args, work: Path) -> int:
+    if not args.predict_only:
+        if os.geteuid() != 0:
+            raise SystemExit("the emulated cluster needs root (network namespaces and tc)")
+        measure_memory(args, work)
+    summary = compare_memory(work)
+    (work / "memory.json").write_text(json.dumps(summary, indent=1))
+    table = memory_table(summary)
+    (work / "memory.md").write_text(table + "\n")
+    print(table)
     print(f"\nmeasurements and results in {work}")
     return 0
 

@@ -114,6 +114,6 @@ def test_the_dashboard_evaluates_one_layout_as_plan_layout_does():
     assert [str(r.layout) for r in fits.ranked] == ["tp=2,pp=1,dp=4,mbs=1,zero=1,recompute=none"] and fits.fitting == 1
     assert fits.timeline(0) and fits.ranked[0].step_s == build_planner(spec).evaluate_layout(fits.ranked[0].layout)[0].step_s
     too_big = PlanCache().view(PlanRequest(spec, layout="dp=8,mbs=8"))
-    assert too_big.fitting == 0 and any(w.startswith("does not fit: needs") for w in too_big.warnings)
+    assert too_big.fitting == 0 and any(w.startswith("does not fit: each GPU needs") for w in too_big.warnings)
     with pytest.raises(UsageError, match="uses 4 GPUs"):
         PlanCache().view(PlanRequest(spec, layout="tp=2,dp=2"))

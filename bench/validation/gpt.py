@@ -16,6 +16,8 @@ Layouts (2 ranks):
         output head column-parallel with loss_parallel, the embeddings and norms replicated
   pp    pipeline parallel: 2 stages (embedding + first half of the blocks, second half + head),
         Schedule1F1B
+  zero1 DDP with torch's ZeroRedundancyOptimizer (the optimizer state sharded over the 2 ranks)
+  recompute  DDP with every block checkpointed (torch.utils.checkpoint: full recompute)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,10 @@ class GPT(nn.Module):
     """Token ids (b, s) -> logits (b, s, vocab). A pipeline stage keeps only its part: the first
     stage has the embeddings, the last the final norm and head, each a share of the blocks."""
 
-    def __init__(self, cfg: GPTConfig, first: bool = True, last: bool = True, blocks: int | None = None):
+    def __init__(self, cfg: GPTConfig, first: bool = True, last: bool = True, blocks: int | None = None,
+                 recompute: bool = False):
         super().__init__()
+        self.recompute = recompute  # full recompute: keep each block's input, rebuild the rest in backward
         self.tok = nn.Embedding(cfg.vocab, cfg.hidden) if first else None
         self.pos = nn.Embedding(cfg.seq_len, cfg.hidden) if first else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers if blocks is None else blocks))
@@ -103,7 +108,7 @@ class GPT(nn.Module):
         if self.tok is not None:
             x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
         for block in self.blocks:
-            x = block(x)
+            x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)
         if self.head is not None:
             x = self.head(self.ln_f(x))
         return x

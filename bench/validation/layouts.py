@@ -16,6 +16,9 @@ Added for validation 3 (never trained before it, nor looked at while the model w
              rank, FSDP2's default (gathers and reduce-scatters in every micro-batch)
   pp-mb4     pp=2 with 2 micro-batches of global_batch/2 sequences (as many micro-batches as
              stages: the largest bubble 1F1B allows)
+Added for the memory validation (peak allocator bytes per rank, validate_planner.py --memory):
+  zero1      dp=2, ZeRO-1 (torch's ZeroRedundancyOptimizer over DDP)
+  recompute  dp=2, DDP with every block checkpointed (full recompute)
   local diagnostic, not a parallel layout: each rank trains its own copy on global_batch/2
         sequences with no communication at all; the planner prices it as one rank (dp=1), which
         checks the compute side of the model alone, under the same sharing of the cores
@@ -32,6 +35,9 @@ PARALLEL_LAYOUTS = ("ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1", "tp-accum"
 # first out-of-sample validation recorded none, and theirs were FIRST_VALIDATION_UNSEEN
 UNSEEN_LAYOUTS = ("tp-accum", "fsdp-accum", "pp-mb4")
 FIRST_VALIDATION_UNSEEN = ("ddp-accum", "pp-mb1")
+# the layouts whose peak memory the memory validation measures (DDP, ZeRO-1, FSDP, TP, PP, recompute
+# on and off, gradient accumulation)
+MEMORY_LAYOUTS = ("ddp", "zero1", "fsdp", "tp", "pp", "recompute", "ddp-accum", "pp-mb1")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ def layout_runs(global_batch: int, pp_micro_batches: int) -> dict[str, LayoutRun
         LayoutRun("tp-accum", f"tp=2,dp=1,mbs={half},sp=0", 2, global_batch, half, 2),
         LayoutRun("fsdp-accum", f"dp=2,mbs={half // 2},zero=3", 2, global_batch, half // 2, 1),
         LayoutRun("pp-mb4", f"pp=2,dp=1,mbs={half}", 2, global_batch, half, 1),
+        LayoutRun("zero1", f"dp=2,mbs={half},zero=1", 2, global_batch, half, 1),
+        LayoutRun("recompute", f"dp=2,mbs={half},zero=0,recompute=full", 2, global_batch, half, 1),
         LayoutRun("local", f"dp=1,mbs={half}", 1, half, half, 1),
     )
     return {run.name: run for run in runs}

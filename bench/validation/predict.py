@@ -46,9 +46,13 @@ CPU_FACTS = {"memory_bytes": 16e9, "sm_count": 1, "cuda": None}
 
 
 def gpt_spec(model: dict) -> ModelSpec:
-    return ModelSpec(name="validation GPT", hidden=model["hidden"], layers=model["layers"], heads=model["heads"],
-                     kv_heads=model["heads"], ffn_hidden=4 * model["hidden"], vocab=model["vocab"], mlp="gelu",
-                     tied_embeddings=False, max_seq_len=model["seq_len"])
+    """bench/validation/gpt.py as a ModelSpec: two LayerNorms (weight and bias) per block, a learned
+    position table of seq_len rows and a final LayerNorm, no biases elsewhere."""
+    h = model["hidden"]
+    return ModelSpec(name="validation GPT", hidden=h, layers=model["layers"], heads=model["heads"],
+                     kv_heads=model["heads"], ffn_hidden=4 * h, vocab=model["vocab"], mlp="gelu",
+                     tied_embeddings=False, max_seq_len=model["seq_len"], layer_extra_params=4 * h,
+                     model_extra_params=model["seq_len"] * h + 2 * h)
 
 
 # an input of the prediction left out -> what the processor JSON (or the slowdown) becomes without it
@@ -119,11 +123,39 @@ def predict(training: dict, bandwidth_run: Path, processor_dir: Path, processors
                         1, ethernet, ethernet)
         cost = MeasuredNetwork(bandwidth_run, fallback=PresetNetwork(system))
         run = runs[name]
-        # DistributedDataParallel(bucket_cap_mb=25) is TrainingJob's default bucket; no CUDA context to reserve
+        # DistributedDataParallel(bucket_cap_mb=25) is TrainingJob's default bucket; a CPU run: no CUDA context
         job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch,
-                          precision=PRECISIONS["fp32"], reserved_bytes=0.0, execution=EXECUTIONS[execution])
+                          precision=PRECISIONS["fp32"], on_gpu=False, dropout=False,
+                          execution=EXECUTIONS[execution])
         overlap = {} if slowdown is None else {"slowdown_intra": slowdown, "slowdown_inter": slowdown}
         planner = Planner(job, Cluster(run.gpus, system, cost, **overlap))
         results[name], _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
         warnings[name] = cost.warnings
     return descriptions, results, warnings
+
+
+def predict_memory(training: dict) -> dict[str, dict]:
+    """Per layout measured by train_gpt.py --memory: the ledger's allocator peak for each rank (a
+    pipeline's rank r is stage r, every other layout's ranks are alike) and its items, as
+    `commbench plan --layout L --precision fp32 --execution torch-eager` computes them for a CPU
+    run. The memory ledger needs no compute rates, so the processor is the h100 preset's (only its
+    step time would change with a calibrated one)."""
+    model = training["model"]
+    runs = layout_runs(training["global_batch"], training["pp_micro_batches"])
+    ethernet = load_network("eth-25g")
+    system = System("emulated cluster: network-namespace nodes, 1 rank each", load_processor("h100"), 1, ethernet,
+                    ethernet)
+    predicted = {}
+    for name in training["layouts"]:
+        run = runs[name]
+        job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch,
+                          precision=PRECISIONS["fp32"], on_gpu=False, dropout=False,
+                          execution=EXECUTIONS[TRAINING_EXECUTION])
+        planner = Planner(job, Cluster(run.gpus, system, PresetNetwork(system)))
+        result, _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
+        stages = [stage["memory_bytes"] for stage in result.stages]
+        per_rank = [stages[r] if len(stages) > 1 else stages[0] for r in range(training["world_size"])]
+        predicted[name] = {"ranks": [ledger["allocator_peak"] for ledger in per_rank], "ledgers": per_rank,
+                           "moments": [result.stages[min(r, len(stages) - 1)]["peak_moment"]
+                                       for r in range(training["world_size"])]}
+    return predicted

@@ -102,11 +102,11 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # same initial weights on every rank (tensor parallel splits them)
 
-    if name in ("ddp", "local", "fsdp", "ddp-accum", "fsdp-accum"):
-        model = GPT(cfg)
+    if name in ("ddp", "local", "fsdp", "ddp-accum", "fsdp-accum", "zero1", "recompute"):
+        model = GPT(cfg, recompute=name == "recompute")
         micro_batches = run.global_batch // (run.mbs * run.gpus)
         x, y = batch(cfg, run.mbs * micro_batches, seed=1 + rank)
-        if name in ("ddp", "ddp-accum"):
+        if name in ("ddp", "ddp-accum", "zero1", "recompute"):
             from torch.nn.parallel import DistributedDataParallel
 
             model = DistributedDataParallel(model, bucket_cap_mb=25)  # PyTorch's default, as the job prices
@@ -127,7 +127,13 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
             for i, block in enumerate(blocks):
                 block.set_modules_to_forward_prefetch(blocks[i + 1:i + 2])
                 block.set_modules_to_backward_prefetch(blocks[i - 1:i] if i else [])
-        optimizer = adamw(model.parameters())
+        if name == "zero1":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                                lr=LEARNING_RATE, fused=True)
+        else:
+            optimizer = adamw(model.parameters())
 
         def step():
             optimizer.zero_grad(set_to_none=True)
@@ -191,6 +197,41 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
     raise ValueError(f"unknown layout {name!r}")
 
 
+def peak_memory(name: str, cfg: GPTConfig, run: LayoutRun, steps: int) -> dict:
+    """This rank's CPU allocator from before the model is built through `steps` training steps (the
+    first allocates the optimizer state), read from torch.profiler's memory events (every
+    allocation and free the profiled thread makes through torch's allocator): the peak of the bytes
+    allocated, which torch.cuda.max_memory_allocated would read on a GPU, and the bytes still
+    allocated at the end (weights, gradients, optimizer state, buffers)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step = build_step(name, cfg, run)
+        for _ in range(steps):
+            step()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return {"peak_bytes": peak, "end_bytes": current, "allocations": sum(n > 0 for _, n in events)}
+
+
+def measure_memory(args, cfg: GPTConfig, runs: dict[str, LayoutRun]) -> dict:
+    """Every rank's peak for each layout, one layout after the other in fresh models."""
+    results = {}
+    for name in args.layouts.split(","):
+        local = peak_memory(name, cfg, runs[name], args.memory_steps)
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, local)
+        results[name] = {"planner_layout": runs[name].planner, "ranks": ranks}
+        if dist.get_rank() == 0:
+            print(f"layout {name}: peak " + ", ".join(f"rank {r} {m['peak_bytes'] / 1e6:.1f} MB"
+                                                        for r, m in enumerate(ranks)), flush=True)
+        dist.barrier()
+    return results
+
+
 def time_steps(step, steps: int) -> list[float]:
     """Seconds of each timed step, the slowest rank's."""
     local = []
@@ -207,7 +248,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="ddp,fsdp,tp,pp,local",
                         help="comma-separated: ddp, fsdp, tp, pp, ddp-accum, pp-mb1, tp-accum, fsdp-accum, pp-mb4, "
-                             "local")
+                             "zero1, recompute, local")
     parser.add_argument("--hidden", type=int, default=GPTConfig.hidden)
     parser.add_argument("--layers", type=int, default=GPTConfig.layers)
     parser.add_argument("--heads", type=int, default=GPTConfig.heads)
@@ -219,12 +260,25 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each calibration kernel")
     parser.add_argument("--out", required=True, help="JSON file rank 0 writes")
+    parser.add_argument("--memory", action="store_true",
+                        help="measure each layout's peak allocator bytes per rank instead of timing it")
+    parser.add_argument("--memory-steps", type=int, default=2, help="training steps the memory is measured over")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # one core's worth per rank: 2 ranks on the 2 cores
     dist.init_process_group("gloo")
     cfg = GPTConfig(args.hidden, args.layers, args.heads, args.vocab, args.seq_len)
     runs = layout_runs(args.global_batch, args.pp_micro_batches)
+    if args.memory:
+        memory = measure_memory(args, cfg, runs)
+        if dist.get_rank() == 0:
+            Path(args.out).write_text(json.dumps({
+                "model": cfg.to_dict(), "global_batch": args.global_batch, "pp_micro_batches": args.pp_micro_batches,
+                "steps": args.memory_steps, "world_size": dist.get_world_size(), "torch": torch.__version__,
+                "optimizer": f"AdamW lr={LEARNING_RATE}, fused, fp32", "measured_at": utc_now(),
+                "host": socket.gethostname(), "layouts": memory}, indent=1))
+        dist.destroy_process_group()
+        return 0
     results = {}
     for name in args.layouts.split(","):
         run = runs[name]

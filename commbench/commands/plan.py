@@ -32,12 +32,31 @@ from dataclasses import fields
 
 from commbench.modeling.job import EXECUTIONS, PRECISIONS
 from commbench.modeling.recipes import RECIPES
+from commbench.modeling.memory import LEDGER, NOT_MODELLED
+
+LEDGER_NAMES = tuple(item.name for item in LEDGER)
 from commbench.modeling.spec import PlanSpec
 
 __doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
     textwrap.fill(f"{name}: {execution.assumes}", width=100, initial_indent="  ", subsequent_indent="      ",
                   break_on_hyphens=False)
     for name, execution in EXECUTIONS.items() if name == execution.name)
+
+__doc__ += """
+Memory (plan --json: memory_bytes is the largest pipeline stage's, stages lists every stage's): the
+allocator's peak item by item at the moment it happens, which torch.cuda.max_memory_allocated
+would read (allocator_peak), and beside it what lives outside the allocator; a layout fits when
+their sum is at most the device memory. Items:
+""" + "\n".join(textwrap.fill(f"{item.name} ({'allocator' if item.inside_allocator else 'outside the allocator'}): "
+                             f"{item.what}", width=100, initial_indent="  ", subsequent_indent="      ")
+                for item in LEDGER) + """
+Not modelled:
+""" + "\n".join(textwrap.fill(f"{name}: {what}", width=100, initial_indent="  ", subsequent_indent="      ")
+                for name, what in NOT_MODELLED.items()) + """
+Pipeline splits (--layout keys): pp_first=N / pp_last=N (Megatron's --decoder-first/last-pipeline-num-layers),
+pp_embedding=1 / pp_loss=1 (--account-for-embedding/loss-in-pipeline-split), vpp_group=N
+(--microbatch-group-size-per-virtual-pipeline-stage: interleaving micro-batch counts that are not a multiple of pp).
+"""
 
 HELP = "rank parallel training layouts by predicted throughput, or evaluate one with --layout"
 
@@ -159,6 +178,7 @@ def _one_layout(planner, args) -> int:
         _print_header(planner, warnings)
         _print_results([result], title=f"Layout {layout}")
         _print_breakdown(result)
+        _print_stages(result)
         _print_ep_skew(planner, args, [result])
         if reason:
             print(f"does not fit: {reason}", file=sys.stderr)
@@ -223,8 +243,38 @@ def _print_results(results, title: str) -> None:
         table.add_column(column, justify="left" if column in ("layout", "largest costs beyond compute") else "right",
                          overflow="fold")
     for i, res in enumerate(results, 1):
+        stage = f" (stage {res.memory_stage})" if res.layout.pp > 1 else ""
         table.add_row(str(i), str(res.layout), f"{res.tokens_per_s:,.0f}", f"{res.mfu:.1%}", f"{res.step_s:.3f}",
-                      f"{res.memory['total'] / 1e9:.1f}", res.largest_costs())
+                      f"{res.memory['total'] / 1e9:.1f}{stage}", res.largest_costs())
+    Console().print(table)
+
+
+def shown_stages(result) -> list[int]:
+    """The largest stage, and the first and last where they differ from it."""
+    last = len(result.stages) - 1
+    return sorted({result.memory_stage, 0, last}) if result.stages else []
+
+
+def _print_stages(result) -> None:
+    """Pipelines: the largest stage's memory and the first and last stage's beside it, with each
+    stage's share of the step."""
+    if result.layout.pp == 1:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Pipeline stages (largest memory: stage {result.memory_stage}; most work: stage "
+                        f"{result.pacing_stage})", title_justify="left")
+    for column in ("stage", "layers", "GB total", "GB allocator peak", "largest items (GB)", "peak at",
+                   "step share", "compute s", "communication s"):
+        table.add_column(column, justify="left" if column in ("largest items (GB)", "peak at") else "right")
+    for s in shown_stages(result):
+        stage = result.stages[s]
+        memory = stage["memory_bytes"]
+        items = sorted(((memory[k], k) for k in LEDGER_NAMES if memory[k] >= 0.05e9), reverse=True)[:3]
+        table.add_row(str(s), str(stage["layers"]), f"{memory['total'] / 1e9:.1f}", f"{stage['allocator_peak'] / 1e9:.1f}",
+                      ", ".join(f"{k} {v / 1e9:.1f}" for v, k in items), stage["peak_moment"],
+                      f"{stage['step_share']:.1%}", f"{stage['compute_s']:.3f}", f"{stage['communication_s']:.3f}")
     Console().print(table)
 
 

@@ -97,6 +97,11 @@ class Execution:
         place (4 + 4), sum (4), divide in place to keep the softmax (4 + 4) = 38 forward; the
         backward multiplies the saved softmax by the loss gradient in place (4 + 4) and casts
         it back to bf16 (4 + 2) = 14.
+    grad_buffer
+        where gradient reduction keeps its buckets (memory.py, item grad_buckets): "contiguous"
+        (Megatron: the gradients live in one buffer allocated at start and are reduced in place,
+        so they exist all step), "bucket-copies" (PyTorch DDP's default: flat bucket tensors beside
+        every .grad, created in backward), "in-flight" (DeepSpeed: two buckets in flight)
     eager_autograd
         True: every op is dispatched and recorded by autograd on the same thread that computes
         it (torch eager on CPU), so each op's framework cost (the processor's autograd_op_s,
@@ -116,6 +121,7 @@ class Execution:
     grad_clipping: bool = True
     loss_bytes: tuple[float, float] = (12.0, 12.0)
     eager_autograd: bool = False
+    grad_buffer: str = "contiguous"
 
 
 # Megatron's unfused vocab-parallel cross entropy, bytes per logit (see Execution.loss_bytes)
@@ -142,20 +148,20 @@ EXECUTIONS = {
     "deepspeed": Execution("deepspeed", "DeepSpeed ZeRO (Megatron-DeepSpeed models): FlashAttention-2, unfused "
                            "dropout/residual/norm, fused bias-GeLU, ZeRO-3 reduce-scatters on their own stream, "
                            "gradients accumulated by autograd (unfused), gradient clipping",
-                           fused_norm_residual=False, fused_grad_accumulation=False),
+                           fused_norm_residual=False, fused_grad_accumulation=False, grad_buffer="in-flight"),
     "torch-fsdp": Execution("torch-fsdp", "PyTorch FSDP/FSDP2 on GPU (MosaicML LLM Foundry, torchtitan): SDPA "
                             "flash attention (FlashAttention-2 kernels), eager elementwise kernels (dropout, "
                             "residual, norm each a kernel; bias in the GEMM epilogue), TP backward collectives "
                             "after the GEMM, ZeRO-3 reduce-scatters on their own stream, gradients accumulated "
                             "by autograd, gradient clipping", tp_backward_overlap=False, fused_norm_residual=False,
-                            fused_grad_accumulation=False),
+                            fused_grad_accumulation=False, grad_buffer="bucket-copies"),
     "torch-eager": Execution("torch-eager", "torch eager on CPU/gloo (DTensor TP, FSDP2; commbench's validation "
                              "GPT): TP backward all-reduces and ZeRO-3 reduce-scatters block, gradients "
                              "accumulate unfused, SDPA attention, eager elementwise kernels, each op's "
                              "autograd cost on the computing thread, no clipping",
                              tp_backward_overlap=False, zero3_reduce_scatter_overlap=False,
                              fused_grad_accumulation=False, attention="sdpa", fused_norm_residual=False,
-                             grad_clipping=False, eager_autograd=True),
+                             grad_clipping=False, eager_autograd=True, grad_buffer="bucket-copies"),
 }
 # `plan --execution megatron` predates the presets above and meant Megatron with flash attention and
 # overlapped collectives: it stays, as another name for megatron-core
@@ -171,8 +177,11 @@ class TrainingJob:
     flash_attention: bool = True  # attention scores are never stored (no s^2 activation term)
     # PyTorch DDP's default bucket_cap_mb=25; buckets let the reduction start during backward
     bucket_bytes: float = 25 * 2**20
-    # CUDA context, cuBLAS workspaces, NCCL buffers and allocator slack: a documented default
-    reserved_bytes: float = 2e9
+    # the job runs on CUDA devices: the ledger adds what lives there beside the tensors (CUDA
+    # context, NCCL buffers, allocator reserve, GEMM workspaces); False for CPU runs
+    on_gpu: bool = True
+    # the model applies dropout (Megatron's GPT does): its 1-byte masks are kept for backward
+    dropout: bool = True
     # bytes per activation element; None takes the precision's (2 for bf16 training, 4 for fp32)
     activation_bytes: int | None = None
     # MoE routing: tokens per expert relative to a perfectly even split (capacity factor when

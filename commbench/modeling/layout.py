@@ -15,10 +15,13 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.modeling.limits import MAX_GPUS, whole_number
+from commbench.modeling.limits import MAX_GPUS, MAX_LAYERS, whole_number
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs")
+# pipeline split fields (0 or off: Megatron-Core's default even split), kept as int columns too
+_SPLIT_FIELDS = ("pp_first", "pp_last", "vpp_group")
+_SPLIT_FLAGS = ("pp_embedding", "pp_loss")
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,22 @@ class Layout:
     mbs: int = 1
     recompute: str = "none"
     sp: bool = True  # sequence parallelism; only meaningful when tp > 1
+    # uneven pipeline: layers of the first / last stage (--decoder-first/last-pipeline-num-layers), 0: even
+    pp_first: int = 0
+    pp_last: int = 0
+    # the embedding / the loss counted as one layer in the split (--account-for-embedding/loss-in-pipeline-split)
+    pp_embedding: bool = False
+    pp_loss: bool = False
+    # micro-batches per group of the interleaved schedule
+    # (--microbatch-group-size-per-virtual-pipeline-stage), 0: pp (Megatron-Core's default)
+    vpp_group: int = 0
 
     def __post_init__(self):
         for name in _INT_FIELDS:
             whole_number(f"layout: {name}", getattr(self, name), 0 if name == "zero" else 1, MAX_GPUS)
+        for name in _SPLIT_FIELDS:
+            whole_number(f"layout: {name}", getattr(self, name), 0, MAX_LAYERS)
+        self._check_split()
         if self.zero > 3:
             raise UsageError("layout: zero must be 0, 1, 2 or 3")
         if self.recompute not in RECOMPUTE_MODES:
@@ -45,6 +60,20 @@ class Layout:
             raise UsageError("layout: vpp > 1 needs pp > 1")
         if self.dp % self.ep:
             raise UsageError(f"layout: ep={self.ep} must divide dp={self.dp} (experts are sharded across data-parallel ranks)")
+
+    def _check_split(self) -> None:
+        """Megatron-Core's rules on uneven splits that need no model (the rest: Planner.check_layout)."""
+        uneven = self.pp_first or self.pp_last
+        if (uneven or self.pp_embedding or self.pp_loss) and self.pp == 1:
+            raise UsageError("layout: pp_first, pp_last, pp_embedding and pp_loss need pp > 1")
+        if uneven and (self.pp_embedding or self.pp_loss):
+            raise UsageError("layout: Megatron-Core does not combine an uneven split (pp_first/pp_last) with "
+                             "pp_embedding/pp_loss")
+        if self.vpp_group and self.vpp == 1:
+            raise UsageError("layout: vpp_group needs vpp > 1 (it groups the interleaved schedule's micro-batches)")
+        if self.vpp_group and self.vpp_group < self.pp:
+            raise UsageError(f"layout: vpp_group={self.vpp_group} must be at least pp={self.pp} (Megatron-Core's "
+                             f"microbatch group per virtual stage ranges over [pp, micro-batches])")
 
     @property
     def gpus(self) -> int:
@@ -55,6 +84,8 @@ class Layout:
         parts += [f"vpp={self.vpp}"] * (self.vpp > 1) + [f"cp={self.cp}"] * (self.cp > 1)
         parts += [f"ep={self.ep}"] * (self.ep > 1)
         parts += [f"dp={self.dp}", f"mbs={self.mbs}", f"zero={self.zero}", f"recompute={self.recompute}"]
+        parts += [f"{name}={getattr(self, name)}" for name in _SPLIT_FIELDS if getattr(self, name)]
+        parts += [f"{name}=1" for name in _SPLIT_FLAGS if getattr(self, name)]
         return ",".join(parts + ["sp=0"] * (self.tp > 1 and not self.sp))
 
 
@@ -69,7 +100,7 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
         value = value.strip().lower()
         if key == "recompute":
             values[key] = value
-        elif key == "sp":
+        elif key in ("sp", *_SPLIT_FLAGS):
             values[key] = value in ("1", "true", "yes", "on")
         else:
             # ASCII digits only: str.isdigit() also takes '²' and other scripts' digits, which int() refuses
@@ -92,6 +123,9 @@ class LayoutBatch:
 
     def __init__(self, columns: dict[str, np.ndarray]):
         self.columns = {name: np.asarray(col, dtype=np.int64) for name, col in columns.items()}
+        rows = len(self.columns["dp"])
+        for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):  # an even split unless the columns say otherwise
+            self.columns.setdefault(name, np.zeros(rows, dtype=np.int64))
         for name, col in self.columns.items():
             setattr(self, name, col)
 
@@ -101,14 +135,17 @@ class LayoutBatch:
         columns = {name: [row[name] for row in rows] for name in _INT_FIELDS}
         columns["recompute"] = [RECOMPUTE_MODES.index(row["recompute"]) for row in rows]
         columns["sp"] = [int(row["sp"]) for row in rows]
+        for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):
+            columns[name] = [int(row[name]) for row in rows]
         return cls(columns)
 
     def __len__(self) -> int:
         return len(self.dp)
 
     def layout(self, i: int) -> Layout:
-        values = {name: int(self.columns[name][i]) for name in _INT_FIELDS}
-        return Layout(**values, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]))
+        values = {name: int(self.columns[name][i]) for name in (*_INT_FIELDS, *_SPLIT_FIELDS)}
+        flags = {name: bool(self.columns[name][i]) for name in _SPLIT_FLAGS}
+        return Layout(**values, **flags, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]))
 
     @property
     def seq_parallel(self) -> np.ndarray:

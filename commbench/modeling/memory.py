@@ -1,9 +1,16 @@
-"""Per-GPU memory ledger: static state, activations, in-flight micro-batches, temporary buffers.
+"""Per-GPU memory ledger, stage by stage: what the allocator holds at its peak, and what lives outside it.
 
 Static state per parameter is the precision's bytes (16 by default: 2 + 2 + 12). ZeRO shards it
 over the gradient-reduction group (data x context parallel ranks): stage 1 the optimizer
 states, stage 2 also the gradients, stage 3 (FSDP full sharding) also the weights. Expert
 weights are additionally split over the expert-parallel group.
+
+Pipeline stages differ (stage_layers): Megatron-Core's even split, its uneven one
+(--decoder-first/last-pipeline-num-layers: the first and last stages hold the layers named, the
+rest share what is left evenly) and the embedding and loss counted as one layer each
+(--account-for-embedding/loss-in-pipeline-split). The first stage holds the token embedding
+(and the model's other extras: learned positions, final norm, head bias, put there), the last the
+output layer (a tied one copied there when pp > 1).
 
 Activations per layer and micro-batch (Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", generalised to any MLP width f and GQA), in bytes,
@@ -12,13 +19,23 @@ with s the per-rank sequence (s/cp), b the micro-batch, h hidden, t tensor paral
 where r = 1/t with sequence parallelism else 1 (norm inputs and dropout masks), m_f = 4f/h for
 GELU and 6f/h for SwiGLU (gate, up and their product). These are for 16-bit activations: with
 activation_bytes a, every 16-bit term scales by a/2 (fp32 doubles them) and the 1-byte dropout
-masks (2 of the 10, 1 of the 5 per score) stay. With MLA the attention term is
+masks (2 of the 10, 1 of the 5 per score) stay, and go where the model has no dropout. With MLA the attention term is
 2*(q + k + v + o)/h over the per-head widths rebuilt from the latents (k = heads*(d_nope+d_rope),
 v = o = heads*d_v), plus 2*s*b*(r_q + r_kv + d_rope) for the latents, kept whole on every TP rank.
 Static state: MLA's down-projections are not split by TP either. Selective recompute drops the score term;
 full recompute keeps only the layer input, 2*s*b*h (/t with sequence parallelism).
-Pipeline ranks hold min(m, p) micro-batches in flight with 1F1B, times 1 + (p-1)/(p*v) when
-interleaved (Narayanan et al. 2021).
+
+In-flight micro-batches per stage (Megatron-Core's schedules, get_pp_rank_microbatches): with
+1F1B stage i holds min(m, p - i); interleaved, it runs 2(p - i - 1) + (v - 1)N warm-up forwards
+of model chunks (N micro-batches per group, --microbatch-group-size-per-virtual-pipeline-stage,
+default p) and holds one more in steady state, capped at m*v chunks of its layers / v each. For
+the first stage at N = p that is Narayanan et al. 2021's min(m, p) * (1 + (p-1)/(p*v)).
+
+The allocator's peak is the larger of two moments (PEAK_MOMENTS): the backward's start of the
+last micro-batch in flight (weights, optimizer state after the first step, the gradients where
+they already exist, activations, logits, workspaces, gathered weights), and the optimizer step
+(weights, gradients, optimizer state, bucket copies). LEDGER_ITEMS names each item with what it
+is and where its figure comes from; NOT_MODELLED names what the ledger leaves out.
 
 A quantised compute precision (job.compute, commbench.modeling.recipes) adds and changes items:
   quantised weights  Transformer Engine's cached copies of the linear weights in the recipe's
@@ -36,13 +53,82 @@ A quantised compute precision (job.compute, commbench.modeling.recipes) adds and
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.modeling.job import Precision, TrainingJob
 from commbench.modeling.layout import LayoutBatch
 
-LEDGER_ITEMS = ("parameters", "quantised weights", "gradients", "optimizer", "activations", "temporary", "reserved")
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class LedgerItem:
+    name: str
+    inside_allocator: bool  # counted by torch.cuda.max_memory_allocated
+    what: str  # what it is and where its figure comes from
+
+
+LEDGER = (
+    LedgerItem("parameters", True, "working weights of the stage, param bytes each (ZeRO-3: sharded; with "
+               "--fp8-param-gather the quantised primary weights, the recipe's element bytes each)"),
+    LedgerItem("quantised weights", True, "a quantised compute precision: Transformer Engine's cached copies of the "
+               "linear weights in the recipe's format, row- and column-wise (one copy with --fp8-param-gather; "
+               "ZeRO-3: of the two layers gathered); 0 in bf16"),
+    LedgerItem("gradients", True, "main gradients, grad bytes each (precision 18: Megatron's fp32 main grads with "
+               "gradient-accumulation fusion, in the contiguous buffer its distributed optimizer reduce-scatters "
+               "into; ZeRO-2: sharded); where the framework creates them in backward (torch, DeepSpeed), present "
+               "at the activation peak only once the stage has run a backward in the step"),
+    LedgerItem("optimizer", True, "fp32 master weights and Adam m, v (ZeRO-1: sharded); allocated at the first "
+               "optimizer step"),
+    LedgerItem("grad_buckets", True, "gradient-reduce buffers beside the gradients: none with Megatron's contiguous "
+               "buffer (reduced in place); PyTorch DDP's flat bucket copies (gradient_as_bucket_view=False, its "
+               "default) hold every replicated gradient again; DeepSpeed two buckets of bucket_bytes in flight"),
+    LedgerItem("param_gather", True, "ZeRO-3 parameter-gather buffers: the gathered weights of the layer computed "
+               "and the prefetched next one, and one layer's unsharded gradients before their reduce-scatter"),
+    LedgerItem("activations", True, "tensors kept for backward: per layer per micro-batch (Korthikanti et al. 2022) "
+               "x the stage's layers x its in-flight micro-batches under 1F1B or interleaved 1F1B"),
+    LedgerItem("recompute_buffer", True, "full recompute: one layer's activations rebuilt during its backward"),
+    LedgerItem("logits", True, "last stage: the output layer's input (h per token) and its logits, one micro-batch: "
+               "the logits in the activation dtype and the fp32 copy the unfused vocab-parallel cross entropy keeps "
+               "(Megatron-Core without --cross-entropy-loss-fusion saves its fp32 softmax)"),
+    LedgerItem("attention_workspace", True, "unfused attention: one layer's raw b*heads*s*S/t scores before the "
+               "softmax; FlashAttention-2's backward: its fp32 dq accumulator (b*s*q_dim/t x 4 bytes, "
+               "flash_attn csrc flash_api.cpp mha_bwd)"),
+    LedgerItem("gemm_workspace", True, "cuBLAS workspace 32 MiB per GEMM stream (NVIDIA's cuBLAS docs, "
+               "cublasSetWorkspace: 32 MiB recommended on Hopper and later; 4 MiB before, so A100 is over by 28 MiB) "
+               "on the compute stream, plus Transformer Engine's own 32 MiB with megatron-core"),
+    LedgerItem("cuda_context", False, "CUDA context with the kernels of cuBLAS, cuDNN and NCCL loaded: assumed "
+               "0.5 GB (not measured here: this machine has no GPU)"),
+    LedgerItem("nccl_buffers", False, "NCCL_BUFFSIZE (4 MiB, NCCL's documented default) x channels x peers per "
+               "communicator: collectives' communicators (tp, dp, edp) an assumed 16 channels x 2 ring/tree "
+               "peers, point-to-point ones (pp, cp ring, ep all-to-all) an assumed 2 channels per peer"),
+    LedgerItem("allocator_reserve", False, "the caching allocator's reserved but unallocated memory (fragmentation): "
+               "assumed 5% of the allocator peak (not measured here)"),
+)
+LEDGER_ITEMS = tuple(item.name for item in LEDGER)
+ALLOCATOR_ITEMS = tuple(item.name for item in LEDGER if item.inside_allocator)
+OUTSIDE_ITEMS = tuple(item.name for item in LEDGER if not item.inside_allocator)
+# what the ledger does not price yet: `plan --help` lists these
+NOT_MODELLED = {
+    "fp8_scales": "the quantised recipes' scale tensors and amax histories (small beside the copies)",
+    "moe_dispatch": "MoE permutation and token-dispatch buffers (the MoE issue adds them)",
+    "recompute_modules": "Megatron's --recompute-modules other than core_attn (mlp, moe_act, layernorm, "
+                         "mla_up_proj) and --recompute-method block; activation offloading",
+    "fused_cross_entropy": "--cross-entropy-loss-fusion: the ledger keeps the unfused fp32 copy of the logits",
+}
+# when the allocator peaks: at the backward start of the last in-flight micro-batch, or in the optimizer step
+PEAK_MOMENTS = ("backward start", "optimizer step")
+
+CUDA_CONTEXT_BYTES = 0.5e9
+NCCL_BUFFSIZE = 4 * MiB
+NCCL_RING_CHANNELS = 16
+NCCL_RING_PEERS = 2
+NCCL_P2P_CHANNELS = 2
+FRAGMENTATION = 0.05
+CUBLAS_WORKSPACE = 32 * MiB
+TE_WORKSPACE = 32 * MiB
 
 # The seeds put static state at "16-20 B/param": the 16 itemised below plus headroom they do not
 # itemise. Their "175B needs 3.5 TB, at least 44 x 80 GB GPUs" is this upper bound (175e9 x 20).
@@ -78,23 +164,55 @@ def micro_batches(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     return job.global_batch // (batch.mbs * batch.dp)
 
 
+def stage_layers(job: TrainingJob, batch: LayoutBatch, stage) -> np.ndarray:
+    """Transformer layers on pipeline stage `stage` (an array, one per layout), as Megatron-Core
+    splits them (get_num_layers_to_build). An even split that does not divide gives the first
+    stages one layer more (Megatron refuses it; the planner prices it paced by the larger stage)."""
+    layers, p, stage = job.model.layers, batch.pp, np.asarray(stage)
+    first, last = batch.pp_first, batch.pp_last
+    is_first, is_last = stage == 0, stage == p - 1
+    left = p - (first > 0) - (last > 0)
+    middle = (layers - first - last) // np.maximum(left, 1)
+    uneven = np.where(is_first & (first > 0), first, np.where(is_last & (last > 0), last, middle))
+    counted = layers + batch.pp_embedding + batch.pp_loss
+    even = counted // p + (stage < counted % p)
+    even = even - batch.pp_embedding * is_first - batch.pp_loss * is_last
+    return np.where((first > 0) | (last > 0), uneven, even)
+
+
 def layers_per_chunk(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     """Layers of the busiest model chunk; uneven splits pace the pipeline by the larger chunk."""
-    return -(-job.model.layers // (batch.pp * batch.vpp))
+    busiest = np.maximum(np.maximum(stage_layers(job, batch, 0), stage_layers(job, batch, batch.pp - 1)),
+                         stage_layers(job, batch, np.minimum(1, batch.pp - 1)))
+    return -(-busiest // batch.vpp)
 
 
-def stage_parameters(job: TrainingJob, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters on one rank of the heaviest pipeline stage, after TP and EP splits."""
+def _stage_parameters(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[np.ndarray, np.ndarray]:
     model = job.model
-    layers = layers_per_chunk(job, batch) * batch.vpp
+    stage = np.asarray(stage)
+    layers = stage_layers(job, batch, stage)
     dense_per_layer = (model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params) / model.layers
     expert_per_layer = model.expert_params / model.layers
-    # the first stage holds the embedding, the last the output head (a tied one is copied there)
-    edge = np.where(batch.pp == 1, model.embedding_params + model.output_params, model.embedding_params)
+    # the first stage holds the embedding and the model's extras, the last the output layer (tied: a copy)
+    head = model.output_params if not model.tied_embeddings else np.where(batch.pp > 1, model.embedding_params, 0)
+    edge = (stage == 0) * (model.embedding_params + model.model_extras) + (stage == batch.pp - 1) * head
     # MLA's down-projections stay whole on every TP rank; everything else dense is split
     replicated = layers * model.tp_replicated_params_per_layer
     dense = (layers * dense_per_layer - replicated + edge) / batch.tp + replicated
     expert = layers * expert_per_layer / (batch.tp * batch.ep)
+    return dense, expert
+
+
+def stage_parameters(job: TrainingJob, batch: LayoutBatch, stage=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters on one rank of pipeline stage `stage`, after TP and EP splits;
+    stage None: the stage holding the most (first, second or last)."""
+    if stage is not None:
+        return _stage_parameters(job, batch, stage)
+    candidates = [_stage_parameters(job, batch, s) for s in (0, np.minimum(1, batch.pp - 1), batch.pp - 1)]
+    totals = np.array([dense + expert for dense, expert in candidates])
+    pick = np.argmax(totals, axis=0)
+    dense = np.choose(pick, [np.broadcast_to(c[0], pick.shape) for c in candidates])
+    expert = np.choose(pick, [np.broadcast_to(c[1], pick.shape) for c in candidates])
     return dense, expert
 
 
@@ -117,14 +235,23 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     else:
         mlp = dense_mlp
     wide = job.activation_bytes / 2  # the 16-bit terms scale with the activation dtype; 1-byte dropout masks do not
-    kept = (sbh * ((8 * wide + 2) * replicated + wide * (attention + mlp) / t)
+    masks = 2 if job.dropout else 0
+    kept = (sbh * ((8 * wide + masks) * replicated + wide * (attention + mlp) / t)
             + wide * s * batch.mbs * 2 * _latent_width(model))
-    if not job.flash_attention or job.execution.attention == "unfused":
+    if _unfused_attention(job):
         # softmax output and dropout output (16-bit), and the dropout mask (1 byte), per score
-        scores = (4.0 * wide + 1.0) * model.heads * s * job.seq_len * batch.mbs / t
-        kept = kept + np.where(recompute == 0, scores, 0.0)
+        kept = kept + np.where(recompute == 0, _score_bytes(job, batch, 4.0 * wide + masks / 2), 0.0)
     layer_input = 2 * wide * sbh * replicated
     return np.where(recompute == 2, layer_input, kept)
+
+
+def _unfused_attention(job: TrainingJob) -> bool:
+    return not job.flash_attention or job.execution.attention == "unfused"
+
+
+def _score_bytes(job: TrainingJob, batch: LayoutBatch, bytes_per_score) -> np.ndarray:
+    """Bytes of one layer's attention scores for one micro-batch on one rank, at `bytes_per_score`."""
+    return bytes_per_score * job.model.heads * (job.seq_len / batch.cp) * job.seq_len * batch.mbs / batch.tp
 
 
 def _latent_width(model) -> int:
@@ -133,18 +260,30 @@ def _latent_width(model) -> int:
     return mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim if mla else 0
 
 
+def vpp_group(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
+    """Micro-batches per group of the interleaved schedule (Megatron's default: pp)."""
+    return np.where(batch.vpp_group > 0, batch.vpp_group, batch.pp)
+
+
+def in_flight_chunks(batch: LayoutBatch, m: np.ndarray, stage) -> np.ndarray:
+    """Model-chunk forwards whose activations stage `stage` holds at its peak (Megatron-Core's
+    warm-up count plus the one steady-state forward, capped at all m*v of them)."""
+    p, v, stage = batch.pp, batch.vpp, np.asarray(stage)
+    warmup = np.where(v > 1, 2 * (p - stage - 1) + (v - 1) * vpp_group(batch, m), p - stage - 1)
+    return np.minimum(warmup + 1, m * v)
+
+
 def in_flight_micro_batches(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
-    """Micro-batches whose activations the first pipeline stage holds at its peak."""
-    flight = np.minimum(m, batch.pp).astype(float)
-    interleaved = batch.vpp > 1
-    return np.where(interleaved, flight * (1 + (batch.pp - 1) / (batch.pp * batch.vpp)), flight)
+    """Micro-batches' worth of activations the first pipeline stage holds at its peak."""
+    return in_flight_chunks(batch, m, 0) / batch.vpp
 
 
-def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
-    """Peak bytes on one GPU of the heaviest stage, by ledger item, plus 'total'."""
+def stage_memory(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Stage `stage`'s ledger (bytes per item at the allocator's peak, 'allocator_peak',
+    'outside_allocator', 'total') and the index into PEAK_MOMENTS of when that peak happens."""
     prec = job.precision
-    model = job.model
-    dense, expert = stage_parameters(job, batch)
+    stage = np.asarray(stage)
+    dense, expert = _stage_parameters(job, batch, stage)
     dp_group = batch.dp * batch.cp
     expert_group = dp_group // batch.ep
 
@@ -153,28 +292,26 @@ def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray
         return nbytes * (dense / np.where(shard, dp_group, 1) + expert / np.where(shard, expert_group, 1))
 
     m = micro_batches(job, batch)
-    n_layers = layers_per_chunk(job, batch) * batch.vpp
-    ledger = {
-        "parameters": sharded(job.gathered_param_bytes, 3),
-        "quantised weights": quantised_weight_bytes(job, batch, n_layers),
-        "gradients": sharded(prec.grad_bytes, 2),
-        "optimizer": sharded(prec.optimizer_bytes, 1),
-    }
+    layers = stage_layers(job, batch, stage)
+    chunks = in_flight_chunks(batch, m, stage)
+    items = {name: np.zeros(len(batch)) for name in ALLOCATOR_ITEMS}
+    items["parameters"] = sharded(job.gathered_param_bytes, 3)
+    items["quantised weights"] = quantised_weight_bytes(job, batch, layers)
+    items["gradients"] = sharded(prec.grad_bytes, 2)
+    items["optimizer"] = sharded(prec.optimizer_bytes, 1)
+    items["grad_buckets"] = _grad_buckets(job, batch, dense, expert)
+    items["param_gather"] = _param_gather(job, batch, dense, expert, layers)
+    # a quantised recipe keeps the linear layers' inputs in its narrower format
     saved_quantised = quantised_activation_saving(job, batch)
     per_layer = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == 2, 0.0, saved_quantised)
-    first_stage = per_layer * n_layers * in_flight_micro_batches(batch, m)
+    items["activations"] = per_layer * layers / batch.vpp * chunks
     # full recompute rebuilds one layer's activations at a time during backward
-    rebuilt = activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised
-    first_stage = first_stage + np.where(batch.recompute == 2, rebuilt, 0.0)
-    # the last stage also holds the logits: bf16 output and fp32 copy for the loss
-    tokens = batch.mbs * job.seq_len / batch.cp
-    logits = tokens * model.vocab / batch.tp * (job.activation_bytes + 4)
-    last_stage = per_layer * n_layers + logits
-    ledger["activations"] = np.where(batch.pp == 1, first_stage + logits, np.maximum(first_stage, last_stage))
-    ledger["temporary"] = _temporary_buffers(job, batch, dense, expert)
-    ledger["reserved"] = np.full(len(batch), job.reserved_bytes)
-    ledger["total"] = sum(ledger[item] for item in LEDGER_ITEMS)
-    return ledger
+    full = activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised
+    items["recompute_buffer"] = np.where((batch.recompute == 2) & (layers > 0), full, 0.0)
+    items["logits"] = np.where(stage == batch.pp - 1, logits_bytes(job, batch), 0.0)
+    items["attention_workspace"] = np.where(layers > 0, _attention_workspace(job, batch), 0.0)
+    items["gemm_workspace"] = np.full(len(batch), _gemm_workspace(job))
+    return _at_peak(job, batch, items, chunks < m * batch.vpp)
 
 
 def quantised_weight_bytes(job: TrainingJob, batch: LayoutBatch, n_layers) -> np.ndarray:
@@ -210,12 +347,93 @@ def quantised_activation_saving(job: TrainingJob, batch: LayoutBatch) -> np.ndar
     return (1 - recipe.bf16_layer_share) * narrower * elements
 
 
-def _temporary_buffers(job: TrainingJob, batch: LayoutBatch, dense, expert) -> np.ndarray:
-    """Communication buffers: two gradient buckets in flight; ZeRO-3 also holds the gathered weights
-    of the layer being computed and the prefetched next one, and one layer's unsharded gradients."""
+def logits_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
+    """The last stage's output layer for one micro-batch: its input (kept for the weight gradient,
+    1/t with sequence parallelism) and its logits in the activation dtype plus their fp32 copy."""
+    tokens = batch.mbs * job.seq_len / batch.cp
+    head_input = tokens * job.model.hidden * job.activation_bytes * np.where(batch.seq_parallel, 1.0 / batch.tp, 1.0)
+    return head_input + tokens * job.model.vocab / batch.tp * (job.activation_bytes + 4)
+
+
+def _attention_workspace(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
+    if _unfused_attention(job):
+        return _score_bytes(job, batch, job.activation_bytes)
+    return 4.0 * batch.mbs * job.seq_len / batch.cp * job.model.q_dim / batch.tp
+
+
+def _gemm_workspace(job: TrainingJob) -> float:
+    if not job.on_gpu:
+        return 0.0
+    return CUBLAS_WORKSPACE + (TE_WORKSPACE if job.execution.name == "megatron-core" else 0.0)
+
+
+def _grad_buckets(job: TrainingJob, batch: LayoutBatch, dense, expert) -> np.ndarray:
+    grads = (dense + expert) * job.precision.grad_bytes
+    replicated = (batch.dp * batch.cp > 1) & (batch.zero < 3)
+    if job.execution.grad_buffer == "contiguous":
+        return np.zeros(len(batch))
+    if job.execution.grad_buffer == "bucket-copies":
+        return np.where(replicated & (batch.zero < 2), grads, 0.0)
+    return np.where(batch.dp * batch.cp > 1, 2 * np.minimum(job.bucket_bytes, grads), 0.0)
+
+
+def _param_gather(job: TrainingJob, batch: LayoutBatch, dense, expert, layers) -> np.ndarray:
     prec = job.precision
-    buckets = 2 * np.minimum(job.bucket_bytes, (dense + expert) * prec.grad_bytes)
-    layers = layers_per_chunk(job, batch) * batch.vpp
     layer_params = (dense + expert) / np.maximum(layers, 1)
     gathered = layer_params * (2 * job.gathered_param_bytes + prec.grad_bytes)
-    return np.where(batch.zero == 3, gathered, 0.0) + np.where(batch.dp * batch.cp > 1, buckets, 0.0)
+    return np.where(batch.zero == 3, gathered, 0.0)
+
+
+def _at_peak(job: TrainingJob, batch: LayoutBatch, items: dict[str, np.ndarray], ran_backward: np.ndarray):
+    """The allocator's peak: the larger of the activation peak and the optimizer step, with the
+    items held at that moment, and what lives outside the allocator beside it."""
+    persistent = job.execution.grad_buffer == "contiguous"
+    grads_then = np.where(persistent | ran_backward, items["gradients"], 0.0)
+    at_activations = {**items, "gradients": grads_then}
+    step_items = ("parameters", "quantised weights", "gradients", "optimizer", "grad_buckets", "gemm_workspace")
+    at_step = {name: (value if name in step_items else np.zeros(len(batch))) for name, value in items.items()}
+    activation_peak = sum(at_activations.values())
+    step_peak = sum(at_step.values())
+    moment = np.where(step_peak > activation_peak, 1, 0)
+    ledger = {name: np.where(moment == 1, at_step[name], at_activations[name]) for name in items}
+    ledger["allocator_peak"] = np.maximum(activation_peak, step_peak)
+    ledger.update(_outside_allocator(job, batch, ledger["allocator_peak"]))
+    ledger["outside_allocator"] = sum(ledger[name] for name in OUTSIDE_ITEMS)
+    ledger["total"] = ledger["allocator_peak"] + ledger["outside_allocator"]
+    return ledger, moment
+
+
+def _outside_allocator(job: TrainingJob, batch: LayoutBatch, allocator_peak) -> dict[str, np.ndarray]:
+    n = len(batch)
+    if not job.on_gpu:
+        return {name: np.zeros(n) for name in OUTSIDE_ITEMS}
+    ring = NCCL_RING_CHANNELS * NCCL_RING_PEERS
+    edp = batch.dp * batch.cp // batch.ep
+    buffers = ring * ((batch.tp > 1) + (batch.dp * batch.cp > 1) + ((batch.ep > 1) & (edp > 1)))
+    buffers = buffers + NCCL_P2P_CHANNELS * (2 * (batch.pp > 1) + 2 * (batch.cp > 1) + (batch.ep - 1))
+    return {"cuda_context": np.full(n, CUDA_CONTEXT_BYTES), "nccl_buffers": NCCL_BUFFSIZE * buffers.astype(float),
+            "allocator_reserve": FRAGMENTATION * allocator_peak}
+
+
+def heaviest_stage_memory(job: TrainingJob, batch: LayoutBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The ledger of each layout's heaviest stage and that stage's index. Only the first, second
+    and last stages can be the heaviest: later middle stages hold the second's layers with fewer
+    micro-batches in flight."""
+    candidates = (np.zeros_like(batch.pp), np.minimum(1, batch.pp - 1), batch.pp - 1)
+    ledgers = [stage_memory(job, batch, stage)[0] for stage in candidates]
+    pick = np.argmax(np.stack([ledger["total"] for ledger in ledgers]), axis=0)
+    return {name: np.choose(pick, [ledger[name] for ledger in ledgers]) for name in ledgers[0]}, np.choose(pick, candidates)
+
+
+def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
+    """Peak bytes on one GPU of the heaviest stage, by ledger item, plus the totals."""
+    return heaviest_stage_memory(job, batch)[0]
+
+
+def stages_memory(job: TrainingJob, batch: LayoutBatch, row: int) -> list[tuple[dict[str, float], str]]:
+    """Every pipeline stage of layout `row`, first to last: its ledger and the moment of its peak."""
+    p = int(batch.pp[row])
+    one = LayoutBatch({name: np.repeat(col[row:row + 1], p) for name, col in batch.columns.items()})
+    ledger, moment = stage_memory(job, one, np.arange(p))
+    return [({name: float(value[i]) for name, value in ledger.items()}, PEAK_MOMENTS[int(moment[i])])
+            for i in range(p)]

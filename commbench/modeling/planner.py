@@ -23,7 +23,7 @@ from commbench.modeling.comm import communication
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
 from commbench.modeling.limits import MAX_SIMULATED_OPS
-from commbench.modeling.memory import LEDGER_ITEMS
+from commbench.modeling.memory import LEDGER_ITEMS, stage_layers
 from commbench.modeling.schedule import StepResult, simulate, simulated_ops
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
 
@@ -53,9 +53,15 @@ class Screening:
         return len(self.evaluation.batch)
 
     def memory_reason(self, i: int) -> str:
+        """Which stage does not fit, by how much, and its items largest first."""
         mem = self.evaluation.memory
-        parts = ", ".join(f"{item} {mem[item][i] / GB:.1f}" for item in LEDGER_ITEMS if mem[item][i] >= 0.05 * GB)
-        return f"needs {mem['total'][i] / GB:.1f} GB > {self.capacity / GB:.0f} GB per GPU ({parts})"
+        items = sorted(((mem[item][i], item) for item in LEDGER_ITEMS if mem[item][i] >= 0.05 * GB), reverse=True)
+        parts = ", ".join(f"{item} {value / GB:.1f}" for value, item in items)
+        stage = int(self.evaluation.memory_stage[i])
+        where = f"pipeline stage {stage} of {int(self.evaluation.batch.pp[i])}" if self.evaluation.batch.pp[i] > 1 else "each GPU"
+        over = (mem["total"][i] - self.capacity) / GB
+        return (f"{where} needs {mem['total'][i] / GB:.1f} GB > {self.capacity / GB:.0f} GB per GPU, {over:.1f} GB "
+                f"over; largest item {items[0][1] if items else 'none'} ({parts})")
 
 
 @dataclass
@@ -146,10 +152,13 @@ class Planner:
         per_step = self.job.global_batch // dp
         ok = (per_step % mbs == 0)
         m = per_step // np.maximum(mbs, 1)
-        ok &= (vpp == 1) | (m % pp == 0)  # interleaving needs whole rounds of pp micro-batches
+        # interleaving runs groups of pp micro-batches (Megatron-Core's default); where m is not a
+        # multiple of pp, one group of all m of them (its rule: pp <= group <= m, m % group = 0 or >= pp)
+        ok &= (vpp == 1) | (m >= pp)
+        group = np.where((vpp > 1) & (m % np.maximum(pp, 1) != 0), m, 0)
         ok &= simulated_ops(m, pp, vpp) <= MAX_SIMULATED_OPS  # a shortlisted layout is simulated op by op
         cols = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero=zero, mbs=mbs, recompute=recompute,
-                    sp=np.ones_like(tp))
+                    sp=np.ones_like(tp), vpp_group=group)
         return LayoutBatch({name: col[ok] for name, col in cols.items()})
 
     # screening and ranking ------------------------------------------------------------------
@@ -186,14 +195,43 @@ class Planner:
             raise UsageError(f"layout {layout} uses {layout.gpus} GPUs, the cluster has {self.cluster.gpus}")
         if self.job.global_batch % (layout.dp * layout.mbs):
             raise UsageError(f"global batch {self.job.global_batch} is not a multiple of dp*mbs = {layout.dp * layout.mbs}")
-        m = self.job.global_batch // (layout.dp * layout.mbs)
-        if layout.vpp > 1 and m % layout.pp:
-            raise UsageError(f"interleaving needs the {m} micro-batches to be a multiple of pp={layout.pp}")
+        self.check_pipeline(layout, self.job.global_batch // (layout.dp * layout.mbs))
         if self.job.model.heads % layout.tp:
             raise UsageError(f"tp={layout.tp} does not divide the {self.job.model.heads} attention heads")
         screening = self.screen(LayoutBatch.from_layouts([layout]))
         result = simulate(self.step_model, layout, timeline=True)
         return result, None if screening.fits[0] else screening.memory_reason(0)
+
+    def check_pipeline(self, layout: Layout, m: int) -> None:
+        """Megatron-Core's rules on the pipeline split and the interleaved schedule, each refusal naming
+        its rule (transformer_block.get_num_layers_to_build, schedules.py)."""
+        layers, p, v = self.job.model.layers, layout.pp, layout.vpp
+        if layout.pp_first or layout.pp_last:
+            left = p - bool(layout.pp_first) - bool(layout.pp_last)
+            rest = layers - layout.pp_first - layout.pp_last
+            if rest < 0 or (left == 0 and rest) or (left and rest % left):
+                raise UsageError(f"layout {layout}: with uneven pipelining the {rest} layers left over must divide "
+                                 f"evenly over the {left} other stages (Megatron-Core's rule)")
+        elif layout.pp_embedding or layout.pp_loss:
+            counted = layers + layout.pp_embedding + layout.pp_loss
+            if counted % p:
+                raise UsageError(f"layout {layout}: {layers} layers plus the embedding/loss counted in the split "
+                                 f"({counted}) must be divisible by pp={p} (Megatron-Core's rule)")
+        if v == 1:
+            return
+        batch = LayoutBatch.from_layouts([layout])
+        stage_counts = {int(n) for n in stage_layers(self.job, batch, np.arange(p)[:, None])[:, 0]}
+        if any(n % v for n in stage_counts) and (layout.pp_first or layout.pp_last or layers % p == 0):
+            raise UsageError(f"layout {layout}: every stage's layers ({sorted(stage_counts)}) must be divisible by "
+                             f"vpp={v} (Megatron-Core's rule)")
+        group = layout.vpp_group or p
+        if not p <= group <= m:
+            raise UsageError(f"layout {layout}: the interleaved schedule's micro-batch group ({group}) must lie in "
+                             f"[pp={p}, micro-batches={m}] (Megatron-Core's rule)")
+        if 0 < m % group < p:
+            raise UsageError(f"layout {layout}: interleaving {m} micro-batches in groups of {group} leaves a last group "
+                             f"of {m % group} < pp={p}, which Megatron-Core refuses; set vpp_group to {m} (or a "
+                             f"group size that divides {m} or leaves at least {p})")
 
     def ep_skew(self, results: list[StepResult]) -> list[dict]:
         """Per result: the expected max/mean EP load under the job's routing, and how much of its EP
@@ -216,7 +254,7 @@ class Planner:
         ev = screening.evaluation
         leanest = int(np.argmin(ev.memory["total"]))
         static = self.job.model.total_params * self.job.precision.bytes_per_param
-        gpus = math.ceil(static / (screening.capacity - self.job.reserved_bytes))
+        gpus = math.ceil(static / (screening.capacity - ev.memory["outside_allocator"][leanest]))
         return (f"{self.job.model.name} does not fit on {self.cluster.gpus} GPUs of {screening.capacity / GB:.0f} GB: "
                 f"the leanest layout ({ev.batch.layout(leanest)}) {screening.memory_reason(leanest)}; its static "
                 f"state alone is {static / GB:.0f} GB, so even fully sharded it needs at least {gpus} GPUs")

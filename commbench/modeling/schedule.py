@@ -16,6 +16,7 @@ import numpy as np
 from commbench.errors import UsageError
 from commbench.modeling.layout import Layout, LayoutBatch
 from commbench.modeling.limits import MAX_SIMULATED_OPS, MAX_TIMELINE_EVENTS
+from commbench.modeling.memory import layers_per_chunk, stage_layers, stages_memory
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
 
 
@@ -46,12 +47,22 @@ class StepResult:
     micro_batches: int
     timeline: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the reader should know about the figures
+    # first to last pipeline stage: layers, memory ledger at its peak and when, its share of the step,
+    # compute and communication seconds (see EventSimulation.stage_summaries)
+    stages: list[dict] = field(default_factory=list)
+    memory_stage: int = 0  # the stage whose ledger `memory` is (the largest)
+
+    @property
+    def pacing_stage(self) -> int:
+        """The stage with the most work (compute and its exposed communication) in the step."""
+        return max(range(len(self.stages)), key=lambda s: self.stages[s]["busy_s"]) if self.stages else 0
 
     def to_dict(self) -> dict:
         return {
             "layout": str(self.layout), "step_s": self.step_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "micro_batches": self.micro_batches, "categories_s": self.categories, "memory_bytes": self.memory,
-            "comm_bytes_per_step": self.comm_bytes,
+            "allocator_peak": self.memory["allocator_peak"], "memory_stage": self.memory_stage,
+            "pacing_stage": self.pacing_stage, "stages": self.stages, "comm_bytes_per_step": self.comm_bytes,
         }
 
     def largest_costs(self, count: int = 3) -> str:
@@ -60,16 +71,20 @@ class StepResult:
         return ", ".join(f"{k} {v / self.step_s:.1%}" for v, k in beyond[:count])
 
 
-def pipeline_order(stage: int, p: int, v: int, m: int) -> list[tuple[str, int, int]]:
-    """(kind 'F'/'B', micro-batch, chunk) in the order one stage runs them (Megatron's 1F1B and
-    interleaved 1F1B; interleaving needs m to be a multiple of p)."""
+def pipeline_order(stage: int, p: int, v: int, m: int, group: int = 0) -> list[tuple[str, int, int]]:
+    """(kind 'F'/'B', micro-batch, chunk) in the order one stage runs them: Megatron-Core's 1F1B and
+    interleaved 1F1B, whose schedule table runs `group` micro-batches (default p) through each
+    model chunk in turn, the last group taking what is left (get_schedule_table)."""
+    group = group or p
     total = m * v
+    table = [(mb, chunk) for start in range(0, m, group)
+             for chunk in range(v) for mb in range(start, min(m, start + group))]
 
     def unit(k: int, backward: bool) -> tuple[int, int]:
-        chunk = (k // p) % v
-        return (k // (p * v)) * p + k % p, (v - 1 - chunk) if backward else chunk
+        mb, chunk = table[k]
+        return mb, (v - 1 - chunk) if backward else chunk
 
-    warmup = min(total, p - stage - 1 if v == 1 else (p - stage - 1) * 2 + (v - 1) * p)
+    warmup = min(total, p - stage - 1 if v == 1 else (p - stage - 1) * 2 + (v - 1) * group)
     order, fwd, bwd = [], 0, 0
     for _ in range(warmup):
         order.append(("F", *unit(fwd, False)))
@@ -108,6 +123,12 @@ class EventSimulation:
         self.events: list[dict] = []
         self.events_dropped = 0  # past MAX_TIMELINE_EVENTS
         p = layout.pp
+        one = evaluation.batch
+        self.layers = [int(x) for x in stage_layers(evaluation.job, one, np.arange(p)[:, None])[:, 0]]
+        chunk = float(layers_per_chunk(evaluation.job, one)[0])
+        # an uneven split's stages run ops of their own chunk's layers (ops are priced at the busiest chunk)
+        self.scale = [layers / layout.vpp / chunk if chunk else 0.0 for layers in self.layers]
+        self.busy = [0.0] * p
         self.finished: dict[tuple, float] = {}  # (kind, stage, mb, chunk) -> compute end
         self.arrived: dict[tuple, float] = {}  # same key -> when its output reached the next stage
         self.compute_free, self.pp_free, self.dp_free = [0.0] * p, [0.0] * p, [0.0] * p
@@ -122,7 +143,7 @@ class EventSimulation:
             self.events.append({"stream": stream, "start_us": start * 1e6, "dur_us": dur * 1e6, "name": name, "category": category})
 
     def _duration(self, kind: str, stage: int, chunk: int) -> float:
-        base = self.f if kind == "F" else self.b
+        base = (self.f if kind == "F" else self.b) * self.scale[stage]
         if stage == self.layout.pp - 1 and chunk == self.layout.vpp - 1:
             base += self.head[0] if kind == "F" else self.head[1]
         return base
@@ -161,6 +182,7 @@ class EventSimulation:
         start = max(self.compute_free[s], ready)
         dur = self._duration(kind, s, chunk)
         end = self.compute_free[s] = start + dur
+        self.busy[s] += dur
         key = (kind, s, mb, chunk)
         self.finished[key] = end
         self._emit(f"pp{s}.compute", start, dur, f"{kind} mb{mb} c{chunk}", "compute")
@@ -205,7 +227,7 @@ class EventSimulation:
 
     def run(self) -> StepResult:
         p, v, m = self.layout.pp, self.layout.vpp, self.m
-        orders = [pipeline_order(s, p, v, m) for s in range(p)]
+        orders = [pipeline_order(s, p, v, m, self.layout.vpp_group) for s in range(p)]
         cursor = [0] * p
         remaining = sum(len(order) for order in orders)
         while remaining:
@@ -229,9 +251,31 @@ class EventSimulation:
             self._emit(f"pp{s}.dp", opt_start + optimizer, gather, "weight all-gather", "dp")
             ends.append(opt_start + optimizer + gather + stretch)
         critical = max(range(p), key=lambda s: ends[s])
-        return self._result(ends[critical], critical)
+        return self._result(ends[critical], critical, ends)
 
-    def _result(self, step: float, s: int) -> StepResult:
+    def stage_summaries(self, step: float, ends: list[float]) -> list[dict]:
+        """Per stage: its layers, memory ledger (items at the allocator's peak, the peak, what lives
+        outside the allocator, and when the peak happens), its work's share of the step (compute
+        ops with their exposed collectives) and that work split into compute and communication
+        (exposed collectives, waiting on pipeline sends, the gradient reduction's tail)."""
+        ops, m, v = self.eval.ops, self.m, self.layout.vpp
+        own = ("compute", "recompute", "slowdown")
+        per_op = sum(float(np.sum(ops.forward.get(n, 0.0)) + np.sum(ops.backward.get(n, 0.0))) for n in own)
+        head = sum(float(np.sum(ops.head_forward.get(n, 0.0)) + np.sum(ops.head_backward.get(n, 0.0))) for n in own)
+        gather = float(self.eval.comm.dp.param_gather[0])
+        summaries = []
+        for s, (memory, moment) in enumerate(stages_memory(self.eval.job, self.eval.batch, 0)):
+            compute = m * v * per_op * self.scale[s] + (m * head if s == self.layout.pp - 1 else 0.0)
+            tail = max(0.0, self.dp_free[s] - self.compute_free[s]) + gather
+            summaries.append({
+                "stage": s, "layers": self.layers[s], "memory_bytes": memory, "allocator_peak": memory["allocator_peak"],
+                "peak_moment": moment, "busy_s": self.busy[s], "step_share": self.busy[s] / step,
+                "compute_s": compute, "communication_s": self.busy[s] - compute + self.pp_wait[s] + tail,
+                "bubble_s": self.bubble[s], "end_s": ends[s],
+            })
+        return summaries
+
+    def _result(self, step: float, s: int, ends: list[float]) -> StepResult:
         """Categories of the stage that finishes last; they add up to its step time."""
         ev, ops = self.eval, self.eval.ops
         ops_per_stage = self.m * self.layout.vpp
@@ -255,4 +299,5 @@ class EventSimulation:
             micro_batches=self.m, timeline=sorted(self.events, key=lambda e: (e["stream"], e["start_us"])),
             notes=[f"timeline cut at {MAX_TIMELINE_EVENTS:,} events ({self.events_dropped:,} more not kept); "
                    f"the step time counts them all"] * (self.events_dropped > 0),
+            stages=self.stage_summaries(step, ends), memory_stage=int(ev.memory_stage[0]),
         )

@@ -34,7 +34,7 @@ from commbench.modeling.comm import CommCosts, communication
 from commbench.modeling.compute import LayerCompute, layer_compute
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import LayoutBatch
-from commbench.modeling.memory import layers_per_chunk, memory_per_gpu, micro_batches, stage_parameters
+from commbench.modeling.memory import heaviest_stage_memory, layers_per_chunk, micro_batches, stage_parameters
 
 CATEGORIES = ("compute", "recompute", "slowdown", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
 
@@ -160,6 +160,8 @@ class Evaluation:
     optimizer_s: np.ndarray
     overlap_slowdown: np.ndarray  # compute stretched by gradient reductions and pipeline sends beside it
     accumulation_s: np.ndarray  # unfused gradient accumulation over the micro-batches
+    memory_stage: np.ndarray  # the pipeline stage whose ledger `memory` is (the largest)
+    job: TrainingJob
 
 
 class StepModel:
@@ -189,8 +191,9 @@ class StepModel:
         step = sum(categories.values())
         tokens = job.tokens_per_step
         flops = job.model.model_flops_per_token(job.seq_len) * tokens
+        memory, memory_stage = heaviest_stage_memory(job, batch)
         return Evaluation(
-            batch=batch, step_s=step, categories=categories, memory=memory_per_gpu(job, batch),
+            batch=batch, step_s=step, categories=categories, memory=memory, memory_stage=memory_stage, job=job,
             tokens_per_s=tokens / step, mfu=flops / (step * batch.dp * batch.tp * batch.pp * batch.cp * proc.peak_flops),
             ops=ops, comm=cc, micro_batches=m, optimizer_s=optimizer, overlap_slowdown=overlap_slowdown,
             accumulation_s=accumulation,

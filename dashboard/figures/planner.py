@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from commbench.modeling.memory import LEDGER_ITEMS
 from commbench.modeling.schedule import StepResult
 from dashboard.figures.common import CATEGORY_COLOURS, message_figure
 from dashboard.figures.overlap import MAX_BARS
 
 GB = 1e9
 MEMORY_COLOURS = {
-    "parameters": "#1f77b4", "quantised weights": "#17becf", "gradients": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
-    "temporary": "#9467bd", "reserved": "#7f7f7f",
+    "parameters": "#1f77b4", "quantised weights": "#17becf", "gradients": "#ff7f0e", "optimizer": "#2ca02c", "grad_buckets": "#ffbb78",
+    "param_gather": "#aec7e8", "activations": "#d62728", "recompute_buffer": "#ff9896", "logits": "#9467bd",
+    "attention_workspace": "#c5b0d5", "gemm_workspace": "#8c564b", "cuda_context": "#7f7f7f",
+    "nccl_buffers": "#bcbd22", "allocator_reserve": "#c7c7c7",
 }  # fmt: skip
 
 
@@ -62,7 +65,7 @@ def memory_figure(results: list[dict], capacity_bytes: float) -> go.Figure:
     positions = [f"#{i + 1}" for i in range(len(results))]
     layouts = [r["layout"] for r in results]
     figure = go.Figure()
-    for item in (k for k in results[0]["memory_bytes"] if k != "total"):
+    for item in (k for k in LEDGER_ITEMS if k in results[0]["memory_bytes"]):
         figure.add_trace(go.Bar(
             x=positions, y=[r["memory_bytes"][item] / GB for r in results], name=item, customdata=layouts,
             marker={"color": MEMORY_COLOURS.get(item)},
@@ -73,6 +76,32 @@ def memory_figure(results: list[dict], capacity_bytes: float) -> go.Figure:
     figure.update_layout(template="plotly_white", barmode="stack", title="memory per GPU",
                          xaxis={"title": "layout (rank in the table)"}, yaxis={"title": "GB"}, height=380,
                          legend={"orientation": "h", "y": -0.3}, margin={"t": 40})
+    return figure
+
+
+def stage_memory_figure(result: dict, capacity_bytes: float) -> go.Figure:
+    """One layout's memory per pipeline stage: each stage's ledger stacked item by item (the
+    allocator's items below, what lives outside it on top), against the device's memory."""
+    stages = result.get("stages") or []
+    if not stages:
+        return message_figure("No pipeline stages to show.")
+    labels = [f"stage {s['stage']} ({s['layers']} layers)" for s in stages]
+    figure = go.Figure()
+    for item in LEDGER_ITEMS:
+        values = [s["memory_bytes"].get(item, 0.0) / GB for s in stages]
+        if not any(values):
+            continue
+        figure.add_trace(go.Bar(
+            x=labels, y=values, name=item, marker={"color": MEMORY_COLOURS.get(item)},
+            customdata=[s["peak_moment"] for s in stages],
+            hovertemplate="%{x}<br>" + item + ": %{y:.2f} GB (peak at %{customdata})<extra></extra>",
+        ))
+    figure.add_hline(y=capacity_bytes / GB, line_dash="dash", line_color="red",
+                     annotation_text=f"device {capacity_bytes / GB:.0f} GB", annotation_position="top left")
+    figure.update_layout(template="plotly_white", barmode="stack",
+                         title=f"memory per pipeline stage of {result['layout']} (planner's ledger, predicted)",
+                         xaxis={"title": "pipeline stage"}, yaxis={"title": "GB per GPU"}, height=400,
+                         legend={"orientation": "h", "y": -0.3}, margin={"t": 50})
     return figure
 
 

@@ -9,7 +9,13 @@ from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.spec import PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.figures.common import message_figure
-from dashboard.figures.planner import breakdown_figure, memory_figure, ranked_rows, step_timeline_figure
+from dashboard.figures.planner import (
+    breakdown_figure,
+    memory_figure,
+    ranked_rows,
+    stage_memory_figure,
+    step_timeline_figure,
+)
 from dashboard.figures.processor import gemm_surface_figure
 from dashboard.planning import (
     PlanRequest,
@@ -54,6 +60,7 @@ def layout(**_query):
         data_table("plan-table", row_selectable="single", selected_rows=[0], sort_action="none", filter_action="none"),
         html.Div([dcc.Graph(id="plan-breakdown"), dcc.Graph(id="plan-memory")], className="grid2"),
         dcc.Graph(id="plan-timeline"),
+        dcc.Graph(id="plan-stages"),
         dcc.Graph(id="plan-gemm"),
     ])
 
@@ -177,7 +184,7 @@ def rank_layouts(*controls):
 
 
 @callback(
-    Output("plan-timeline", "figure"),
+    Output("plan-timeline", "figure"), Output("plan-stages", "figure"),
     Input("plan-table", "selected_rows"),
     *[State(control_id, "value") for control_id in (*SPEC_CONTROLS, LAYOUT_CONTROL)],
     prevent_initial_call=True,  # rank_layouts sets the selection once the plan exists
@@ -186,11 +193,13 @@ def simulate_chosen(selected, *controls):
     try:
         view = plan_cache().view(_request(*controls))
     except CommbenchError as exc:
-        return message_figure(str(exc))
+        return message_figure(str(exc)), message_figure(str(exc))
     index = (selected or [0])[0]
     if index >= len(view.ranked):
-        return message_figure("Pick a layout in the table.")
-    return step_timeline_figure(view.timeline(index), f"simulated step of #{index + 1} {view.ranked[index].layout}")
+        return message_figure("Pick a layout in the table."), message_figure("Pick a layout in the table.")
+    chosen = view.ranked[index]
+    return (step_timeline_figure(view.timeline(index), f"simulated step of #{index + 1} {chosen.layout}"),
+            stage_memory_figure(chosen.to_dict(), view.capacity_bytes))
 
 
 @callback(Output("plan-gemm", "figure"), Input("plan-processor", "value"), Input("plan-hardware", "value"))
