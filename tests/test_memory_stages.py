@@ -17,19 +17,13 @@ from commbench.modeling.cluster import Cluster
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
 from commbench.modeling.layout import LayoutBatch, parse_layout
-from commbench.modeling.memory import (
-    ALLOCATOR_ITEMS,
-    LEDGER_ITEMS,
-    NOT_MODELLED,
-    OUTSIDE_ITEMS,
-    activation_bytes_per_layer,
-    stage_layers,
-    stage_memory,
-)
+from commbench.modeling.ledger import ALLOCATOR_ITEMS, LEDGER_ITEMS, NOT_MODELLED, OUTSIDE_ITEMS
+from commbench.modeling.memory import activation_bytes_per_layer, stage_layers, stage_memory
 from commbench.modeling.model_config import load_model
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
+from commbench.modeling.recipes import RECIPES
 
 REAL_MODELS = Path(__file__).parent / "fixtures" / "models" / "real"
 # llama2-7b: h 4096, 32 layers, 32 heads (MHA), ffn 11008, vocab 32000, untied
@@ -127,15 +121,17 @@ def test_embedding_and_loss_counted_in_the_split():
 
 
 def _planner(model: str, gpus: int, global_batch: int = 16, execution: str = "megatron-core",
-             precision: str = "16", seq: int = 4096) -> Planner:
+             precision: str = "16", seq: int = 4096, compute: str = "bf16") -> Planner:
     system = load_system("dgx-h100")
-    job = TrainingJob(load_model(model), seq, global_batch, PRECISIONS[precision], execution=EXECUTIONS[execution])
+    job = TrainingJob(load_model(model), seq, global_batch, PRECISIONS[precision], execution=EXECUTIONS[execution],
+                      compute=RECIPES[compute])
     return Planner(job, Cluster(gpus, system, PresetNetwork(system)))
 
 
 # each item, and a layout and execution in which it must hold bytes (a test per item: none may drop to zero)
 ITEM_CASES = {
     "parameters": ("megatron-core", "tp=2,pp=2,dp=2,mbs=1", 0),
+    "quantised weights": ("megatron-core fp8-delayed", "tp=2,pp=2,dp=2,mbs=1", 0),
     "gradients": ("megatron-core", "tp=2,pp=2,dp=2,mbs=1", 0),
     "optimizer": ("megatron-core", "tp=2,pp=2,dp=2,mbs=1", 0),
     "grad_buckets": ("torch-fsdp", "tp=2,pp=2,dp=2,mbs=1,zero=1", 0),
@@ -162,7 +158,8 @@ def test_every_item_is_a_case_or_named_as_not_modelled():
 @pytest.mark.parametrize("item", sorted(ITEM_CASES))
 def test_item_holds_bytes_where_it_must(item):
     execution, layout, stage = ITEM_CASES[item]
-    planner = _planner("llama2-7b", 8, execution=execution)
+    execution, _, compute = execution.partition(" ")
+    planner = _planner("llama2-7b", 8, execution=execution, compute=compute or "bf16")
     batch = LayoutBatch.from_layouts([parse_layout(layout, 8)])
     ledger, _ = stage_memory(planner.job, batch, np.array([stage]))
     assert set(ledger) == {*LEDGER_ITEMS, "allocator_peak", "outside_allocator", "total"}

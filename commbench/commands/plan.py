@@ -31,11 +31,11 @@ import textwrap
 from dataclasses import fields
 
 from commbench.modeling.job import EXECUTIONS, PRECISIONS
+from commbench.modeling.ledger import LEDGER, NOT_MODELLED
 from commbench.modeling.recipes import RECIPES
-from commbench.modeling.memory import LEDGER, NOT_MODELLED
+from commbench.modeling.spec import PlanSpec
 
 LEDGER_NAMES = tuple(item.name for item in LEDGER)
-from commbench.modeling.spec import PlanSpec
 
 __doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
     textwrap.fill(f"{name}: {execution.assumes}", width=100, initial_indent="  ", subsequent_indent="      ",

@@ -53,82 +53,24 @@ A quantised compute precision (job.compute, commbench.modeling.recipes) adds and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.modeling.job import Precision, TrainingJob
 from commbench.modeling.layout import LayoutBatch
-
-MiB = 2**20
-
-
-@dataclass(frozen=True)
-class LedgerItem:
-    name: str
-    inside_allocator: bool  # counted by torch.cuda.max_memory_allocated
-    what: str  # what it is and where its figure comes from
-
-
-LEDGER = (
-    LedgerItem("parameters", True, "working weights of the stage, param bytes each (ZeRO-3: sharded; with "
-               "--fp8-param-gather the quantised primary weights, the recipe's element bytes each)"),
-    LedgerItem("quantised weights", True, "a quantised compute precision: Transformer Engine's cached copies of the "
-               "linear weights in the recipe's format, row- and column-wise (one copy with --fp8-param-gather; "
-               "ZeRO-3: of the two layers gathered); 0 in bf16"),
-    LedgerItem("gradients", True, "main gradients, grad bytes each (precision 18: Megatron's fp32 main grads with "
-               "gradient-accumulation fusion, in the contiguous buffer its distributed optimizer reduce-scatters "
-               "into; ZeRO-2: sharded); where the framework creates them in backward (torch, DeepSpeed), present "
-               "at the activation peak only once the stage has run a backward in the step"),
-    LedgerItem("optimizer", True, "fp32 master weights and Adam m, v (ZeRO-1: sharded); allocated at the first "
-               "optimizer step"),
-    LedgerItem("grad_buckets", True, "gradient-reduce buffers beside the gradients: none with Megatron's contiguous "
-               "buffer (reduced in place); PyTorch DDP's flat bucket copies (gradient_as_bucket_view=False, its "
-               "default) hold every replicated gradient again; DeepSpeed two buckets of bucket_bytes in flight"),
-    LedgerItem("param_gather", True, "ZeRO-3 parameter-gather buffers: the gathered weights of the layer computed "
-               "and the prefetched next one, and one layer's unsharded gradients before their reduce-scatter"),
-    LedgerItem("activations", True, "tensors kept for backward: per layer per micro-batch (Korthikanti et al. 2022) "
-               "x the stage's layers x its in-flight micro-batches under 1F1B or interleaved 1F1B"),
-    LedgerItem("recompute_buffer", True, "full recompute: one layer's activations rebuilt during its backward"),
-    LedgerItem("logits", True, "last stage: the output layer's input (h per token) and its logits, one micro-batch: "
-               "the logits in the activation dtype and the fp32 copy the unfused vocab-parallel cross entropy keeps "
-               "(Megatron-Core without --cross-entropy-loss-fusion saves its fp32 softmax)"),
-    LedgerItem("attention_workspace", True, "unfused attention: one layer's raw b*heads*s*S/t scores before the "
-               "softmax; FlashAttention-2's backward: its fp32 dq accumulator (b*s*q_dim/t x 4 bytes, "
-               "flash_attn csrc flash_api.cpp mha_bwd)"),
-    LedgerItem("gemm_workspace", True, "cuBLAS workspace 32 MiB per GEMM stream (NVIDIA's cuBLAS docs, "
-               "cublasSetWorkspace: 32 MiB recommended on Hopper and later; 4 MiB before, so A100 is over by 28 MiB) "
-               "on the compute stream, plus Transformer Engine's own 32 MiB with megatron-core"),
-    LedgerItem("cuda_context", False, "CUDA context with the kernels of cuBLAS, cuDNN and NCCL loaded: assumed "
-               "0.5 GB (not measured here: this machine has no GPU)"),
-    LedgerItem("nccl_buffers", False, "NCCL_BUFFSIZE (4 MiB, NCCL's documented default) x channels x peers per "
-               "communicator: collectives' communicators (tp, dp, edp) an assumed 16 channels x 2 ring/tree "
-               "peers, point-to-point ones (pp, cp ring, ep all-to-all) an assumed 2 channels per peer"),
-    LedgerItem("allocator_reserve", False, "the caching allocator's reserved but unallocated memory (fragmentation): "
-               "assumed 5% of the allocator peak (not measured here)"),
+from commbench.modeling.ledger import (
+    ALLOCATOR_ITEMS,
+    CUBLAS_WORKSPACE,
+    CUDA_CONTEXT_BYTES,
+    FRAGMENTATION,
+    NCCL_BUFFSIZE,
+    NCCL_P2P_CHANNELS,
+    NCCL_RING_CHANNELS,
+    NCCL_RING_PEERS,
+    OUTSIDE_ITEMS,
+    PEAK_MOMENTS,
+    TE_WORKSPACE,
 )
-LEDGER_ITEMS = tuple(item.name for item in LEDGER)
-ALLOCATOR_ITEMS = tuple(item.name for item in LEDGER if item.inside_allocator)
-OUTSIDE_ITEMS = tuple(item.name for item in LEDGER if not item.inside_allocator)
-# what the ledger does not price yet: `plan --help` lists these
-NOT_MODELLED = {
-    "fp8_scales": "the quantised recipes' scale tensors and amax histories (small beside the copies)",
-    "moe_dispatch": "MoE permutation and token-dispatch buffers (the MoE issue adds them)",
-    "recompute_modules": "Megatron's --recompute-modules other than core_attn (mlp, moe_act, layernorm, "
-                         "mla_up_proj) and --recompute-method block; activation offloading",
-    "fused_cross_entropy": "--cross-entropy-loss-fusion: the ledger keeps the unfused fp32 copy of the logits",
-}
-# when the allocator peaks: at the backward start of the last in-flight micro-batch, or in the optimizer step
-PEAK_MOMENTS = ("backward start", "optimizer step")
-
-CUDA_CONTEXT_BYTES = 0.5e9
-NCCL_BUFFSIZE = 4 * MiB
-NCCL_RING_CHANNELS = 16
-NCCL_RING_PEERS = 2
-NCCL_P2P_CHANNELS = 2
-FRAGMENTATION = 0.05
-CUBLAS_WORKSPACE = 32 * MiB
-TE_WORKSPACE = 32 * MiB
 
 # The seeds put static state at "16-20 B/param": the 16 itemised below plus headroom they do not
 # itemise. Their "175B needs 3.5 TB, at least 44 x 80 GB GPUs" is this upper bound (175e9 x 20).

@@ -22,8 +22,9 @@ from commbench.modeling.cluster import Cluster
 from commbench.modeling.comm import communication
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
+from commbench.modeling.ledger import LEDGER_ITEMS
 from commbench.modeling.limits import MAX_SIMULATED_OPS
-from commbench.modeling.memory import LEDGER_ITEMS, stage_layers
+from commbench.modeling.memory import stage_layers
 from commbench.modeling.schedule import StepResult, simulate, simulated_ops
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from commbench.modeling.memory import LEDGER_ITEMS
+from commbench.modeling.ledger import LEDGER_ITEMS
 from commbench.modeling.schedule import StepResult
 from dashboard.figures.common import CATEGORY_COLOURS, message_figure
 from dashboard.figures.overlap import MAX_BARS
