@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import re
 import sys
 
 from commbench import __version__
@@ -35,8 +37,18 @@ COMMANDS = {
 }
 
 
+# What argparse takes for a negative number (a value, not an option): its own pattern knows only
+# -4 and -.5, so `--params -7e9` or `--at -4M` read as a missing value; with this one the option's
+# own check answers ("--params must be positive") instead.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?[A-Za-z]*$")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one line (no usage dump) on bad input."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -74,6 +86,15 @@ def _command_named(argv: list[str]) -> str | None:
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
+# errors that mean the path the user gave is wrong (exit 2); others (a full disk, I/O) are failures
+_BAD_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP}
+
+
+def _os_error_line(exc: OSError) -> str:
+    where = exc.filename if exc.filename is not None else "a file"
+    return f"{where}: {exc.strerror or exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(only=_command_named(argv))
@@ -89,14 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"commbench {args.command}: interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:
-        if exc.errno not in WRITE_ERRORS:
-            raise
-        print(f"commbench {args.command}: error: {write_error(exc)}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # `commbench ... | head` closed the pipe: not an error of ours
         sys.stderr.close()
         return 0
+    except OSError as exc:  # a path that could not be read or written: one line, never a traceback
+        if exc.errno in WRITE_ERRORS:  # the disk refused a write (full, read-only, no permission)
+            print(f"commbench {args.command}: error: {write_error(exc)}", file=sys.stderr)
+            return 1
+        print(f"commbench {args.command}: error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2 if exc.errno in _BAD_PATH_ERRNOS else 1
 
 
 if __name__ == "__main__":

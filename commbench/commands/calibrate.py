@@ -12,7 +12,7 @@ every figure {"value": ..., "source": "measured on HOST at TIME by commbench VER
 with the raw timings under "measurements". Fractions are of the fastest GEMM measured unless
 --peak-flops gives a datasheet peak.
 
-  commbench calibrate --quick                       about a minute on a small CPU
+  commbench calibrate --quick                       a small grid: seconds on a 2-core CPU
   commbench calibrate --out h100-node.json          full grid on this node's GPU
   commbench plan --model llama2-7b --gpus 8 --processor h100-node.json ...
   commbench submit --command calibrate --nodes 4 --ntasks-per-node 1 --gpus-per-node 1 -- --quick
@@ -31,7 +31,7 @@ import socket
 import sys
 from pathlib import Path
 
-from commbench.data.rundir import atomic_write_text
+from commbench.data.rundir import atomic_write_text, prepare_output_folder
 from commbench.dtypes import CALIBRATED_DTYPES, CALIBRATION_DTYPES, GEMM_DTYPES
 from commbench.errors import UsageError
 from commbench.measure.progress import Progress
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--device", choices=DEVICES, default="auto", help="cuda, cpu, or auto: the GPU if there is one")
     what.add_argument("--dtype", default=None, metavar="LIST",
                       help="comma-separated GEMM dtypes: fp32, bf16, fp16 (default: bf16,fp16 on CUDA, fp32 on CPU)")
-    what.add_argument("--quick", action="store_true", help="a small grid (about a minute on a 2-core CPU)")
+    what.add_argument("--quick", action="store_true", help="a small grid (about 10 s on an idle 2-core CPU; the full grid takes minutes)")
     what.add_argument("--gemm-dims", default=None, metavar="LIST",
                       help="values M, N and K each take (the grid is every combination), e.g. 256,1024,4096")
     what.add_argument("--gemm-shapes", default=None, metavar="MxNxK,...", help="extra GEMM shapes to time")
@@ -190,8 +190,8 @@ def writable_output(out: str | None, host: str) -> Path:
     """The file to write, proven writable now rather than after minutes of measuring: a probe the
     size of a description is written beside it and removed (a full disk takes an empty file)."""
     path = Path(out or f"processor-{host}.json")
-    if path.is_dir():
-        path = path / f"processor-{host}.json"
+    if path.is_dir() or (out or "").endswith(("/", os.sep)):  # "DIR/" names a folder, made if new
+        path = prepare_output_folder(path) / f"processor-{host}.json"
     probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
     try:
         with open(probe, "wb") as handle:

@@ -57,6 +57,7 @@ from commbench.commands.scheduler_options import (
     choice_from_args,
 )
 from commbench.commands.store_options import add_db_argument
+from commbench.data.rundir import prepare_output_folder
 from commbench.diagnose.fleet import FleetModel, inject_node_faults
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import json_ready, save_run, text, to_dict
@@ -110,6 +111,8 @@ def measure(args: argparse.Namespace) -> int:
     from commbench.measure.launch import detect_rank_env, spawn_local
 
     check_real_options(args)
+    if args.out:
+        prepare_output_folder(args.out)
     choice = choice_from_args(args)
     cfg = DiagnoseConfig(slurm=choice.to_dict() if choice.wanted else None,
                          size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
@@ -158,6 +161,7 @@ def simulate(args: argparse.Namespace) -> int:
     report = to_dict(result, names, source=source)
     print(json.dumps(json_ready(report), indent=1) if args.json else text(report))
     if args.out:
+        prepare_output_folder(args.out)
         options = {k: v for k, v in vars(args).items() if k not in ("handler", "command")}
         path = save_run(report, args.out, options, synthetic=True, note=f"{source}; faults injected: see args")
         print(f"# Results: {path}", file=sys.stderr if args.json else sys.stdout)

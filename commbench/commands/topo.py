@@ -73,6 +73,8 @@ def _imported_nodes(args: argparse.Namespace) -> list:
             nodes.append(read(path, args.node_name))
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}: not a text file (not UTF-8)") from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     return nodes

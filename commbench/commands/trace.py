@@ -75,8 +75,10 @@ def _trace_paths(args) -> list[str]:
     if args.demo and args.traces:
         raise UsageError("give trace files or --demo, not both")
     if args.demo:
+        from commbench.data.rundir import prepare_output_folder
         from commbench.traces.demo import generate_demo_traces
 
+        prepare_output_folder(args.demo, "--demo")
         return [str(path) for path in generate_demo_traces(args.demo)]
     if not args.traces:
         raise UsageError("give at least one trace file (or --demo OUTDIR)")

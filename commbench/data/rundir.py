@@ -17,6 +17,7 @@ import re
 import secrets
 import shutil
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,23 @@ def new_run_id(prefix: str = "") -> str:
     return f"{prefix}{stamp}-{host}-{secrets.token_hex(3)}"
 
 
+def prepare_output_folder(folder: str | Path, flag: str = "--out") -> Path:
+    """Create the results folder now, or refuse it in one line: a command checks where it will
+    write before it starts ranks or spends minutes measuring, not when the first row is due."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {folder}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"{flag} {folder}: cannot create the folder ({error.strerror or error})") from None
+    try:  # a real probe: permissions, a read-only mount and quotas all show here
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as error:
+        raise UsageError(f"{flag} {folder}: cannot write in the folder ({error.strerror or error})") from None
+    return path
+
+
 def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
     """Write a temporary file and rename it over `path`. The rename alone protects readers and
     crashes of this process; `durable` also syncs to disk, against losing power (slow: once per run)."""
@@ -110,8 +128,7 @@ class RunWriter:
 
     def __init__(self, out_dir: str | Path, info: RunInfo):
         check_run_id(info.run_id)
-        self.root = Path(out_dir)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = prepare_output_folder(out_dir)
         self.path = self.root / info.run_id
         try:
             self.path.mkdir()  # exclusive: two runs never share (or clobber) a directory
@@ -214,6 +231,8 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     warnings: list[str] = []
     run_file = path / RUN_FILE
+    if not run_file.is_file():  # a path the user named that holds no run: bad input (exit 2), not a failure
+        raise UsageError(f"{path}: not a run directory (no {RUN_FILE})")
     raw = read_json(run_file, f"{path}: not a run directory (no {RUN_FILE})", RUN_JSON)
     if not isinstance(raw, dict):
         raise CommbenchError(f"{run_file}: expected a JSON object")

@@ -171,6 +171,8 @@ def check_local_launch(cfg, nproc: int | None) -> int:
     nproc = default_nproc() if nproc is None else nproc
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {nproc})")
+    if getattr(cfg, "pairwise", False) and nproc < 2:  # known now: no need to start a rank to find out
+        raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
     if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
         check_gloo_supports(cfg.dtype, "the only backend without a GPU")
     return nproc

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from commbench.data.rundir import prepare_output_folder
 from commbench.measure.launch import (
     WORKER_CONFIG_ENV,
     WORKER_DRIVER_ENV,
@@ -54,9 +55,11 @@ def launch_driver(name: str, cfg: RunConfig, nproc: int | None) -> int:
     env = detect_rank_env()
     if env is not None:
         cfg.check_moe_ranks(env.world_size)
+        prepare_output_folder(cfg.out_dir)
         return run_driver(name, cfg, env)
     nproc = check_local_launch(cfg, nproc)
     cfg.check_moe_ranks(nproc)
+    prepare_output_folder(cfg.out_dir)  # the last check, so a refused run leaves no folder behind
     return spawn_local(nproc, cfg.to_json(), name)
 
 

@@ -335,4 +335,6 @@ def load_model(name_or_path: str, name: str | None = None) -> ModelSpec:
         is_file = False
     if is_file:
         return read_config(path, name)
+    if "/" in name_or_path or name_or_path.endswith(".json"):  # meant as a path: say the file is missing
+        raise UsageError(f"{name_or_path}: no such file (--model takes a preset name or a config.json path)")
     raise UsageError(f"unknown model {name_or_path!r}: use a preset ({', '.join(PRESETS)}) or a config.json path")
