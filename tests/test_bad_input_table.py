@@ -173,6 +173,19 @@ CASES: list[tuple[list[str], str]] = [
     (["diagnose", "--timeout", "0"], "--timeout"),
     (["diagnose", "--out", "{file}", "--simulate", "4"], "is a file, not a folder"),
     (["diagnose", "--out", "/proc/nope", "--simulate", "4"], "cannot create the folder"),
+    # health, efficiency, metrics
+    (["health", "--tolerance", "2"], "--tolerance"),
+    (["health", "--checks", "bogus"], "--checks"),
+    (["health", "--expect", "bogus"], "bogus"),
+    (["health", "--baseline", "/nonexistent"], "/nonexistent"),
+    (["health", "--nic-rate", "fast"], "--nic-rate"),
+    (["health", "--seconds", "-1"], "--seconds"),
+    (["health", "--slurm", "--max-drain", "150%"], "--max-drain"),
+    (["efficiency", "/nonexistent"], "/nonexistent"),
+    (["efficiency", RUN, "--below", "2"], "--below"),
+    (["metrics"], "required"),
+    (["metrics", "serve", "--db", "/nonexistent.duckdb"], "no database"),
+    (["metrics", "textfile", "{tmp}", "--db", "/nonexistent.duckdb"], "no database"),
     # no command, unknown command
     (["frobnicate"], "invalid choice"),
 ]
@@ -221,3 +234,24 @@ def test_the_table_covers_every_command():
 
     assert {argv[0] for argv, _ in CASES} >= set(COMMANDS)
     assert len(CASES) >= 86
+
+
+def _commands_and_actions() -> list[list[str]]:
+    from commbench.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    found = []
+    for name in COMMANDS:
+        found.append([name])
+        command = parser._subparsers._group_actions[0].choices[name]  # noqa: SLF001 - argparse's own tree
+        for action in command._actions:  # noqa: SLF001
+            if isinstance(action, type(parser._subparsers._group_actions[0])):  # noqa: SLF001
+                found.extend([name, sub] for sub in action.choices)
+    return found
+
+
+@pytest.mark.parametrize("argv", _commands_and_actions(), ids=" ".join)
+def test_every_help_prints_and_exits_0(argv):
+    """A help text argparse cannot format (a stray % in it) is a traceback the first time a user asks."""
+    code, stderr = call([*argv, "--help"])
+    assert code == 0 and not stderr, (code, stderr)

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", metavar="RUN|BASELINE", help="benchmark run directory or run id, or a baseline "
                         "file (default: the newest sweep of the job's nodes in the database)")
     parser.add_argument("--below", type=fraction_arg, default=FAR_BELOW, metavar="FRACTION",
-                        help=f"name communicators below this fraction of the benchmark (default {FAR_BELOW:.0%})")
+                        help=f"name communicators below this fraction of the benchmark (default {FAR_BELOW * 100:.0f}%%)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_db_argument(parser)
 
