@@ -5,9 +5,14 @@ import os
 
 
 class CommbenchError(Exception):
-    """A run failed for a reason the user should read (exit 1)."""
+    """A run failed for a reason the user should read (exit 1, or `exit_code`)."""
 
     exit_code = 1
+
+    def __init__(self, *args, exit_code: int | None = None):
+        super().__init__(*args)
+        if exit_code is not None:
+            self.exit_code = exit_code
 
 
 class UsageError(CommbenchError):

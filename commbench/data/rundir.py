@@ -154,8 +154,9 @@ class RunWriter:
 
     def add_records(self, records: list[Record], samples: list[str] = ()) -> None:
         """Keep these records and, where the driver has them, their per-iteration samples lines."""
+        dumped = [rec.model_dump() for rec in records]
         with self._lock:
-            self.records.extend(rec.model_dump() for rec in records)
+            self.records.extend(dumped)
             self.samples.extend(samples)
             self._write_records()
 

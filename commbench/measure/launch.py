@@ -8,6 +8,7 @@ Standalone, `commbench run --nproc N` starts N ranks on this machine itself.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -121,15 +122,47 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
                    COMMBENCH_LAUNCHER="commbench")
         env[WORKER_CONFIG_ENV] = config_json
         env[WORKER_DRIVER_ENV] = driver
-        procs.append(subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env, start_new_session=True))
+        procs.append(subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env, start_new_session=True,
+                                      preexec_fn=_die_with_parent(os.getpid())))
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _wait_leader(procs, grace_s) if leader_decides else _wait_all(procs, grace_s)
     except KeyboardInterrupt:
         _stop(procs, signal.SIGINT)
         _wait_all(procs, grace_s)
         raise
+    except _Terminated:  # the ranks record why and leave; the launcher waits for that, briefly
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop(procs, signal.SIGTERM)
+        _wait_all(procs, grace_s)
+        raise CommbenchError("terminated (SIGTERM): ranks stopped, the run directory keeps the rows measured so "
+                             "far", exit_code=128 + signal.SIGTERM) from None
     finally:
         _stop(procs, signal.SIGKILL)
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(Exception):
+    """The launcher got SIGTERM (the default of kill, systemd, a batch system)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int):
+    """preexec_fn of a local rank: the kernel sends it SIGTERM when the launcher dies, SIGKILL
+    included (ranks run in a session of their own, away from the terminal's Ctrl-C, so nothing else
+    would stop them, and on a GPU node they would keep the GPUs)."""
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the line above took effect
+            os._exit(128 + signal.SIGTERM)
+    return arm
 
 
 def _wait_all(procs: list[subprocess.Popen], grace_s: float) -> int:

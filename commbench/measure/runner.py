@@ -13,8 +13,11 @@ Commands choose the driver; `run_rank` is what one rank runs.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
+import threading
 import time
 from typing import Protocol
 
@@ -29,6 +32,8 @@ from commbench.measure.options import RunConfig
 from commbench.measure.progress import Progress
 from commbench.measure.session import Session, broadcast_str, open_session, run_info
 from commbench.measure.watchdog import Diagnosis, RankMonitor, exit_now
+
+TERMINATED_REASON = "terminated"  # run.json's reason when SIGTERM ended the run
 
 
 class Driver(Protocol):
@@ -162,11 +167,41 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+class _TerminateWatch:
+    """SIGTERM (a launcher stopping us, scancel, a job's time limit, the local launcher's death) ends
+    the run from a thread of its own: the main thread may sit in a collective that never returns,
+    where no Python signal handler would run. Python's C-level handler writes the signal's number to
+    the wakeup fd whichever thread the kernel chose; this thread reads it, finishes the run
+    directory as `reason: "terminated"` under the writer's lock (so records.jsonl, records.csv and
+    samples.jsonl stay the same rows) and leaves."""
+
+    def __init__(self):
+        self.run: MeasuredRun | None = None
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # the work is the thread's
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        threading.Thread(target=self._wait, args=(read_end,), name="commbench-sigterm", daemon=True).start()
+
+    def _wait(self, read_end: int) -> None:
+        while signal.SIGTERM not in os.read(read_end, 64):
+            pass
+        run = self.run
+        if run is not None:
+            run._finish(False, TERMINATED_REASON)
+            if run.session.rank == 0:
+                print(f"commbench {run.driver.command}: terminated (SIGTERM); the run directory keeps the rows "
+                      "measured so far", file=sys.stderr, flush=True)
+        exit_now(128 + signal.SIGTERM)
+
+
 def run_rank(cfg: RunConfig, env: RankEnv, driver_class: type[Driver]) -> int:
     """Everything one rank does; every rank calls this. Errors are printed once, by one rank."""
     prefix = f"commbench {driver_class.command}: error:"
+    watch = _TerminateWatch()
     try:
-        code = MeasuredRun(session := open_session(cfg, env), driver_class(session)).execute()
+        watch.run = MeasuredRun(session := open_session(cfg, env), driver_class(session))
+        code = watch.run.execute()
     except RankFailure as exc:
         if exc.reporter:
             print(f"{prefix} {exc}", file=sys.stderr, flush=True)

@@ -81,6 +81,7 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.data.safe_read import CONFIG, load_json
 from commbench.dtypes import SURFACE_DTYPES
 from commbench.errors import UsageError
 from commbench.scopes import NODE_TIERS
@@ -253,13 +254,20 @@ def load_processor(name_or_path: str) -> Processor:
         return _preset_processor(name_or_path)
     path = Path(name_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError):  # missing, unreadable, or a name no file system takes
+        document = load_json(path, CONFIG)  # safe_read: regular file, size cap, depth and integer limits
+    except ValueError:  # a name no file system takes
         raise UsageError(f"processor file {path} not found or not readable text") from None
     try:
-        return processor_from_json(json.loads(text))
-    except (KeyError, TypeError, ValueError) as error:
-        raise UsageError(f"{path}: not a processor description ({error!r}); see presets/processor-*.json") from error
+        return processor_from_json(document)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UsageError(f"{path}: not a processor description ({type(error).__name__}: {_short_error(error)}); "
+                         "see presets/processor-*.json") from None
+
+
+def _short_error(error: Exception) -> str:
+    """A KeyError's missing key (a name the format defines); any other error's text could quote a
+    value of the file, so only its type is told."""
+    return f"missing {error}" if isinstance(error, KeyError) else "a value of the wrong type or range"
 
 
 @cache

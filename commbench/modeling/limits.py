@@ -62,6 +62,12 @@ def finite_number(what: str, value: float, low: float, high: float) -> float:
 
 
 def _short(value) -> str:
-    """The value as the message quotes it: a 300-digit number or a long list would drown the line."""
+    """The value as the message describes it: numbers as they are (a 300-digit one shortened), text
+    and containers by their type and length only, so no message quotes a file's words (a config read
+    on a shared dashboard must not echo what it holds)."""
+    if isinstance(value, str):
+        return f"text ({len(value)} characters)"
+    if isinstance(value, (list, dict, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"

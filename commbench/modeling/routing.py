@@ -25,13 +25,13 @@ or {"counts": ...}) or CSV (one source rank per line).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from commbench.data.safe_read import CONFIG, parse_json, read_text
 from commbench.errors import UsageError
 
 KINDS = ("uniform", "zipf", "dirichlet", "file")
@@ -94,10 +94,10 @@ def _read_counts(path: str) -> np.ndarray:
     file = Path(path)
     if not path or not file.is_file():
         raise UsageError(f"--routing file:{path}: no such file")
-    text = file.read_text()
+    text = read_text(file, CONFIG)  # safe_read: regular file, size cap, UTF-8
     try:
         if file.suffix.lower() == ".json":
-            data = json.loads(text)
+            data = parse_json(text, f"--routing file:{path}")
             rows = data.get("counts") if isinstance(data, dict) else data
         else:
             rows = [[float(x) for x in line if x.strip()] for line in csv.reader(text.splitlines()) if line]
