@@ -406,7 +406,8 @@ def test_building_the_app_twice_registers_each_page_once(results_dir):
     import dash
 
     assert [page["name"] for page in dash.page_registry.values()] == ["Runs", "Topology", "Bandwidth", "Overlap",
-                                                                       "Planner", "History", "Compare", "Diagnose"]
+                                                                       "Planner", "History", "Compare", "Diagnose",
+                                                                       "Jobs"]
 
 
 def _command_args(*argv: str) -> argparse.Namespace:
@@ -417,22 +418,29 @@ def _command_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def test_command_serves_on_localhost_without_debug_by_default(monkeypatch, results_dir):
+def test_command_serves_on_localhost_under_waitress_and_the_dev_server_only_with_debug(monkeypatch, results_dir):
     from commbench.commands import dashboard as command
 
     served = {}
 
     class FakeApp:
+        server = object()
+
         def run(self, **options):
-            served.update(options)
+            served.update(dev_server=options)
 
     def create_app(path):
         served["results"] = path
         return FakeApp()
 
     monkeypatch.setattr("dashboard.app.create_app", create_app)
+    monkeypatch.setattr("dashboard.server.serve", lambda app, host, port: served.update(waitress=(app, host, port)))
+    monkeypatch.delenv("COMMBENCH_DASHBOARD_AUTH", raising=False)
     assert command.main(_command_args("--results", str(results_dir))) == 0
-    assert served == {"results": results_dir, "host": "127.0.0.1", "port": 8050, "debug": False}
+    assert served == {"results": results_dir, "waitress": (FakeApp.server, "127.0.0.1", 8050)}
+    served.clear()
+    assert command.main(_command_args("--results", str(results_dir), "--debug")) == 0
+    assert served == {"results": results_dir, "dev_server": {"host": "127.0.0.1", "port": 8050, "debug": True}}
 
 
 @pytest.mark.parametrize("argv, message", [

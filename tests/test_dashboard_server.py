@@ -175,7 +175,7 @@ def test_chromium_needs_the_login_and_every_page_loads_with_it(served):
         # scripts and Dash's callback POSTs), as it does once a user has answered the login box
         driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": _basic(USER, PASSWORD)}})
         logged_in = url
-        for page in ("/", "/topology", "/bandwidth", "/history", "/planner"):
+        for page in ("/", "/topology", "/bandwidth", "/history", "/planner", "/jobs"):
             driver.get(logged_in + page)
             WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "nav.nav .brand"))
             WebDriverWait(driver, 30).until(lambda d: d.execute_script(

@@ -175,3 +175,16 @@ def job_efficiency(records: list[dict], samples: dict[tuple, dict], communicator
 def _why(skipped: Skipped, why: str) -> Skipped:
     skipped.why = why
     return skipped
+
+
+def tables_of_run(run) -> dict[bool, BandwidthTable]:
+    """A benchmark run's bandwidth table preferring in-place rows (True) and out-of-place rows (False)."""
+    return {variant: BandwidthTable.from_run(run, in_place=variant) for variant in (True, False)}
+
+
+def efficiency_of_runs(job_run, tables: dict[bool, BandwidthTable], below: float = FAR_BELOW) -> JobEfficiency:
+    """An imported job (a loaded commbench.data.rundir.Run) against a benchmark's tables."""
+    from commbench.data.nccl_inspector import read_job_samples
+
+    return job_efficiency(job_run.records, read_job_samples(job_run.path), job_run.info.args.get("communicators") or [],
+                          tables, below=below)

@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from commbench.analysis.efficiency import job_efficiency
-    from commbench.data.nccl_inspector import SOURCE, read_job_samples
+    from commbench.analysis.efficiency import efficiency_of_runs
+    from commbench.data.nccl_inspector import SOURCE
     from commbench.data.rundir import load_run
     from commbench.data.store_location import db_path
 
@@ -53,8 +53,7 @@ def main(args: argparse.Namespace) -> int:
                          "import one with `commbench import nccl-inspector`")
     tables, against = _benchmark(args.against, job, db)
     table = tables[False]
-    result = job_efficiency(job.records, read_job_samples(job.path), job.info.args.get("communicators") or [], tables,
-                            below=args.below)
+    result = efficiency_of_runs(job, tables, below=args.below)
     if not result.rows:
         reasons = "; ".join(sorted({s.why for s in result.skipped})) or "the job has no rows"
         raise UsageError(f"{args.job}: no row of the job can be compared with {against}: {reasons}")
@@ -83,11 +82,10 @@ def _benchmark(against: str | None, job, db: Path):
 
 
 def _tables_of_run(path: Path) -> dict:
-    from commbench.data.bandwidth_table import BandwidthTable
+    from commbench.analysis.efficiency import tables_of_run
     from commbench.data.rundir import load_run
 
-    run = load_run(path)
-    return {variant: BandwidthTable.from_run(run, in_place=variant) for variant in (True, False)}
+    return tables_of_run(load_run(path))
 
 
 def _latest_sweep_of(hosts: list[str], db: Path) -> Path:
