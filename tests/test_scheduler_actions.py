@@ -200,3 +200,23 @@ def test_health_expects_every_gpu_pair_of_a_preset_at_its_nvlink_rate():
     assert len(expected) == system.gpus_per_host * (system.gpus_per_host - 1)
     rate, source = expected["intra gpu0->gpu7"]
     assert rate == system.intra.bandwidth * system.intra.efficiency / 1e9 and source.startswith("preset ")
+
+
+def test_an_older_store_gains_the_actions_table_in_place(tmp_path):
+    import duckdb
+
+    from commbench.data.store import STORE_SCHEMA_VERSION, ingest, query, record_actions
+
+    db = tmp_path / "old.duckdb"
+    ingest(db, [FAILING])
+    con = duckdb.connect(str(db))
+    con.execute("DROP TABLE actions")
+    con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    con.close()
+    assert read_actions(db) == []  # a reader of the older file sees no actions, and no error
+    record_actions(db, [{"when": "2026-12-01T10:00:00Z", "node": "vm", "verb": "drain", "verdict": "check: slow",
+                         "evidence_run": "example-cpu-2rank", "command": "scontrol update NodeName=vm State=DRAIN",
+                         "result": "done", "source": "check"}])
+    assert [(row["node"], str(row["when"])) for row in read_actions(db)] == [("vm", "2026-12-01 10:00:00")]
+    assert query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(STORE_SCHEMA_VERSION),)]
+    assert query(db, "SELECT run_id FROM runs")[1] == [("example-cpu-2rank",)]  # the runs stay
