@@ -19,6 +19,7 @@ resume, a sweep that must run twice 20 s apart, and a torch import per intra-nod
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import re
 import shutil
@@ -69,9 +70,21 @@ def start_health_checks(sc, *health_args: str) -> None:
     HC_SCRIPT.write_text(f"""#!/bin/sh
 [ -f {HC_ARGS} ] || exit 0
 export PATH={shutil.which('scontrol').rsplit('/', 1)[0]}:/usr/bin:/bin SLURM_CONF={sc.conf} PYTHONPATH={REPO}
-exec {sys.executable} -m commbench health $(cat {HC_ARGS}) >> {HC_DIR}/health-$(hostname).log 2>&1
+log={HC_DIR}/health-$(hostname).log
+echo "# check started $(date +%s.%N)" >> $log
+{sys.executable} -m commbench health $(cat {HC_ARGS}) >> $log 2>&1
+rc=$?
+echo "# check ended $(date +%s.%N) exit $rc" >> $log
 """)
     HC_ARGS.write_text(" ".join(health_args))
+
+
+def check_times(log: Path) -> tuple[list[float], float]:
+    """A node's health checks from its log: when each started (epoch seconds), and the longest one's seconds."""
+    text = log.read_text()
+    started = [float(x) for x in re.findall(r"^# check started (\S+)$", text, re.MULTILINE)]
+    ended = [float(x) for x in re.findall(r"^# check ended (\S+) ", text, re.MULTILINE)]
+    return started, max(end - start for start, end in zip(started, ended))
 
 
 def stop_health_checks() -> None:
@@ -109,9 +122,12 @@ def test_diagnose_drains_the_slow_node_and_the_health_check_resumes_it_drains_an
         reason = wait_for("the node shaped slow drained by its own health check",
                           lambda: reasons(sc).get(names[LATER]), 3 * INTERVAL + 60, poll=0.5)
         took = time.monotonic() - degraded
-        print(f"health check drained {names[LATER]} {took:.1f} s after it was shaped slow: {reason}")
+        starts, check_s = check_times(HC_DIR / f"health-{names[LATER]}.log")
+        every = max(b - a for a, b in itertools.pairwise(starts))  # Slurm starts the checks: its period, as run
+        print(f"health check drained {names[LATER]} {took:.1f} s after it was shaped slow (HealthCheckInterval "
+              f"{INTERVAL} s; checks started up to {every:.1f} s apart, the longest took {check_s:.1f} s): {reason}")
         assert reason.startswith("commbench: health: nic eth0 egress: 0.")
-        assert took <= INTERVAL + 30  # the interval, plus the check's own few seconds (a busy machine: 30)
+        assert took <= max(INTERVAL, every) + check_s + 3  # + sinfo's polling
         sc.ec.shape(LATER, rate="1gbit")
         wait_for("the node resumed when it passes again", lambda: names[LATER] not in reasons(sc), 3 * INTERVAL + 60)
         admin_log = HC_DIR / f"health-{names[ADMIN]}.log"
@@ -171,9 +187,13 @@ def test_a_recurring_sweep_runs_twice_and_both_runs_are_in_the_store(slurm_clust
         sc.run(["scancel", "--name=commbench"])
     first, second = runs[0], runs[1]
     assert (second[1] - first[1]).total_seconds() >= 15, runs  # the second began no sooner than --every allows
-    checked = subprocess.run([*CLI, "check", second[0], "--baseline", first[0], "--tolerance", "900%", "--db", str(db)],
+    # check grades the later sweep against the earlier, every row found in both (the verdict is the shared
+    # machine's: a 1 KiB all_reduce took 18 ms once against 0.56 ms)
+    checked = subprocess.run([*CLI, "check", second[0], "--baseline", first[0], "--db", str(db)],
                              env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    graded = [line for line in checked.stdout.splitlines() if line.strip().startswith(("pass", "FAIL"))]
+    assert len(graded) == 6 and "not measured" not in checked.stdout, checked.stdout  # 1K, 8K, 64K x 2 variants
     cluster = store.query(db, "SELECT DISTINCT cluster FROM runs")[1][0][0]
     history = subprocess.run([*CLI, "history", "--db", str(db), "--cluster", cluster, "--op", "all_reduce",
                               "--size", "64K", "--scope", "world"], env=env, capture_output=True, text=True, timeout=120, check=False)

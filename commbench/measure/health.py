@@ -11,10 +11,12 @@ each NIC's egress.
          there) for a fixed time, the rate read from the interface's own transmit counter
          (/proc/net/dev, this network namespace's), Gbit/s. The peer only has to exist: no program
          runs there (the datagrams hit the discard port, closed). What limited the rate is
-         measured too: when the counter moved less than 90% of what was handed to the socket, the
-         rest was queued or dropped at the NIC, so the NIC was the limit and the figure is its
-         rate ("link"); otherwise the sender was (a busy or slow host: "sender"), and the figure
-         is only a lower bound of the NIC's rate, which cannot fail a check by being low.
+         measured too: after every send the socket's unsent bytes (SIOCOUTQ: datagrams still
+         queued at the NIC) are read; when a queue stood there for most of the sends, or the
+         counter moved less than 90% of what the socket took (the NIC dropped the rest), the NIC
+         was the limit and the figure is its rate ("link"); otherwise the sender was (a busy or
+         slow host: "sender"), and the figure is only a lower bound of the NIC's rate, which
+         cannot fail a check by being low.
 Every figure is a Figure (name, value, unit); health.py in commands grades them against a stored
 baseline (`--write-baseline`) or a hardware preset.
 """
@@ -38,6 +40,8 @@ _DATAGRAM = 65000  # bytes per UDP send: fragments on the wire, few system calls
 _PORT = 9  # discard: nobody listens on the peer, the datagrams are dropped there
 _SEND_BUFFER = 4 << 20  # room to queue at the NIC: without it the socket, not the NIC, holds the backlog
 _LINK_BOUND = 0.90  # counter / offered below this: the NIC queued or dropped the rest
+_QUEUED_SHARE = 0.5  # sends after which a datagram or more still waited at the NIC: this share or more, link-bound
+_SIOCOUTQ = 0x5411
 _WIRE_OVERHEAD = 1.03  # Ethernet + IP headers of a 65000 B datagram's 45 fragments, as the counter counts them
 
 
@@ -102,22 +106,29 @@ def nic_egress(name: str, target: str, seconds: float = 1.0) -> Figure:
         sock.setsockopt(socket.SOL_SOCKET, 25, name.encode())  # SO_BINDTODEVICE: out through this NIC only
         _blast(sock, payload, target, 0.2)  # fill the queue first: the counter then moves at the NIC's rate
         before, start = _tx_bytes_all()[name], time.perf_counter()
-        offered = _blast(sock, payload, target, seconds)
+        offered, queued = _blast(sock, payload, target, seconds)
         sent, elapsed = _tx_bytes_all()[name] - before, time.perf_counter() - start
-    bound = "link" if sent < _LINK_BOUND * offered * _WIRE_OVERHEAD else "sender"
+    link_bound = queued >= _QUEUED_SHARE or sent < _LINK_BOUND * offered * _WIRE_OVERHEAD
     return Figure(label, sent * 8 / elapsed / 1e9, "Gbit/s",
-                  f"UDP to {target} for {elapsed:.2f} s: {offered} B offered, {sent} B on the counter", bound)
+                  f"UDP to {target} for {elapsed:.2f} s: {offered} B offered, {sent} B on the counter, a queue "
+                  f"at the NIC after {queued:.0%} of the sends", "link" if link_bound else "sender")
 
 
-def _blast(sock: socket.socket, payload: bytes, target: str, seconds: float) -> int:
-    """Send for `seconds`; the bytes the socket took."""
-    end, offered = time.perf_counter() + seconds, 0
+def _blast(sock: socket.socket, payload: bytes, target: str, seconds: float) -> tuple[int, float]:
+    """Send for `seconds`: the bytes the socket took, and the share of sends after which a datagram
+    or more was still queued at the NIC."""
+    end, offered, sends, queued = time.perf_counter() + seconds, 0, 0, 0
+    probe = bytearray(4)
     while time.perf_counter() < end:
         try:
             offered += sock.sendto(payload, (target, _PORT))
         except OSError:  # ENOBUFS: the queue is full
             time.sleep(0.0005)
-    return offered
+            continue
+        fcntl.ioctl(sock.fileno(), _SIOCOUTQ, probe)
+        sends += 1
+        queued += int.from_bytes(probe, "little") >= len(payload)
+    return offered, queued / max(sends, 1)
 
 
 # ---- intra-node -------------------------------------------------------------------------------------
