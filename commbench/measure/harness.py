@@ -305,7 +305,9 @@ def _timed(session: Session, ctx: GroupContext | None, run_op, op_time_us: float
         if ctx is not None:
             samples += timer.time(run_op, chunk)
         done += chunk
-        mine = [median_ci_halfwidth(samples), sum(samples)] if ctx is not None else [0.0, 0.0]
+        # the budget is spent at the median's pace: summing the samples would let a few descheduled
+        # ops (milliseconds each on a loaded host) end the row after a handful of samples
+        mine = [median_ci_halfwidth(samples), statistics.median(samples) * done] if ctx is not None else [0.0, 0.0]
         halfwidth, elapsed = _agreed(mine)
         reason = stop_reason(halfwidth, cfg.ci_pct, done, elapsed, cfg.time_budget_ms, cfg.min_iters, cfg.max_iters)
         chunk = next_chunk(done, elapsed / done, elapsed, cfg.time_budget_ms, cfg.max_iters)

@@ -7,8 +7,9 @@ over the control group:
     WARMUP_TOLERANCE) against the window before it; at most WARMUP_LIMIT ops or the time budget.
   - median_ci_halfwidth: the relative half-width of the 95% distribution-free confidence interval
     of the median (order statistics of a binomial(n, 1/2)); timing stops when it is within
-    --ci-pct ("converged") or the time budget / --max-iters is spent ("budget"). -n fixes the count
-    ("fixed"), as nccl-tests does.
+    --ci-pct ("converged") or the time budget / --max-iters is spent ("budget"), the budget counted
+    at the median's pace (count x median), so a heavy tail of slow ops cannot cut a row short. -n
+    fixes the count ("fixed"), as nccl-tests does.
 The statistics of the samples are commbench.data.records.Stats.
 """
 
