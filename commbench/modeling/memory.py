@@ -220,11 +220,25 @@ def in_flight_micro_batches(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
     return in_flight_chunks(batch, m, 0) / batch.vpp
 
 
-def stage_memory(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def per_layout_terms(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
+    """The ledger's terms that do not depend on the stage, computed once for all stages priced."""
+    # a quantised recipe keeps the linear layers' inputs in its narrower format
+    saved_quantised = quantised_activation_saving(job, batch)
+    kept = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == 2, 0.0, saved_quantised)
+    return {"micro_batches": micro_batches(job, batch), "per_layer": kept,
+            # full recompute rebuilds one layer's activations at a time during backward
+            "rebuilt": activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised,
+            "logits": logits_bytes(job, batch), "attention_workspace": _attention_workspace(job, batch)}
+
+
+def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None = None
+                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Stage `stage`'s ledger (bytes per item at the allocator's peak, 'allocator_peak',
-    'outside_allocator', 'total') and the index into PEAK_MOMENTS of when that peak happens."""
+    'outside_allocator', 'total') and the index into PEAK_MOMENTS of when that peak happens.
+    `terms`: per_layout_terms(job, batch), when several stages of one batch are priced."""
     prec = job.precision
     stage = np.asarray(stage)
+    terms = terms or per_layout_terms(job, batch)
     dense, expert = _stage_parameters(job, batch, stage)
     dp_group = batch.dp * batch.cp
     expert_group = dp_group // batch.ep
@@ -233,7 +247,7 @@ def stage_memory(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[dict[str,
         shard = batch.zero >= from_stage
         return nbytes * (dense / np.where(shard, dp_group, 1) + expert / np.where(shard, expert_group, 1))
 
-    m = micro_batches(job, batch)
+    m = terms["micro_batches"]
     layers = stage_layers(job, batch, stage)
     chunks = in_flight_chunks(batch, m, stage)
     items = {name: np.zeros(len(batch)) for name in ALLOCATOR_ITEMS}
@@ -243,15 +257,10 @@ def stage_memory(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[dict[str,
     items["optimizer"] = sharded(prec.optimizer_bytes, 1)
     items["grad_buckets"] = _grad_buckets(job, batch, dense, expert)
     items["param_gather"] = _param_gather(job, batch, dense, expert, layers)
-    # a quantised recipe keeps the linear layers' inputs in its narrower format
-    saved_quantised = quantised_activation_saving(job, batch)
-    per_layer = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == 2, 0.0, saved_quantised)
-    items["activations"] = per_layer * layers / batch.vpp * chunks
-    # full recompute rebuilds one layer's activations at a time during backward
-    full = activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised
-    items["recompute_buffer"] = np.where((batch.recompute == 2) & (layers > 0), full, 0.0)
-    items["logits"] = np.where(stage == batch.pp - 1, logits_bytes(job, batch), 0.0)
-    items["attention_workspace"] = np.where(layers > 0, _attention_workspace(job, batch), 0.0)
+    items["activations"] = terms["per_layer"] * layers / batch.vpp * chunks
+    items["recompute_buffer"] = np.where((batch.recompute == 2) & (layers > 0), terms["rebuilt"], 0.0)
+    items["logits"] = np.where(stage == batch.pp - 1, terms["logits"], 0.0)
+    items["attention_workspace"] = np.where(layers > 0, terms["attention_workspace"], 0.0)
     items["gemm_workspace"] = np.full(len(batch), _gemm_workspace(job))
     return _at_peak(job, batch, items, chunks < m * batch.vpp)
 
@@ -362,7 +371,8 @@ def heaviest_stage_memory(job: TrainingJob, batch: LayoutBatch) -> tuple[dict[st
     and last stages can be the heaviest: later middle stages hold the second's layers with fewer
     micro-batches in flight."""
     candidates = (np.zeros_like(batch.pp), np.minimum(1, batch.pp - 1), batch.pp - 1)
-    ledgers = [stage_memory(job, batch, stage)[0] for stage in candidates]
+    terms = per_layout_terms(job, batch)
+    ledgers = [stage_memory(job, batch, stage, terms)[0] for stage in candidates]
     pick = np.argmax(np.stack([ledger["total"] for ledger in ledgers]), axis=0)
     return {name: np.choose(pick, [ledger[name] for ledger in ledgers]) for name in ledgers[0]}, np.choose(pick, candidates)
 
