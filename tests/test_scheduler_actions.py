@@ -220,3 +220,18 @@ def test_an_older_store_gains_the_actions_table_in_place(tmp_path):
     assert [(row["node"], str(row["when"])) for row in read_actions(db)] == [("vm", "2026-12-01 10:00:00")]
     assert query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(STORE_SCHEMA_VERSION),)]
     assert query(db, "SELECT run_id FROM runs")[1] == [("example-cpu-2rank",)]  # the runs stay
+
+
+def test_health_names_each_gpu_pairs_path_from_nvml(monkeypatch):
+    from commbench.measure import health
+    from commbench.topology import nvml
+    from commbench.topology.model import Gpu, NvLink
+
+    gpus = [Gpu(index=i, pci_bus_id=f"0000:0{i}:00.0",
+                nvlinks=[NvLink(link=0, active=True, remote_pci_bus_id="0000:01:00.0" if i == 0 else "0000:00:00.0",
+                                remote_type="GPU")] if i < 2 else []) for i in range(3)]
+    view = nvml.NvmlView(gpus=gpus, pcie_words={("0000:00:00.0", "0000:02:00.0"): "SYS",
+                                                ("0000:02:00.0", "0000:00:00.0"): "SYS"})
+    monkeypatch.setattr(nvml, "read_gpus", lambda: view)
+    paths = health.pair_paths()
+    assert (paths[(0, 1)], paths[(1, 0)], paths[(0, 2)], paths[(1, 2)]) == ("NV1", "NV1", "SYS", "PCIe (level unknown)")

@@ -2,7 +2,7 @@
 each NIC's egress.
 
   intra  GPUs: a copy from every GPU to every other (one direction per ordered pair, a path each:
-         NVLink or PCIe as the node has it), GB/s. Without two GPUs, the gloo equivalent: send/recv
+         NVLink or PCIe as the node has it, named from NVML in the figure's note), GB/s. Without two GPUs, the gloo equivalent: send/recv
          between two ranks of this process over loopback (two threads, one communicator), GB/s.
          The GPU path is written but has not run on a machine with two GPUs (see the README).
   nic    every interface that is up and has an IPv4 address, loopback left out (or those named):
@@ -29,7 +29,7 @@ import statistics
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -147,11 +147,30 @@ def gpu_pairs(size: int, iters: int) -> list[Figure]:
 
     figures = []
     count = torch.cuda.device_count()
+    paths = pair_paths()
     for src in range(count):
         for dst in range(count):
             if src != dst:
-                figures.append(_copy(torch, src, dst, size, iters))
+                figure = _copy(torch, src, dst, size, iters)
+                figures.append(replace(figure, note=f"{figure.note}, over {paths.get((src, dst), '? (NVML silent)')}"))
     return figures
+
+
+def pair_paths() -> dict[tuple[int, int], str]:
+    """(GPU, GPU) -> the path between them in nvidia-smi's words (NV18, PIX, SYS, ...), from NVML; NVML
+    numbers GPUs in PCI order, as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID (set it for these labels)."""
+    from commbench.topology.links import nvlink_count
+    from commbench.topology.nvml import read_gpus
+
+    view = read_gpus()
+    paths = {}
+    for a in view.gpus:
+        for b in view.gpus:
+            if a.index != b.index:
+                links = nvlink_count(a, b)
+                paths[(a.index, b.index)] = f"NV{links}" if links else view.pcie_words.get(
+                    (a.pci_bus_id, b.pci_bus_id), "PCIe (level unknown)")
+    return paths
 
 
 def _copy(torch, src: int, dst: int, size: int, iters: int) -> Figure:
