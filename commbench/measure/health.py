@@ -168,8 +168,8 @@ def pair_paths() -> dict[tuple[int, int], str]:
         for b in view.gpus:
             if a.index != b.index:
                 links = nvlink_count(a, b)
-                paths[(a.index, b.index)] = f"NV{links}" if links else view.pcie_words.get(
-                    (a.pci_bus_id, b.pci_bus_id), "PCIe (level unknown)")
+                pcie = view.pcie_words.get((a.pci_bus_id or "", b.pci_bus_id or ""), "PCIe (level unknown)")
+                paths[(a.index, b.index)] = f"NV{links}" if links else pcie
     return paths
 
 
