@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.scopes import nvlink_domain_of
+
 FORMAT = "commbench.bandwidth_table/1"
 MODEL = "time_us = alpha_us + size_bytes * busbw_factor / (busbw_gbps * 1e3)"
 BYTES_PER_US_PER_GBPS = 1e3
@@ -236,8 +238,10 @@ class BandwidthTable:
             run = load_run(run_or_path)
         else:
             run = run_or_path
+        # "nodes" of the table are NVLink domains: hosts on a DGX, racks on an NVL72 run
+        domains = {nvlink_domain_of(node) for node in run.info.nodes}
         table = cls.from_records(run.records, source=str(run.path), world_size=run.info.world_size,
-                                 nodes=max(1, len(run.info.nodes)), in_place=in_place)
+                                 nodes=max(1, len(domains)), in_place=in_place)
         table.warnings[:0] = list(run.warnings)
         if run.info.synthetic:  # whoever prices or prints from it must see that no machine measured it
             table.synthetic = True
@@ -284,8 +288,9 @@ class BandwidthTable:
         return self.entry(op, scope, group_size, dtype).busbw_gbps(size_bytes)
 
     def placement(self, scope: str, group_size: int) -> tuple[int, int] | None:
-        """(ranks per node, nodes) of a group of this scope; None for pairs, which have no one placement."""
-        if scope == "intra":
+        """(ranks per domain, NVLink domains) of a group of this scope; None for pairs, which have no
+        one placement. A host group sits inside one domain (it is measured where a domain spans hosts)."""
+        if scope in ("intra", "host"):
             return group_size, 1
         if scope == "inter":
             return 1, group_size

@@ -101,6 +101,11 @@ class Record(BaseModel):
 
 
 class NodeInfo(BaseModel):
+    """One host of a run and its ranks. A host whose GPUs sit in a multi-node NVLink domain (a
+    GB200/GB300 NVL72 rack: NVML's fabric cluster UUID and clique, or --nvlink-domain's label)
+    also carries `nvlink_domain` (an extra key, written only where known, read with
+    commbench.scopes.nvlink_domain_of): the hosts of one domain form the `intra` scope, each host the `host` scope."""
+
     model_config = ConfigDict(extra="allow")
 
     hostname: str

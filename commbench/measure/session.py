@@ -27,7 +27,7 @@ from commbench.measure.cores import usable_cores
 from commbench.measure.launch import RankEnv
 from commbench.measure.options import RunConfig
 from commbench.measure.watchdog import RankMonitor
-from commbench.topology import discover_node, merge_nodes, node_name, place_ranks
+from commbench.topology import discover_node, merge_nodes, node_name, nvlink_domain, place_ranks
 
 # gloo's own timeout fires this much after the watchdog's, so the watchdog can name the culprit
 GLOO_TIMEOUT_MARGIN_S = 30.0
@@ -84,12 +84,19 @@ def open_session(cfg: RunConfig, env: RankEnv) -> Session:
     identity = (env.rank, env.local_rank, node_name(cfg.node_name))
     identities: list = [None] * env.world_size
     dist.all_gather_object(identities, identity)
-    nodes = [NodeInfo(**placement.to_dict()) for placement in place_ranks(identities)]
+    topology, domains = _cluster_topology(identity, identities)
+    nodes = [NodeInfo(**placement.to_dict(), **_domain_key(domains.get(placement.hostname)))
+             for placement in place_ranks(identities)]
     session = Session(cfg=cfg, env=env, backend=backend, device=device, nodes=nodes)
     if device.type == "cpu":
         _share_cores(session)
-    session.topology = _cluster_topology(identity, identities)
+    session.topology = topology
     return session
+
+
+def _domain_key(domain: str | None) -> dict:
+    """NodeInfo's nvlink_domain, written only where the host is in a multi-host NVLink domain."""
+    return {"nvlink_domain": domain} if domain else {}
 
 
 def _share_cores(session: Session) -> None:
@@ -100,12 +107,17 @@ def _share_cores(session: Session) -> None:
     torch.set_num_threads(max(1, usable_cores() // session.ranks_on_my_node()))
 
 
-def _cluster_topology(identity, identities) -> dict:
-    """Local rank 0 of each node discovers it (all its GPUs are visible there); rank 0 merges."""
+def _cluster_topology(identity, identities) -> tuple[dict, dict[str, str]]:
+    """Local rank 0 of each node discovers it (all its GPUs are visible there) and says which
+    NVLink domain it is in (topology.nvlink_domain); every rank merges. Returns the cluster view
+    and the domain of each host that reported one."""
     mine = discover_node(identity[2]) if identity[1] == 0 else None
+    report = (mine, nvlink_domain(mine)) if mine is not None else None
     gathered: list = [None] * len(identities)
-    dist.all_gather_object(gathered, mine)
-    return merge_nodes([t for t in gathered if t is not None], identities).to_dict()
+    dist.all_gather_object(gathered, report)
+    reports = [r for r in gathered if r is not None]
+    domains = {topology.hostname: domain for topology, domain in reports if domain}
+    return merge_nodes([topology for topology, _ in reports], identities).to_dict(), domains
 
 
 def _agree_on_backend(cfg: RunConfig, env: RankEnv) -> str:

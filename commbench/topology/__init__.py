@@ -7,7 +7,7 @@ rates of the links a topology shows (NVLink per generation, NICs) are in `rates`
 """
 
 from commbench.topology.cluster import NodePlacement, RankIdentity, merge_nodes, place_ranks
-from commbench.topology.discover import discover_node, node_name
+from commbench.topology.discover import discover_node, node_name, nvlink_domain
 from commbench.topology.model import ClusterTopology, Gpu, Nic, NodeTopology, NvLink, PcieLink
 from commbench.topology.nccl_xml import read_nccl_xml
 from commbench.topology.smi_text import read_smi_topo
@@ -24,6 +24,7 @@ __all__ = [
     "discover_node",
     "merge_nodes",
     "node_name",
+    "nvlink_domain",
     "place_ranks",
     "read_nccl_xml",
     "read_smi_topo",

@@ -32,6 +32,13 @@ def node_name(override: str | None = None) -> str:
     )
 
 
+def nvlink_domain(topology: NodeTopology | None) -> str | None:
+    """The NVLink domain this node's GPUs are in: $COMMBENCH_NVLINK_DOMAIN where set (a label the
+    operator gives, e.g. the rack; what an emulated cluster uses to stand for a rack), else NVML's
+    fabric registration ("<cluster uuid>/<clique id>", GB200/GB300 NVL72), else None (the host)."""
+    return os.environ.get("COMMBENCH_NVLINK_DOMAIN") or (topology.nvlink_domain if topology else None)
+
+
 def discover_node(name: str | None = None, sysfs_root: str | Path = LIVE_SYSFS) -> NodeTopology:
     """Everything this node holds. No GPU or no driver gives an empty GPU list and a note."""
     sysfs = Path(sysfs_root)

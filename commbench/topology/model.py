@@ -74,6 +74,25 @@ class NvLink(PlainData):
 
 
 @dataclass
+class NvlinkFabric(PlainData):
+    """The multi-node NVLink fabric a GPU belongs to, as NVML reports it (nvmlDeviceGetGpuFabricInfo
+    / ...InfoV): GPUs of one GB200/GB300 NVL72 rack share a cluster UUID and a clique id."""
+
+    cluster_uuid: str  # the NVLink domain's UUID, 8-4-4-4-12 hex; all zeros before registration
+    clique_id: int  # the partition of the domain the GPU is in
+    state: str  # registration: not supported, not started, in progress, completed
+    status: int | None = None  # NVML's return code of the registration (0: success), once completed
+
+    @property
+    def domain(self) -> str | None:
+        """The NVLink domain key, "<cluster uuid>/<clique id>"; None before a completed, successful
+        registration (a GPU with no fabric is in its host's domain)."""
+        if self.state != "completed" or self.status not in (0, None) or not self.cluster_uuid.strip("0-"):
+            return None
+        return f"{self.cluster_uuid}/{self.clique_id}"
+
+
+@dataclass
 class Gpu(PlainData):
     # NVML's index, in PCI bus order; CUDA numbers GPUs the same way only with
     # CUDA_DEVICE_ORDER=PCI_BUS_ID (its default puts the fastest first)
@@ -86,12 +105,14 @@ class Gpu(PlainData):
     cpu_affinity: str | None = None  # CPU list, "0-55,112-167"
     pcie: PcieLink = field(default_factory=PcieLink)
     nvlinks: list[NvLink] = field(default_factory=list)
+    fabric: NvlinkFabric | None = None  # None: NVML reports no NVLink fabric (single-host NVSwitch, PCIe)
 
     @classmethod
     def from_dict(cls, data: dict) -> Gpu:
         gpu = cls(**_known_fields(cls, data))
         gpu.pcie = PcieLink.from_dict(data.get("pcie") or {})
         gpu.nvlinks = [NvLink.from_dict(link) for link in data.get("nvlinks") or []]
+        gpu.fabric = NvlinkFabric.from_dict(data["fabric"]) if data.get("fabric") else None
         return gpu
 
     def active_nvlinks(self, remote_type: str | None = None) -> list[NvLink]:
@@ -148,6 +169,13 @@ class NodeTopology(PlainData):
         node.gpus = [Gpu.from_dict(gpu) for gpu in data.get("gpus") or []]
         node.nics = [Nic.from_dict(nic) for nic in data.get("nics") or []]
         return node
+
+    @property
+    def nvlink_domain(self) -> str | None:
+        """The multi-node NVLink domain all of this node's GPUs registered in; None where they
+        report none (or disagree): the node is then its own domain."""
+        domains = {gpu.fabric.domain if gpu.fabric else None for gpu in self.gpus}
+        return domains.pop() if len(domains) == 1 else None
 
     def link(self, device_a: str, device_b: str) -> str:
         """Link word between two labelled devices, e.g. link("GPU0", "NIC3") -> "PIX"; "?" when

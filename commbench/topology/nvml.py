@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from commbench.topology.model import Gpu, NvLink, PcieLink, compact_ranges, pci_bus_id
+from commbench.topology.model import Gpu, NvLink, NvlinkFabric, PcieLink, compact_ranges, pci_bus_id
 
 # The wrapper spells NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a stray comma); NVML wants 0.
 P2P_CAPS_INDEX_READ = 0
@@ -23,6 +23,9 @@ P2P_WORDS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "NS", 5: "NS", 6: "U"}
 TOPOLOGY_LEVEL_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 REMOTE_TYPE_WORDS = {0: "GPU", 1: "IBM NPU", 2: "NVSwitch"}
+
+# nvmlGpuFabricState_t (NVML_GPU_FABRIC_STATE_*) -> words
+FABRIC_STATE_WORDS = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 
 
 @dataclass
@@ -95,7 +98,34 @@ def _read_gpu(nvml, index: int, handle) -> Gpu:
             width_max=_optional(nvml, nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
         ),
         nvlinks=_nvlinks(nvml, handle),
+        fabric=read_fabric(nvml, handle),
     )
+
+
+def read_fabric(nvml, handle) -> NvlinkFabric | None:
+    """The GPU's NVLink fabric registration: nvmlDeviceGetGpuFabricInfoV (versioned struct, newer
+    drivers), else nvmlDeviceGetGpuFabricInfo; None where the driver or GPU has none, or the state
+    says the GPU is not on a multi-node fabric."""
+    info = None
+    if hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nvml, "c_nvmlGpuFabricInfoV_t"):
+        info = nvml.c_nvmlGpuFabricInfoV_t()
+        info.version = getattr(nvml, "nvmlGpuFabricInfo_v2", 0)
+        if _optional(nvml, nvml.nvmlDeviceGetGpuFabricInfoV, handle, info) is None:
+            info = None
+    if info is None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfo") and hasattr(nvml, "c_nvmlGpuFabricInfo_t"):
+        info = nvml.c_nvmlGpuFabricInfo_t()
+        if _optional(nvml, nvml.nvmlDeviceGetGpuFabricInfo, handle, info) is None:
+            info = None
+    if info is None or info.state == 0:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+        return None
+    state = FABRIC_STATE_WORDS.get(info.state, f"state {info.state}")
+    return NvlinkFabric(cluster_uuid=_uuid(bytes(info.clusterUuid)), clique_id=int(info.cliqueId), state=state,
+                        status=int(info.status) if state == "completed" else None)
+
+
+def _uuid(raw: bytes) -> str:
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
 
 
 def _cpu_affinity(nvml, handle) -> str | None:

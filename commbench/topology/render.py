@@ -61,6 +61,11 @@ def gpu_table(node: NodeTopology) -> Table:
         for gpu in node.gpus
     ]
     columns = ["GPU", "name", "memory", "PCI bus id", "NUMA", "CPU affinity", "PCIe now / max", "NVLink"]
+    if any(gpu.fabric for gpu in node.gpus):  # a multi-node NVLink domain (NVL72): which one, per GPU
+        columns.append("NVLink fabric (cluster / clique, state)")
+        for row, gpu in zip(rows, node.gpus):
+            fabric = gpu.fabric
+            row.append(f"{fabric.cluster_uuid} / {fabric.clique_id}, {fabric.state}" if fabric else "none")
     return _table("GPUs", columns, rows)
 
 
