@@ -6,7 +6,8 @@ in older runs without one), from in-place rows where the run measured them.
 The curves come from the run's bandwidth table (commbench.data.bandwidth_table, the object
 `commbench table` prints): one per (op, scope, group size), with its fitted latency-bandwidth
 model. Each entry's scope gives its group's placement (BandwidthTable.placement): intra = one
-node, inter = one rank per node, world = the run's own layout. Where two entries land on one
+NVLink domain (a node, or an NVL72 rack of nodes), host = one host inside a domain, inter = one
+rank per domain, world = the run's own layout. Where two entries land on one
 placement (a one-node run's world and intra groups) the explicit scope is used; where several
 dtypes were measured, the fastest. A query is answered, in order of preference, by:
   1. the table entry of the same op and placement: its measured curve inside the measured
