@@ -19,14 +19,15 @@ _STORE_KEY = "COMMBENCH_RESULTS"
 _PLAN_CACHE_KEY = "COMMBENCH_PLAN_CACHE"
 
 
-def create_app(results_dir: str | Path) -> dash.Dash:
-    """A multi-page app reading the runs under results_dir (which must exist)."""
+def create_app(results_dir: str | Path, models_dir: str | Path | None = None) -> dash.Dash:
+    """A multi-page app reading the runs under results_dir (which must exist); the planner offers the
+    model presets and the configs inside results_dir and models_dir, never a path the browser names."""
     _forget_registered_pages()
     app = dash.Dash(
         __name__, use_pages=True, pages_folder=str(PAGES_FOLDER), title="commbench",
         suppress_callback_exceptions=True,
     )
-    app.server.config[_STORE_KEY] = ResultsStore(results_dir)
+    app.server.config[_STORE_KEY] = ResultsStore(results_dir, models_dir)
     app.server.config[_PLAN_CACHE_KEY] = PlanCache()
     app.layout = html.Div(
         [

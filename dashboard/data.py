@@ -22,7 +22,6 @@ checked to stay inside the results folder before it touches the disk.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, Run, list_runs, load_run
+from commbench.data.safe_read import TOPOLOGY, UnsafeFile, checked_path, load_json
 from commbench.data.store import list_runs_under
 from commbench.data.store_location import DB_ENV
 from commbench.diagnose.report import DIAGNOSE_FILE, load_report
@@ -182,8 +182,9 @@ class TopologySource:
 class ResultsStore:
     """Thread-safe cache of the run directories under one results folder."""
 
-    def __init__(self, results_dir: str | Path):
+    def __init__(self, results_dir: str | Path, models_dir: str | Path | None = None):
         self.root = Path(results_dir).resolve()
+        self.models = Path(models_dir).resolve() if models_dir else None  # --models: more configs for the planner
         # the database records absolute paths without resolving links: either spelling may prefix them
         self._prefixes = list(dict.fromkeys([Path(os.path.abspath(results_dir)), self.root]))
         self._cache: dict[str, RunEntry] = {}
@@ -196,8 +197,16 @@ class ResultsStore:
         with self._lock:
             for gone in set(self._cache) - set(keys):
                 del self._cache[gone]
-        entries = [self.entry(key) for key in keys]
+        entries = [self._entry_or_refusal(key) for key in keys]
         return sorted(entries, key=lambda e: (e.info.get("created") or "", e.key), reverse=True)
+
+    def _entry_or_refusal(self, key: str) -> RunEntry:
+        """The entry, or one that names the run and why it is skipped (a link out of the folder):
+        one such directory must not take the pages down."""
+        try:
+            return self.entry(key)
+        except UsageError:
+            return RunEntry(key, self.root / key, error=f"{key}: skipped: it points outside the results folder")
 
     def usable(self, kinds: tuple[str, ...] | None = None) -> list[RunEntry]:
         """The readable runs of these kinds, newest first: the database's, or every folder's without one."""
@@ -302,12 +311,38 @@ class ResultsStore:
         if not path.name.endswith(TOPOLOGY_SUFFIX):
             raise UsageError(f"{key!r} is not a {TOPOLOGY_SUFFIX} file")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CommbenchError(f"{key}: unreadable ({exc})") from None
+            data = load_json(path, TOPOLOGY, root=self.root)
+        except UnsafeFile as exc:
+            raise CommbenchError(f"{key}: {str(exc).split(': ', 1)[-1]}") from None
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
             raise CommbenchError(f"{key}: not a topology (no 'nodes' list)")
         return data
+
+
+    # planner inputs ------------------------------------------------------------------------
+    def model_files(self) -> dict[str, Path]:
+        """Model configs the planner may read: every config.json (or folder/*.json under --models) up to
+        three levels down, keyed by where it is ("results/x/config.json", "models/llama.json")."""
+        return self._files("config.json", "*.json")
+
+    def processor_files(self) -> dict[str, Path]:
+        """Processor descriptions (`commbench calibrate` writes processor-HOST.json) the planner may read."""
+        return self._files("processor-*.json", "processor-*.json")
+
+    def _files(self, in_results: str, in_models: str) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for label, root, pattern in (("results", self.root, in_results), ("models", self.models, in_models)):
+            if root is None:
+                continue
+            for depth in ("", "*/", "*/*/", "*/*/*/"):
+                for path in sorted(root.glob(depth + pattern)):
+                    try:
+                        real = checked_path(path, root)  # a link out of the folder is not offered
+                    except UnsafeFile:
+                        continue
+                    if real.is_file():
+                        found[f"{label}/{path.relative_to(root).as_posix()}"] = real
+        return found
 
 
 def _listing_of(entry: RunEntry) -> RunListing:

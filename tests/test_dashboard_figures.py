@@ -429,8 +429,9 @@ def test_command_serves_on_localhost_under_waitress_and_the_dev_server_only_with
         def run(self, **options):
             served.update(dev_server=options)
 
-    def create_app(path):
+    def create_app(path, models_dir=None):
         served["results"] = path
+        assert models_dir is None  # no --models: the Planner offers the presets and the folder's configs only
         return FakeApp()
 
     monkeypatch.setattr("dashboard.app.create_app", create_app)

@@ -44,6 +44,9 @@ HELP = "browse results in a web dashboard: runs, topology, bandwidth, overlap, p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", metavar="DIR", help="results folder to browse (default: results/)")
+    parser.add_argument("--models", default=None, metavar="DIR",
+                        help="a folder of model config.json and processor JSON files the Planner may offer, besides "
+                             "the presets and those inside --results (the browser only ever picks among them)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050)")
     parser.add_argument("--debug", action="store_true", help="Dash debug mode on Flask's development server: reloader "
@@ -72,7 +75,9 @@ def main(args: argparse.Namespace) -> int:
     if credentials is None and not is_loopback(args.host) and not args.no_auth:
         raise UsageError(f"--host {args.host} serves beyond this machine and needs a login: --auth-file FILE or "
                          f"${AUTH_ENV} ('user:password' or a token), or --no-auth to serve without one")
-    app = create_app(results_dir)
+    if args.models is not None and not Path(args.models).is_dir():
+        raise UsageError(f"--models {args.models}: no such folder")
+    app = create_app(results_dir, args.models)
     protect(app.server, credentials)
     for warning in warnings:
         print(f"commbench dashboard: warning: {warning}", file=sys.stderr)

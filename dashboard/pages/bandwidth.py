@@ -14,6 +14,7 @@ from dashboard.ui import control, data_table, notices, run_options, synthetic_no
 dash.register_page(__name__, path="/bandwidth", name="Bandwidth", order=2, title="commbench · bandwidth")
 
 MEASURED_KINDS = ("sweep", "import", "pairwise")
+MAX_TABLE_ROWS = 10_000  # rows sent to the browser's table (a 195k-row run sent 121 MB); the CSV has every row
 AUTO_REFERENCE = "auto"
 
 
@@ -95,10 +96,13 @@ def draw(runs, op, scopes, metric, in_place, fit, reference):
     store = results()
     entries = store.entries_for(runs)
     frame = select_records(store.records(runs), op, scopes, in_place)
-    columns, rows = table_rows(frame)
+    columns, rows = table_rows(frame.head(MAX_TABLE_ROWS))
     figure = bandwidth_figure(frame, metric, _references(entries, scopes or [], reference), fitted=bool(fit))
     problems = [message for e in entries if not e.ok for message in e.messages()]
     warnings = [message for e in entries if e.ok for message in e.messages()]
+    if len(frame) > MAX_TABLE_ROWS:
+        warnings.append(f"the table shows the first {MAX_TABLE_ROWS:,} of {len(frame):,} rows; "
+                        "Download CSV has them all")
     return (figure, latency_figure(frame), columns, rows,
             [synthetic_notices(entries), notices(problems, "error"), notices(warnings)])
 

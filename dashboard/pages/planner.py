@@ -3,11 +3,12 @@
 import dash
 from dash import Input, Output, State, callback, dcc, html
 
-from commbench.errors import CommbenchError
+from commbench.errors import CommbenchError, UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.spec import PlanSpec
 from dashboard.app import plan_cache, results
+from dashboard.data import safe_path
 from dashboard.figures.common import message_figure
 from dashboard.figures.planner import (
     breakdown_figure,
@@ -84,7 +85,8 @@ def _choice(control_id: str, options, value, **kwargs):
 
 def _job_controls() -> list:
     return [
-        _control("model", _choice("plan-model", model_names(), "llama2-7b", clearable=False)),
+        _control("model", _choice("plan-model", _choice_options("plan-model"), "llama2-7b",
+                                  clearable=False)),
         _control("global batch", _number("plan-batch", 64)),
         _control("sequence length", _number("plan-seq", 4096)),
         _control("precision", _choice("plan-precision", precision_names(), PlanSpec.default("precision"),
@@ -118,14 +120,45 @@ def _cluster_controls() -> list:
         _control("GPUs", _number("plan-gpus", 16)),
         _control("GPUs per node", _number("plan-gpus-per-node", placeholder="preset")),
         _control("NVLink domain", _number("plan-nvlink-domain", placeholder="preset")),
-        _control("processor", dcc.Input(id="plan-processor", type="text", list="plan-processor-presets",
-                                         debounce=True, placeholder="preset's")),
-        html.Datalist(id="plan-processor-presets", children=[html.Option(value=name) for name in processor_names()]),
+        _control("processor", _choice("plan-processor", _choice_options("plan-processor"),
+                                      None, placeholder="preset's")),
         _control("inter-node network", _choice("plan-inter-network", network_names(), None, placeholder="preset's")),
         _control("bandwidth from", _choice("plan-bandwidth", sources, PRESET_SOURCE, clearable=False), wide=True),
         _control("compute slowdown", _number("plan-slowdown", placeholder="e.g. 0.13", fraction=True)),
         _control("slowdown from", _choice("plan-overlap-run", overlap_runs, DEFAULTS, clearable=False), wide=True),
     ]
+
+
+def _choice_options(control_id: str) -> list[dict]:
+    """What the model or processor control offers now (presets, then files of the folder)."""
+    if control_id == "plan-model":
+        return _file_options(model_names(), results().model_files())
+    return _file_options(processor_names(), results().processor_files())
+
+
+def _file_options(presets: list[str], files: dict) -> list[dict]:
+    return [{"label": name, "value": name} for name in presets] + [
+        {"label": f"{key} (file)", "value": key} for key in files]
+
+
+def _chosen_file(value: str | None, presets: list[str], files: dict, what: str) -> str | None:
+    """A preset name as it is, a file choice as its path; CommbenchError for anything else: the
+    browser picks among what the page offered and never names a path on the server."""
+    if value is None or value in presets:
+        return value
+    if value in files:
+        return str(files[value])
+    raise CommbenchError(f"{what}: not one of the presets or the files in the results folder (or --models)")
+
+
+def _chosen_routing(text: str | None) -> str | None:
+    """A routing model as given; a matrix file (file:KEY) only from inside the results folder."""
+    if not text or not text.strip().startswith("file:"):
+        return text
+    try:
+        return "file:" + str(safe_path(results().root, text.strip().removeprefix("file:")))
+    except UsageError:
+        raise CommbenchError("MoE routing file: give a path inside the results folder (e.g. file:routing/counts.json)") from None
 
 
 def _request(*values) -> PlanRequest:
@@ -139,6 +172,10 @@ def _request(*values) -> PlanRequest:
         stamps.append(stamp)
     for name in ("gpus_per_node", "nvlink_domain", "processor", "inter_network", "routing"):  # empty means the preset's
         chosen[name] = chosen[name] or None
+    store = results()
+    chosen["model"] = _chosen_file(chosen["model"], model_names(), store.model_files(), "model")
+    chosen["processor"] = _chosen_file(chosen["processor"], processor_names(), store.processor_files(), "processor")
+    chosen["routing"] = _chosen_routing(chosen["routing"])
     chosen["compute_precision"] = chosen["compute_precision"] or PlanSpec.default("compute_precision")
     chosen["fp8_param_gather"] = bool(chosen["fp8_param_gather"])  # the checklist's ["on"] or []
     return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
@@ -209,6 +246,7 @@ def compare_gemm_rates(processor, hardware):
         return message_figure("Give a processor (the file `commbench calibrate` writes) to compare its GEMM rates "
                               "with the preset's.")
     try:
-        return gemm_surface_figure(load_processor(processor), load_system(hardware).processor)
+        chosen = _chosen_file(processor, processor_names(), results().processor_files(), "processor")
+        return gemm_surface_figure(load_processor(chosen), load_system(hardware).processor)
     except CommbenchError as exc:
         return message_figure(str(exc))
