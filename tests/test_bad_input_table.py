@@ -211,7 +211,7 @@ def call(argv: list[str]) -> tuple[int | str | None, str]:
             code = main(argv)
         except SystemExit as done:
             code = done.code
-        except BaseException as exc:  # noqa: BLE001 - exactly what a user would see as a traceback
+        except BaseException as exc:
             return f"traceback: {type(exc).__name__}: {exc}", err.getvalue()
     return code, err.getvalue()
 
@@ -243,9 +243,9 @@ def _commands_and_actions() -> list[list[str]]:
     found = []
     for name in COMMANDS:
         found.append([name])
-        command = parser._subparsers._group_actions[0].choices[name]  # noqa: SLF001 - argparse's own tree
-        for action in command._actions:  # noqa: SLF001
-            if isinstance(action, type(parser._subparsers._group_actions[0])):  # noqa: SLF001
+        command = parser._subparsers._group_actions[0].choices[name]
+        for action in command._actions:
+            if isinstance(action, type(parser._subparsers._group_actions[0])):
                 found.extend([name, sub] for sub in action.choices)
     return found
 

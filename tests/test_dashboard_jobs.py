@@ -1,12 +1,12 @@
 """The Jobs page: the synthetic Inspector job over a synthetic benchmark, drawn in-process."""
 
 import pytest
+from test_efficiency import benchmark_records
+from test_import_nccl_inspector import JOB
 
 from commbench.data.nccl_inspector import read_job, write_job
 from commbench.data.rundir import RunWriter
 from commbench.data.schema import NodeInfo, RunInfo
-from test_efficiency import benchmark_records
-from test_import_nccl_inspector import JOB
 
 pytest.importorskip("dash")
 
@@ -32,7 +32,7 @@ def test_jobs_page_draws_the_job_over_the_benchmark_and_names_far_below(app_with
     with app.server.app_context():
         page = jobs.layout()
         assert "jobs-figure" in str(page)
-        figure, rows, columns, far, messages = jobs.draw_job(job_key, bench_key)
+        figure, rows, _columns, far, messages = jobs.draw_job(job_key, bench_key)
     names = [trace.name for trace in figure.data]
     assert any(name.startswith("job: DP Group 0") for name in names)
     assert any(name.startswith("benchmark curve: all_reduce / world / 4 ranks") for name in names)

@@ -29,7 +29,6 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from commbench.cli import build_parser, main
-from commbench.collectives import ALL_OPS
 from commbench.commands.run import config_from_args
 from commbench.data.nccl_tests import parse_json, parse_text, write_run
 from commbench.data.rundir import RECORDS_JSONL, RUN_FILE, load_run
@@ -38,6 +37,7 @@ from commbench.measure.options import RunConfig
 from commbench.modeling.layout import parse_layout
 from commbench.modeling.model_config import load_model
 from commbench.modeling.models import PRESETS
+from commbench.ops import MEASURED_OPS
 from commbench.topology import read_nccl_xml
 from commbench.traces.analysis import analyse_traces
 from commbench.units import parse_size
@@ -251,7 +251,7 @@ VALID_RUN_CONFIG = dict(ops=("all_reduce",), min_bytes=8, max_bytes=1 << 20, ste
                         backend="gloo", scopes=None, iters=None, warmup=2, check_iters=1, min_iters=5, max_iters=200,
                         time_budget_ms=50.0, ci_pct=2.0, outlier_ratio=0.75, timeout_s=300.0)
 HOSTILE_RUN_CONFIG = {
-    "ops": st.lists(st.sampled_from(ALL_OPS) | st.text(max_size=12), max_size=4).map(tuple),
+    "ops": st.lists(st.sampled_from(MEASURED_OPS) | st.text(max_size=12), max_size=4).map(tuple),
     "min_bytes": hostile_ints, "max_bytes": hostile_ints, "step_factor": hostile_ints,
     "dtype": st.sampled_from(["bf16", "int8", "half", "FLOAT"]) | st.text(max_size=10),
     "backend": st.sampled_from(["auto", "nccl", "x"]) | st.text(max_size=6),

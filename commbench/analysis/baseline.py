@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ MAD_TO_SIGMA = 1.4826
 SPREAD_SIGMAS = 3.0
 
 
-def build_baseline(runs: list[RunRows]) -> dict:
+def build_baseline(runs: list[RunRows]) -> dict[str, Any]:
     keys = [key for key in runs[0].rows if all(key in run.rows for run in runs)]
     rows = []
     for key in keys:
@@ -46,14 +47,14 @@ def build_baseline(runs: list[RunRows]) -> dict:
             "runs": [run.run_id for run in runs], "rows": rows}
 
 
-def expected_baseline(run: RunRows, system) -> dict:
+def expected_baseline(run: RunRows, system: Any) -> dict[str, Any]:
     """A baseline from a hardware preset's nominal rates (`check --expect SYSTEM`): per (op, scope,
     variant), the run's largest size only (nominal rates are approached by large messages alone),
     at the time that size takes at the preset's per-rank bus bandwidth, which carries the preset's
     efficiency (what large collectives reach of the link rate) and its NIC sharing. Scope intra
     uses the preset's intra-node network; inter, and world on more than one node, its inter-node one."""
     nodes = max(len(run.info.nodes), 1)
-    largest: dict[tuple, tuple] = {}
+    largest: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for key, record in run.rows.items():
         if record["scope"] == "pair" or record["busbw_factor"] <= 0:
             continue
@@ -72,11 +73,11 @@ def expected_baseline(run: RunRows, system) -> dict:
             "runs": [f"preset {system.name}"], "rows": rows}
 
 
-def write_baseline(baseline: dict, path: str | Path) -> None:
+def write_baseline(baseline: dict[str, Any], path: str | Path) -> None:
     atomic_write_text(Path(path), json.dumps(baseline, indent=1) + "\n")
 
 
-def read_baseline(path: str | Path) -> dict:
+def read_baseline(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         baseline = json.loads(path.read_text(encoding="utf-8"))
@@ -92,7 +93,7 @@ def read_baseline(path: str | Path) -> dict:
 @dataclass
 class RowGrade:
     row: str
-    key: list
+    key: list[Any]
     baseline_us: float
     limit_us: float
     time_us: float | None
@@ -101,7 +102,7 @@ class RowGrade:
     why: str                      # pass, slower, missing
 
 
-def grade(run: RunRows, baseline: dict, tolerance: float) -> list[RowGrade]:
+def grade(run: RunRows, baseline: dict[str, Any], tolerance: float) -> list[RowGrade]:
     grades = []
     for entry in baseline["rows"]:
         key = key_from_json(entry["key"])
@@ -117,7 +118,7 @@ def grade(run: RunRows, baseline: dict, tolerance: float) -> list[RowGrade]:
     return grades
 
 
-def grades_to_dict(run_id: str, grades: list[RowGrade], tolerance: float) -> dict:
+def grades_to_dict(run_id: str, grades: list[RowGrade], tolerance: float) -> dict[str, Any]:
     failed = [g for g in grades if not g.passed]
     return {"run": run_id, "tolerance": tolerance, "passed": not failed, "rows": [asdict(g) for g in grades],
             "failed": len(failed)}

@@ -19,6 +19,7 @@ imports) get the change only, and are never flagged: there is nothing to test.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -33,7 +34,7 @@ DEFAULT_THRESHOLD = 0.05
 
 @dataclass
 class RowComparison:
-    key: tuple
+    key: tuple[Any, ...]
     row: str
     time_a_us: float
     time_b_us: float
@@ -61,7 +62,7 @@ class Comparison:
     alpha: float
     threshold: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         result = asdict(self)
         for row in result["rows"]:
             row["key"] = list(row["key"])
@@ -83,7 +84,7 @@ def compare_runs(a: RunRows, b: RunRows, alpha: float = DEFAULT_ALPHA, threshold
                       alpha=alpha, threshold=threshold)
 
 
-def _row(key: tuple, a: RunRows, b: RunRows) -> RowComparison:
+def _row(key: tuple[Any, ...], a: RunRows, b: RunRows) -> RowComparison:
     time_a, time_b = a.rows[key]["time_us"], b.rows[key]["time_us"]
     change = time_b / time_a - 1 if time_a > 0 else float("nan")
     row = RowComparison(key=key, row=describe_key(key), time_a_us=time_a, time_b_us=time_b,
@@ -107,7 +108,8 @@ def bootstrap_ratio_interval(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tup
 
 
 def _verdict(row: RowComparison, alpha: float, threshold: float) -> str:
-    excludes_zero = row.ci_low > 0 or row.ci_high < 0  # so the interval shown never contradicts the verdict
+    # so the interval shown never contradicts the verdict
+    excludes_zero = (row.ci_low is not None and row.ci_low > 0) or (row.ci_high is not None and row.ci_high < 0)
     if row.q is not None and row.q < alpha and abs(row.time_change) > threshold and excludes_zero:
         return "slower" if row.time_change > 0 else "faster"
     return "no significant change"

@@ -28,10 +28,12 @@ Torch-free.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
 from commbench.data.bandwidth_table import BandwidthTable, Entry
+from commbench.data.rundir import Run
 
 FAR_BELOW = 0.7
 IN_PLACE_OPS = frozenset({"all_reduce", "broadcast", "reduce"})
@@ -57,9 +59,9 @@ class RowEfficiency:
     ci_high: float
     benchmark_entry: str
     extrapolated: bool
-    slow_ranks: list[dict] = field(default_factory=list)  # {"rank", "host", "median_us", "vs_comm_median"}
+    slow_ranks: list[dict[str, Any]] = field(default_factory=list)  # {"rank", "host", "median_us", "vs_comm_median"}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -82,7 +84,8 @@ def benchmark_entry(table: BandwidthTable, op: str, scope: str, group_size: int,
         return max(alike, key=lambda e: e.fit.busbw_gbps)
 
 
-def row_efficiency(record: dict, samples: dict, entry: Entry, rank_hosts: dict[str, str], seed: int = 0) -> RowEfficiency:
+def row_efficiency(record: dict[str, Any], samples: dict[str, Any], entry: Entry, rank_hosts: dict[str, str],
+                   seed: int = 0) -> RowEfficiency:
     sizes = np.asarray(samples["size_bytes"], dtype=float)
     times = np.asarray(samples["time_us"], dtype=float)
     expected = np.asarray(entry.time_us(sizes), dtype=float).reshape(sizes.shape)
@@ -112,7 +115,7 @@ def _bootstrap(expected: np.ndarray, times: np.ndarray, seed: int) -> tuple[floa
     return float(low), float(high)
 
 
-def _slow_ranks(samples: dict, rank_hosts: dict[str, str], top: int = 3) -> list[dict]:
+def _slow_ranks(samples: dict[str, Any], rank_hosts: dict[str, str], top: int = 3) -> list[dict[str, Any]]:
     """The ranks whose own median time is furthest above the communicator's median rank, slowest first."""
     ranks, medians = samples.get("ranks") or [], samples.get("rank_median_us") or []
     if len(ranks) < 2 or len(ranks) != len(medians):
@@ -133,9 +136,9 @@ class JobEfficiency:
     def far_below(self) -> list[RowEfficiency]:
         return [row for row in self.rows if row.efficiency < self.below]
 
-    def far_below_communicators(self) -> list[dict]:
+    def far_below_communicators(self) -> list[dict[str, Any]]:
         """Each communicator with a row below the threshold, its worst row first."""
-        found: dict[str, dict] = {}
+        found: dict[str, dict[str, Any]] = {}
         for row in sorted(self.far_below, key=lambda r: r.efficiency):
             comm = found.setdefault(row.comm_id, {"comm_id": row.comm_id, "comm_name": row.comm_name, "hosts": row.hosts,
                                                   "worst_efficiency": row.efficiency, "rows": 0, "slow_ranks": row.slow_ranks})
@@ -143,7 +146,7 @@ class JobEfficiency:
         return list(found.values())
 
 
-def job_efficiency(records: list[dict], samples: dict[tuple, dict], communicators: list[dict],
+def job_efficiency(records: list[dict[str, Any]], samples: dict[tuple[Any, ...], dict[str, Any]], communicators: list[dict[str, Any]],
                    tables: dict[bool, BandwidthTable], below: float = FAR_BELOW) -> JobEfficiency:
     """Every row of an imported job against the benchmark. tables: the benchmark's bandwidth table
     preferring in-place rows (True) and out-of-place rows (False); samples: read_job_samples' dict."""
@@ -177,12 +180,12 @@ def _why(skipped: Skipped, why: str) -> Skipped:
     return skipped
 
 
-def tables_of_run(run) -> dict[bool, BandwidthTable]:
+def tables_of_run(run: Run) -> dict[bool, BandwidthTable]:
     """A benchmark run's bandwidth table preferring in-place rows (True) and out-of-place rows (False)."""
     return {variant: BandwidthTable.from_run(run, in_place=variant) for variant in (True, False)}
 
 
-def efficiency_of_runs(job_run, tables: dict[bool, BandwidthTable], below: float = FAR_BELOW) -> JobEfficiency:
+def efficiency_of_runs(job_run: Run, tables: dict[bool, BandwidthTable], below: float = FAR_BELOW) -> JobEfficiency:
     """An imported job (a loaded commbench.data.rundir.Run) against a benchmark's tables."""
     from commbench.data.nccl_inspector import read_job_samples
 

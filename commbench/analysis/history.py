@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import ruptures
 
 from commbench.analysis.runs import run_differences
 from commbench.data.rundir import load_run
+from commbench.data.schema import RunInfo
 from commbench.errors import CommbenchError
 
 PENALTY_PER_LOG_N = 3.0  # per column; false alarms in generated flat histories: bench/RESULTS-history.md
@@ -69,7 +71,7 @@ class Series:
     points: list[Point]
     change_points: list[ChangePoint]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -86,7 +88,7 @@ ORDER BY rec.scope, rec.group_size, r.created, r.run_id
 """
 
 
-def load_series(con, cluster: str, op: str, size_bytes: int, scope: str | None) -> list[Series]:
+def load_series(con: Any, cluster: str, op: str, size_bytes: int, scope: str | None) -> list[Series]:
     """One series per (scope, group size) that the cluster's runs measured for this op and size."""
     rows = con.execute(SERIES_SQL, [cluster, op, size_bytes, scope, scope]).fetchall()
     grouped: dict[tuple[str, int], list[Point]] = {}
@@ -98,7 +100,7 @@ def load_series(con, cluster: str, op: str, size_bytes: int, scope: str | None) 
 
 
 def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD,
-                       penalty_per_log_n: float = PENALTY_PER_LOG_N, companion: list | None = None) -> list[int]:
+                       penalty_per_log_n: float = PENALTY_PER_LOG_N, companion: list[Any] | None = None) -> list[int]:
     """0-based indices where a new segment of `values` starts (material changes in `values` only).
     `companion`, when given and complete, is a second series of the same runs that any real change
     moves too (the in-place row): it sharpens where the change is, not whether `values` changed."""
@@ -123,8 +125,8 @@ def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD
     return kept
 
 
-def _log(values) -> np.ndarray:
-    return np.log(np.clip(np.asarray(values, dtype=float), 1e-12, None))
+def _log(values: Any) -> np.ndarray:
+    return np.asarray(np.log(np.clip(np.asarray(values, dtype=float), 1e-12, None)))
 
 
 def _noise_sigma(signal: np.ndarray) -> float:
@@ -166,8 +168,8 @@ def _attribute(points: list[Point], start: int, read: _InfoCache) -> tuple[int, 
 class _InfoCache:
     """run.json of each run, read once per history."""
 
-    def __init__(self):
-        self._infos: dict[str, object] = {}
+    def __init__(self) -> None:
+        self._infos: dict[str, RunInfo] = {}
 
     def differences(self, before: Point, after: Point) -> list[str]:
         try:
@@ -175,7 +177,7 @@ class _InfoCache:
         except CommbenchError as exc:
             return [f"run.json not readable ({exc})"]
 
-    def _info(self, path: str):
+    def _info(self, path: str) -> RunInfo:
         if path not in self._infos:
             self._infos[path] = load_run(Path(path)).info
         return self._infos[path]

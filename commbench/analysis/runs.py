@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from commbench.data.rundir import RUN_FILE, load_run
 from commbench.data.samples import read_samples, row_key
@@ -26,8 +27,8 @@ IGNORED_ARGS = {"run_id", "out_dir", "progress", "argv", "node_name"}
 class RunRows:
     info: RunInfo
     path: Path
-    rows: dict[tuple, dict]             # row key -> record
-    samples: dict[tuple, list[float]]   # row key -> per-iteration times (us) of the reported rank
+    rows: dict[tuple[Any, ...], dict[str, Any]]             # row key -> record
+    samples: dict[tuple[Any, ...], list[float]]   # row key -> per-iteration times (us) of the reported rank
 
     @property
     def run_id(self) -> str:
@@ -56,7 +57,7 @@ def read_run(name: str, db: str | Path | None = None) -> RunRows:
     return RunRows(info=run.info, path=path, rows=rows, samples=samples)
 
 
-def describe_key(key: tuple) -> str:
+def describe_key(key: tuple[Any, ...]) -> str:
     """A row key in words; a pairwise row's names its two ranks ("pair ranks 0<->3")."""
     op, scope, group_size, size_bytes, dtype, in_place, direction, *pair = key
     where = "in-place" if in_place else "out-of-place"
@@ -65,7 +66,7 @@ def describe_key(key: tuple) -> str:
     return f"{op}{extra} {scope}{ranks} n={group_size} {format_size(size_bytes)} {dtype} {where}"
 
 
-def name_width(names) -> int:
+def name_width(names: Any) -> int:
     """The width of a text table's row column: 52, or the longest name (a pairwise row's, which names its pair)."""
     return max([52, *(len(name) for name in names)])
 
@@ -85,26 +86,26 @@ def run_differences(before: RunInfo, after: RunInfo) -> list[str]:
     return changes
 
 
-def _dict_changes(old: dict, new: dict) -> list[tuple[str, str, str]]:
+def _dict_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
     names = sorted(set(old) | set(new))
     return [(name, _text(old.get(name)), _text(new.get(name))) for name in names if old.get(name) != new.get(name)]
 
 
-def _text(value) -> str:
+def _text(value: Any) -> str:
     if value is None:
         return "unset"
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _behaviour_env(env: dict) -> dict:
+def _behaviour_env(env: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in env.items() if key.startswith(BEHAVIOUR_ENV)}
 
 
-def _options(args: dict) -> dict:
+def _options(args: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in args.items() if key not in IGNORED_ARGS}
 
 
-def _canonical(value) -> str:
+def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 

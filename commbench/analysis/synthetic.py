@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,16 +39,17 @@ class Injection:
 
     at: int
     drop: float
-    versions: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)  # old hostname -> new hostname
+    versions: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    nodes: dict[str, Any] = field(default_factory=dict)  # old hostname -> new hostname
 
 
-def read_profile(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def read_profile(path: str | Path) -> dict[str, Any]:
+    profile: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    return profile
 
 
-def generate_history(out_dir: str | Path, profile: dict, n_runs: int, *, cluster: str = "synth",
+def generate_history(out_dir: str | Path, profile: dict[str, Any], n_runs: int, *, cluster: str = "synth",
                      injection: Injection | None = None, seed: int = 0, iters: int = 20,
                      prefix: str = "synth") -> list[Path]:
     """Write n_runs run directories under out_dir, one hour apart; returns their paths in order."""
@@ -65,8 +67,12 @@ def generate_history(out_dir: str | Path, profile: dict, n_runs: int, *, cluster
     return paths
 
 
-def generate_runs(profile: dict, n_runs: int, *, cluster: str = "synth", injection: Injection | None = None,
-                  seed: int = 0, iters: int = 20, prefix: str = "synth") -> Iterator[tuple[dict, list[dict], list[str]]]:
+# one generated run: (run.json, records, samples.jsonl lines)
+GeneratedRun = tuple[dict[str, Any], list[dict[str, Any]], list[str]]
+
+
+def generate_runs(profile: dict[str, Any], n_runs: int, *, cluster: str = "synth", injection: Injection | None = None,
+                  seed: int = 0, iters: int = 20, prefix: str = "synth") -> Iterator[GeneratedRun]:
     """(run.json, records, samples.jsonl lines) of each generated run, in order, without touching disk."""
     rng = np.random.default_rng(seed)
     rows = profile["rows"]
@@ -75,7 +81,7 @@ def generate_runs(profile: dict, n_runs: int, *, cluster: str = "synth", injecti
     iter_sigma = np.sqrt(np.log1p(np.array([row["iter_cv"] for row in rows]) ** 2))
     for index in range(1, n_runs + 1):
         after = injection is not None and index >= injection.at
-        busbw = base * ((1 - injection.drop) if after else 1.0) * np.exp(rng.normal(0.0, run_sigma))
+        busbw = base * ((1 - injection.drop) if injection is not None and after else 1.0) * np.exp(rng.normal(0.0, run_sigma))
         spread = np.exp(rng.normal(0.0, iter_sigma[:, None], (len(rows), iters)))
         records, samples = [], []
         for row, level, row_spread in zip(rows, busbw, spread):
@@ -87,14 +93,7 @@ def generate_runs(profile: dict, n_runs: int, *, cluster: str = "synth", injecti
         yield _run_info(run_id, index, cluster, profile, injection if after else None, iters), records, samples
 
 
-def generate_series(profile: dict, size_bytes: int, in_place: bool, n_runs: int, *,
-                    injection: Injection | None = None, seed: int = 0) -> list[float]:
-    """One row's busbw over n_runs with the same run-to-run noise as generate_runs, without the runs
-    around it: thousands of histories in a second, for counting false alarms."""
-    return generate_rows(profile, [(size_bytes, in_place)], n_runs, injection=injection, seed=seed)[0]
-
-
-def generate_rows(profile: dict, keys: list[tuple[int, bool]], n_runs: int, *,
+def generate_rows(profile: dict[str, Any], keys: list[tuple[int, bool]], n_runs: int, *,
                   injection: Injection | None = None, seed: int = 0) -> list[list[float]]:
     """Several rows' busbw (one list per (size_bytes, in_place) key) over the same n_runs, each row's
     run-to-run noise drawn independently, as generate_runs draws it."""
@@ -107,14 +106,14 @@ def generate_rows(profile: dict, keys: list[tuple[int, bool]], n_runs: int, *,
     return [(row["busbw_gbps"] * scale * np.exp(noise[:, i])).tolist() for i, row in enumerate(rows)]
 
 
-def quiet_variant(profile: dict) -> dict:
+def quiet_variant(profile: dict[str, Any]) -> dict[str, Any]:
     """The profile with every row's run-to-run noise set to the quiet-machine figure it records."""
     quiet = profile["quiet"]
     return profile | {"rows": [row | {"run_sigma": quiet["run_sigma"]} for row in profile["rows"]],
                       "measured": profile["measured"] | {"run_sigma_from": quiet["source"]}}
 
 
-def _row(profile: dict, row: dict, busbw: float, spread: np.ndarray, iters: int) -> tuple[dict, list[float]]:
+def _row(profile: dict[str, Any], row: dict[str, Any], busbw: float, spread: np.ndarray, iters: int) -> tuple[dict[str, Any], list[float]]:
     """The record and per-iteration samples of one row whose busbw this run is `busbw`."""
     factor = 2 * (profile["group_size"] - 1) / profile["group_size"] if profile["op"] == "all_reduce" else 1.0
     level_us = row["size_bytes"] * factor / (busbw * 1e3)
@@ -134,7 +133,7 @@ def _row(profile: dict, row: dict, busbw: float, spread: np.ndarray, iters: int)
     return record, times.tolist()
 
 
-def _run_info(run_id: str, index: int, cluster: str, profile: dict, injection: Injection | None, iters: int) -> dict:
+def _run_info(run_id: str, index: int, cluster: str, profile: dict[str, Any], injection: Injection | None, iters: int) -> dict[str, Any]:
     created = START + timedelta(hours=index)
     hosts = [f"{cluster}-node{n}" for n in range(1, profile["group_size"] + 1)]
     versions = {"commbench": "0.1.0", "torch": "2.4.0", "nccl": "2.21.5"}

@@ -11,8 +11,7 @@ import importlib
 from commbench.errors import UsageError
 from commbench.ops import DEFAULT_OPS, MEASURED_OPS
 
-ALL_OPS = MEASURED_OPS  # every op a sweep can run: the default five, then broadcast and pingpong on request
-__all__ = ["ALL_OPS", "DEFAULT_OPS", "check_op_name", "declarations", "get_collective"]
+__all__ = ["DEFAULT_OPS", "check_op_name", "declarations", "get_collective"]
 
 
 def get_collective(name: str):
@@ -24,10 +23,10 @@ def get_collective(name: str):
 
 def declarations() -> dict:
     """Op name -> its declaration, for every measured op (imports torch)."""
-    return {name: get_collective(name) for name in ALL_OPS}
+    return {name: get_collective(name) for name in MEASURED_OPS}
 
 
 def check_op_name(name: str) -> str:
-    if name not in ALL_OPS:
-        raise UsageError(f"unknown op {name!r}; choose from {', '.join(ALL_OPS)}")
+    if name not in MEASURED_OPS:
+        raise UsageError(f"unknown op {name!r}; choose from {', '.join(MEASURED_OPS)}")
     return name

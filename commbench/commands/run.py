@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.collectives import ALL_OPS, DEFAULT_OPS
 from commbench.data.rundir import run_id_argument
 from commbench.data.store_location import db_path
 from commbench.dtypes import MEASURED_DTYPES
 from commbench.errors import UsageError
 from commbench.measure.options import BACKENDS, RunConfig
 from commbench.measure.worker import launch_driver
+from commbench.ops import DEFAULT_OPS, MEASURED_OPS
 from commbench.scopes import SWEPT_SCOPES, describe
 from commbench.units import parse_size
 
@@ -55,7 +55,7 @@ def size_arg(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to measure")
-    what.add_argument("--ops", type=csv_list(ALL_OPS), default=DEFAULT_OPS,
+    what.add_argument("--ops", type=csv_list(MEASURED_OPS), default=DEFAULT_OPS,
                       help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also broadcast, pingpong)")
     what.add_argument("-b", "--min-bytes", type=size_arg, default=8, help="smallest size, e.g. 8, 1K (default 8)")
     what.add_argument("-e", "--max-bytes", type=size_arg, default=64 << 20, help="largest size, e.g. 4M, 1G (default 64M)")

@@ -40,10 +40,17 @@ No torch and no pydantic on import: the planner loads this module on its fast pa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from commbench.data.rundir import Run
+    from commbench.data.schema import Record
 
 from commbench.scopes import nvlink_domain_of
 
@@ -65,11 +72,11 @@ class Fit:
     max_rel_error: float
 
 
-def model_time_us(fit: Fit, size_bytes, busbw_factor: float) -> np.ndarray:
+def model_time_us(fit: Fit, size_bytes: ArrayLike, busbw_factor: float) -> np.ndarray:
     return fit.alpha_us + np.asarray(size_bytes, dtype=float) * busbw_factor / (fit.busbw_gbps * BYTES_PER_US_PER_GBPS)
 
 
-def fit_latency_bandwidth(sizes, times_us, busbw_factor: float) -> Fit:
+def fit_latency_bandwidth(sizes: ArrayLike, times_us: ArrayLike, busbw_factor: float) -> Fit:
     """Robust fit of time = alpha + S * factor / busbw to measured points, in relative error."""
     sizes = np.asarray(sizes, dtype=float)
     times = np.asarray(times_us, dtype=float)
@@ -109,7 +116,7 @@ def _weighted_relative_fit(moved: np.ndarray, times: np.ndarray, weights: np.nda
     return max(float(alpha), 0.0), float(per_byte)
 
 
-def _best_alpha(moved, times, weights, per_byte) -> float:
+def _best_alpha(moved: np.ndarray, times: np.ndarray, weights: np.ndarray, per_byte: float) -> float:
     inverse = weights / times**2
     return float(np.sum(inverse * (times - per_byte * moved)) / np.sum(inverse))
 
@@ -142,13 +149,13 @@ class Entry:
     _log_sizes: np.ndarray = field(init=False, repr=False)
     _log_ratio: np.ndarray = field(init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # computed once: the planner prices thousands of layouts through time_us
         self._log_sizes = np.log(self.sizes)
         self._log_ratio = np.log(self.times_us / model_time_us(self.fit, self.sizes, self.busbw_factor))
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return (self.op, self.scope, self.group_size, self.dtype, self.direction, self.routing)
 
     @property
@@ -166,7 +173,7 @@ class Entry:
     def measured_busbw_gbps(self) -> np.ndarray:
         return self.sizes * self.busbw_factor / (self.times_us * BYTES_PER_US_PER_GBPS)
 
-    def time_us(self, size_bytes):
+    def time_us(self, size_bytes: ArrayLike) -> Any:
         """Microseconds for a collective of size_bytes (scalar or array) on this group."""
         size = np.maximum(np.asarray(size_bytes, dtype=float), 1.0)
         log_ratio = np.interp(np.log(size), self._log_sizes, self._log_ratio)
@@ -181,13 +188,13 @@ class Entry:
             out = np.where(inside, np.clip(out, np.minimum(before, after), np.maximum(before, after)), out)
         return float(out) if out.ndim == 0 else out
 
-    def busbw_gbps(self, size_bytes):
+    def busbw_gbps(self, size_bytes: ArrayLike) -> Any:
         """Bus bandwidth (GB/s) at size_bytes, from time_us."""
         size = np.asarray(size_bytes, dtype=float)
         busbw = size * self.busbw_factor / (np.asarray(self.time_us(size)) * BYTES_PER_US_PER_GBPS)
         return float(busbw) if np.ndim(busbw) == 0 else busbw
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "op": self.op, "scope": self.scope, "group_size": self.group_size, "n_groups": self.n_groups,
             "dtype": self.dtype, "in_place": self.in_place, "direction": self.direction, "time_stat": self.time_stat,
@@ -203,7 +210,7 @@ class Entry:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> Entry:
+    def from_dict(cls, data: dict[str, Any]) -> Entry:
         points = data["points"]
         fit = Fit(data["alpha_us"], data["busbw_gbps"], data["fit_rms_rel_error"], data["fit_max_rel_error"])
         return cls(op=data["op"], scope=data["scope"], group_size=int(data["group_size"]), dtype=data["dtype"],
@@ -230,7 +237,7 @@ class BandwidthTable:
     synthetic: bool = False  # the run's run.json says no machine measured it
 
     @classmethod
-    def from_run(cls, run_or_path, in_place: bool = False) -> BandwidthTable:
+    def from_run(cls, run_or_path: str | Path | Run, in_place: bool = False) -> BandwidthTable:
         """From a run directory (path) or a loaded commbench.data.rundir.Run."""
         if isinstance(run_or_path, (str, Path)):
             from commbench.data.rundir import load_run  # pydantic only when a run is read from disk
@@ -249,12 +256,12 @@ class BandwidthTable:
         return table
 
     @classmethod
-    def from_records(cls, records, source: str = "", world_size: int = 0, nodes: int = 1,
+    def from_records(cls, records: Iterable[dict[str, Any] | Record], source: str = "", world_size: int = 0, nodes: int = 1,
                      in_place: bool = False) -> BandwidthTable:
         """From record dicts (or Record models) in the results schema."""
         rows = [rec if isinstance(rec, dict) else rec.model_dump() for rec in records]
         usable = [rec for rec in rows if rec.get("wrong", 0) <= 0 and rec["time_us"] > 0 and rec["size_bytes"] > 0]
-        groups: dict[tuple, dict] = {}
+        groups: dict[tuple[Any, ...], dict[bool, list[dict[str, Any]]]] = {}
         for rec in usable:
             key = (rec["op"], rec["scope"], int(rec["group_size"]), rec["dtype"], rec.get("direction"), rec.get("routing"))
             variants = groups.setdefault(key, {True: [], False: []})
@@ -281,10 +288,11 @@ class BandwidthTable:
                               f"{f' in {dtype}' if dtype else ''}; measured: {measured}")
         return max(matches, key=lambda e: e.fit.busbw_gbps)
 
-    def time_us(self, op: str, scope: str, group_size: int, size_bytes, dtype: str | None = None):
+    def time_us(self, op: str, scope: str, group_size: int, size_bytes: ArrayLike, dtype: str | None = None) -> Any:
         return self.entry(op, scope, group_size, dtype).time_us(size_bytes)
 
-    def busbw_gbps(self, op: str, scope: str, group_size: int, size_bytes, dtype: str | None = None):
+    def busbw_gbps(self, op: str, scope: str, group_size: int, size_bytes: ArrayLike,
+                   dtype: str | None = None) -> Any:
         return self.entry(op, scope, group_size, dtype).busbw_gbps(size_bytes)
 
     def placement(self, scope: str, group_size: int) -> tuple[int, int] | None:
@@ -298,18 +306,18 @@ class BandwidthTable:
             return max(1, self.world_size // self.nodes), self.nodes
         return None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "model": MODEL, "source": self.source, "world_size": self.world_size,
                 "nodes": self.nodes, "entries": [e.to_dict() for e in self.items]}
 
     @classmethod
-    def from_dict(cls, data: dict) -> BandwidthTable:
+    def from_dict(cls, data: dict[str, Any]) -> BandwidthTable:
         if data.get("format") != FORMAT:
             raise ValueError(f"not a bandwidth table (format {data.get('format')!r}, expected {FORMAT!r})")
         return cls(items=[Entry.from_dict(e) for e in data["entries"]], source=data.get("source", ""),
                    world_size=int(data.get("world_size", 0)), nodes=int(data.get("nodes", 1)))
 
-    def to_rows(self) -> list[dict]:
+    def to_rows(self) -> list[dict[str, Any]]:
         """One flat row per measured point, with its entry's fit and the model's time there (for CSV)."""
         rows = []
         keyed_by_routing = any(e.routing for e in self.items)  # the column appears where all_to_allv was measured
@@ -327,13 +335,13 @@ class BandwidthTable:
         return rows
 
 
-def _mean_time(rec: dict) -> float:
+def _mean_time(rec: dict[str, Any]) -> float:
     """The mean per-op time (what a step pays); older records without one give their median."""
     mean = rec.get("time_us_mean")
     return float(rec["time_us"] if mean is None else mean)
 
 
-def _entry_of(key: tuple, records: list[dict]) -> Entry:
+def _entry_of(key: tuple[Any, ...], records: list[dict[str, Any]]) -> Entry:
     op, scope, group_size, dtype, direction, routing = key
     points: dict[int, list[float]] = {}
     for rec in records:

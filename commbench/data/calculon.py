@@ -30,6 +30,8 @@ pairwise figures; the contention of several groups measured at once (n_groups).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from commbench.data.bandwidth_table import BandwidthTable, Entry
@@ -58,9 +60,11 @@ LOST = [
 ]
 
 
-def calculon_networks(table: BandwidthTable) -> dict:
+def calculon_networks(table: BandwidthTable) -> dict[str, Any]:
     """{"networks": [tier...], "commbench": {provenance, notes, lost}}; raises ValueError without tiers."""
-    tiers, provenance, notes = [], [], []
+    tiers: list[dict[str, Any]] = []
+    provenance: list[dict[str, Any]] = []
+    notes: list[str] = []
     for tier_name in NODE_TIERS:
         chosen = {name: _largest(table, tier_name, op) for name, (op, _, _) in CALCULON_OPS.items()}
         measured = {name: e for name, e in chosen.items() if e is not None}
@@ -75,7 +79,7 @@ def calculon_networks(table: BandwidthTable) -> dict:
             "commbench": {"source": table.source, "tiers": provenance, "notes": notes, "lost": LOST}}
 
 
-def _tier(table: BandwidthTable, tier_name: str, measured: dict[str, Entry], notes: list[str]) -> dict:
+def _tier(table: BandwidthTable, tier_name: str, measured: dict[str, Entry], notes: list[str]) -> dict[str, Any]:
     bandwidth = max(e.fit.busbw_gbps for e in measured.values())
     ops = {}
     for name, (_, nominal, offset) in CALCULON_OPS.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 _TRAILING_NUMBER = re.compile(r"[-_.]?\d+$")
 
@@ -17,11 +18,11 @@ def hostname_pattern(hostname: str) -> str:
     return _TRAILING_NUMBER.sub("", short) or short or "local"
 
 
-def resolve_cluster(explicit: str | None, env: dict | None = None, first_host: str | None = None) -> str:
+def resolve_cluster(explicit: str | None, env: Mapping[str, str] | None = None, first_host: str | None = None) -> str:
     """The cluster name a run records: explicit, SLURM_CLUSTER_NAME, or the first host's pattern."""
-    env = os.environ if env is None else env
+    variables = os.environ if env is None else env
     if explicit:
         return explicit
-    if env.get("SLURM_CLUSTER_NAME"):
-        return env["SLURM_CLUSTER_NAME"]
+    if variables.get("SLURM_CLUSTER_NAME"):
+        return variables["SLURM_CLUSTER_NAME"]
     return hostname_pattern(first_host or os.uname().nodename)

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import duckdb
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -87,7 +90,7 @@ class StoreCollector(Collector):
         finally:
             con.close()
 
-    def _sweeps(self, con) -> Iterator[Metric]:
+    def _sweeps(self, con: duckdb.DuckDBPyConnection) -> Iterator[Metric]:
         busbw = GaugeMetricFamily("commbench_busbw_bytes_per_second", "Bus bandwidth of the newest commbench sweep of "
                                   "the node set (out-of-place, largest size in the bucket)", labels=BUSBW_LABELS)
         times = GaugeMetricFamily("commbench_collective_time_seconds", "Per-op time (slowest rank median) of that row",
@@ -108,14 +111,14 @@ class StoreCollector(Collector):
                 times.add_metric(values, row[5] / 1e6)
         yield from (busbw, times, stamps)
 
-    def _runs(self, con) -> Iterator[Metric]:
+    def _runs(self, con: duckdb.DuckDBPyConnection) -> Iterator[Metric]:
         runs = CounterMetricFamily("commbench_runs", "Run directories of each kind in the results database",
                                    labels=["cluster", "kind"])
         for cluster, kind, count in con.execute("SELECT cluster, kind, count(*) FROM runs GROUP BY ALL ORDER BY ALL").fetchall():
             runs.add_metric([cluster or "unknown", kind], float(count))
         yield runs
 
-    def _diagnoses(self, con) -> Iterator[Metric]:
+    def _diagnoses(self, con: duckdb.DuckDBPyConnection) -> Iterator[Metric]:
         from commbench.diagnose.report import load_report
 
         drain = GaugeMetricFamily("commbench_node_drain_recommended", "1 for each node the newest diagnosis of the "
@@ -136,16 +139,16 @@ class StoreCollector(Collector):
         yield from (drain, stamps)
 
 
-def _bucket_rows(rows: list[tuple]) -> dict[tuple, tuple]:
+def _bucket_rows(rows: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     """(op, scope, group_size, bucket) -> the row of the largest size in the bucket (rows ascend by size)."""
-    found: dict[tuple, tuple] = {}
+    found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for row in rows:
         op, scope, group_size, size = row[0], row[1], row[2], int(row[3])
         found[(op, scope, str(group_size), size_bucket_label(size))] = row
     return found
 
 
-def registry_for(db: str | Path, max_node_sets: int = MAX_NODE_SETS):
+def registry_for(db: str | Path, max_node_sets: int = MAX_NODE_SETS) -> CollectorRegistry:
     """A fresh registry holding only commbench's families (no process or Python collectors)."""
     from prometheus_client import CollectorRegistry
 

@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -62,8 +62,9 @@ from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.rundir import RunWriter
 from commbench.data.safe_read import INSPECTOR_LOG, MAX_LINE_BYTES, UnsafeFile, open_regular, parse_json
 from commbench.data.samples import KEY_FIELDS, SAMPLES_JSONL
-from commbench.data.schema import NodeInfo, Record, RunInfo, Scope
+from commbench.data.schema import NodeInfo, Record, RunInfo
 from commbench.errors import UsageError
+from commbench.scopes import Scope
 
 INSPECTOR_COMMIT = "5067397c2676d5aed50042fc39e5c8ee96eb0027"
 SOURCE = "nccl-inspector"
@@ -237,32 +238,32 @@ def parse_line(raw: bytes | str) -> Call:
     )
 
 
-def _object(item: dict, key: str) -> dict:
+def _object(item: dict[str, Any], key: str) -> dict[str, Any]:
     value = item.get(key)
     if not isinstance(value, dict):
         raise _BadLine(f"no {key} object")
     return value
 
 
-def _text(item: dict, key: str) -> str:
+def _text(item: dict[str, Any], key: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value or len(value) > 256:
         raise _BadLine(f"{key} missing or not a short string")
     return value
 
 
-def _optional_text(item: dict, key: str) -> str | None:
+def _optional_text(item: dict[str, Any], key: str) -> str | None:
     return _text(item, key) if key in item else None
 
 
-def _integer(item: dict, key: str, low: int) -> int:
+def _integer(item: dict[str, Any], key: str, low: int) -> int:
     value = item.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 1 << 63:
         raise _BadLine(f"{key} missing or not an integer >= {low}")
     return value
 
 
-def _number(item: dict, key: str) -> float:
+def _number(item: dict[str, Any], key: str) -> float:
     value = item.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise _BadLine(f"{key} missing or not a finite number >= 0")
@@ -292,7 +293,7 @@ class Communicator:
             return "intra"
         return "inter" if self.n_ranks == self.nnodes else "world"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"id": self.comm_id, "name": self.name, "n_ranks": self.n_ranks, "nnodes": self.nnodes,
                 "scope": self.scope, "ranks_seen": sorted(self.ranks), "hosts": self.hosts,
                 "rank_hosts": {str(rank): host for rank, (host, _) in sorted(self.ranks.items())}}
@@ -332,7 +333,7 @@ def read_job(paths: list[str | Path], job_id: str | None = None) -> InspectorJob
 
 def _communicators(calls: list[Call]) -> dict[str, Communicator]:
     comms: dict[str, Communicator] = {}
-    names: dict[str, Counter] = defaultdict(Counter)
+    names: dict[str, Counter[Any]] = defaultdict(Counter[Any])
     for call in calls:
         comm = comms.setdefault(call.comm_id, Communicator(call.comm_id, call.comm_name, call.n_ranks, call.nnodes, {}))
         if (call.n_ranks, call.nnodes) != (comm.n_ranks, comm.nnodes):
@@ -367,10 +368,10 @@ def size_bucket(size: int) -> tuple[int, int]:
 
 
 def _rows(calls: list[Call], comms: dict[str, Communicator]) -> tuple[list[Record], list[str]]:
-    by_call: dict[tuple, list[Call]] = defaultdict(list)
+    by_call: dict[tuple[Any, ...], list[Call]] = defaultdict(list)
     for call in calls:
         by_call[(call.comm_id, call.op, call.sn)].append(call)
-    buckets: dict[tuple, list[Sample]] = defaultdict(list)
+    buckets: dict[tuple[Any, ...], list[Sample]] = defaultdict(list)
     for (comm_id, op, sn), ranks in by_call.items():
         n = comms[comm_id].n_ranks
         size = size_bytes(op, max(c.msg_bytes for c in ranks), n)
@@ -420,9 +421,9 @@ def _samples_line(record: Record, comm: Communicator, samples: list[Sample]) -> 
 _JOB_DIR = re.compile(r"^nccl-inspector-(?P<id>[A-Za-z0-9_.-]+)$")
 
 
-def _job_id(files: list[Path]) -> str:
+def _job_id(files: list[str | Path]) -> str:
     """The Slurm job id Inspector put in its default directory name, where the logs still sit in it."""
-    found = {match.group("id") for path in files for part in path.resolve().parts
+    found = {match.group("id") for path in files for part in Path(path).resolve().parts
              if (match := _JOB_DIR.match(part)) and match.group("id") != "unknown-jobid"}
     return found.pop() if len(found) == 1 else "unknown"
 
@@ -431,7 +432,7 @@ def _iso(us: int | None) -> str | None:
     return None if us is None else datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="seconds")
 
 
-def _run_info(files, calls: list[Call], comms: dict[str, Communicator], stats: list[FileStats], job_id: str,
+def _run_info(files: list[str | Path], calls: list[Call], comms: dict[str, Communicator], stats: list[FileStats], job_id: str,
               n_records: int) -> RunInfo:
     if not n_records:
         raise UsageError(f"{files[0]}: Inspector records, but none with a size and a time above 0; nothing to import")
@@ -468,10 +469,10 @@ def write_job(job: InspectorJob, out_dir: str | Path, run_id: str | None = None)
     return writer.path
 
 
-def read_job_samples(run_dir: str | Path) -> dict[tuple, dict]:
+def read_job_samples(run_dir: str | Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     """(comm_id, op, size_bucket low) -> that row's samples line, as write_job wrote it."""
     path = Path(run_dir) / SAMPLES_JSONL
-    found: dict[tuple, dict] = {}
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import secrets
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from commbench import ops
 from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
@@ -184,8 +184,8 @@ def _assemble(facts: RunFacts, op: str | None, file_hint: str | None) -> Importe
     return ImportedRun(info, records)
 
 
-def _provenance(facts: RunFacts) -> dict:
-    where = {"source_file": facts.source, "program": facts.program, "command": facts.command}
+def _provenance(facts: RunFacts) -> dict[str, Any]:
+    where: dict[str, Any] = {"source_file": facts.source, "program": facts.program, "command": facts.command}
     if facts.last_line:
         where.update(lines=f"{facts.first_line}-{facts.last_line}", run=f"run {facts.position} of {facts.runs_in_file}")
     if facts.columns:
@@ -332,15 +332,15 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     # nccl-tests prints one rank-averaged time; the spread only with -I: without it the spread is null
     stats = Stats(median=m.time_us, p10=m.time_p10, p90=m.time_p90, min=m.time_min, max=m.time_max, mean=m.time_us,
                   cv=m.cv)
-    extra: dict = {"source_line": m.line} if m.line else {}  # where in the file the row was printed
+    extra: dict[str, Any] = {"source_line": m.line} if m.line else {}  # where in the file the row was printed
     if m.time_p99 is not None:
         extra["time_us_p99"] = m.time_p99
     if m.process_times is not None:  # -I: every process's time, so stragglers can be seen
         extra["process_times_us"] = m.process_times
     slowest = None if m.slowest_process is None else m.slowest_process * facts.ranks_per_process  # that process's first rank
-    return build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
-                        time_stat="rank-averaged mean",
-                        reported_bandwidth=(m.algbw, m.busbw), **extra)
+    record: Record = build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
+                                  time_stat="rank-averaged mean", reported_bandwidth=(m.algbw, m.busbw), **extra)
+    return record
 
 
 def _consistency_warnings(facts: RunFacts, records: list[Record]) -> list[str]:

@@ -8,6 +8,7 @@ plain lets a reader be tested on its own and keeps the two readers from dependin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 INCOMPLETE_REASON = "log ends early (crashed run?)"
 
@@ -64,9 +65,9 @@ class RunFacts:
     ops_per_iteration: int = 1  # agg iters x graph launches: collectives per timed iteration
     iters: int | None = None
     columns: list[str] = field(default_factory=list)  # the table's column names, as printed
-    args: dict = field(default_factory=dict)
-    versions: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
     created: str | None = None
     finished: str | None = None
     complete: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from typing import Any
 
 from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
 from commbench.errors import UsageError
@@ -29,31 +30,32 @@ def read_report(text: str, source: str) -> RunFacts:
         raise UsageError(f"{source}: nccl-tests JSON report in a layout this commbench does not know ({exc!r})") from None
 
 
-def _load_json_report(text: str, source: str) -> dict:
+def _load_json_report(text: str, source: str) -> dict[str, Any]:
     """The report; for a writer that died mid-run, its header and complete results.
 
     nccl-tests writes the report as it goes and closes it only at the end, so a crash leaves
     '{...,"results":[{...},{...},{"size":' behind.
     """
     try:
-        return json.loads(text)
+        whole: dict[str, Any] = json.loads(text)
+        return whole
     except json.JSONDecodeError:
         pass
     start = text.find('"results":[')
     if start < 0:
         raise UsageError(f"{source}: not valid JSON and no nccl-tests results in it")
     try:
-        document = json.loads(text[:start] + '"results":[]}')
+        document: dict[str, Any] = json.loads(text[:start] + '"results":[]}')
     except json.JSONDecodeError:
         raise UsageError(f"{source}: not valid JSON and its nccl-tests header is unreadable") from None
     document["results"] = _complete_json_items(text, start + len('"results":['))
     return document
 
 
-def _complete_json_items(text: str, position: int) -> list:
+def _complete_json_items(text: str, position: int) -> list[Any]:
     """Decode the items of a JSON list from position on, stopping at the first incomplete one."""
     decoder = json.JSONDecoder()
-    items = []
+    items: list[Any] = []
     while True:
         position = len(text) - len(text[position:].lstrip(", \n\t\r"))
         try:
@@ -63,7 +65,7 @@ def _complete_json_items(text: str, position: int) -> list:
         items.append(item)
 
 
-def _facts_from_json(document: dict, source: str) -> RunFacts:
+def _facts_from_json(document: dict[str, Any], source: str) -> RunFacts:
     config = document.get("config") or {}
     argv = [str(arg) for arg in document.get("args") or []]
     env = dict(entry.split("=", 1) for entry in document.get("env") or [] if "=" in entry)
@@ -102,7 +104,7 @@ def _facts_from_json(document: dict, source: str) -> RunFacts:
     return facts
 
 
-def _devices_from_json(entry: dict, ranks_per_process: int) -> list[Device]:
+def _devices_from_json(entry: dict[str, Any], ranks_per_process: int) -> list[Device]:
     """One `devices` entry per process -> that process's ranks.
 
     nccl-tests fills the entry from the first `#  Rank` line of each process only; the others
@@ -124,7 +126,7 @@ def _devices_from_json(entry: dict, ranks_per_process: int) -> list[Device]:
     return [first] + rest
 
 
-def _measurements_from_json(entry: dict) -> list[Measurement]:
+def _measurements_from_json(entry: dict[str, Any]) -> list[Measurement]:
     measurements = []
     for key, in_place in (("out_of_place", False), ("in_place", True)):
         figures = entry.get(key)
@@ -149,7 +151,7 @@ def _measurements_from_json(entry: dict) -> list[Measurement]:
     return measurements
 
 
-def _add_per_iteration(measurement: Measurement, per_iteration: dict) -> None:
+def _add_per_iteration(measurement: Measurement, per_iteration: dict[str, Any]) -> None:
     """-I statistics: extremes, spread and percentiles of the iterations, and the slowest process."""
     if not per_iteration:
         return

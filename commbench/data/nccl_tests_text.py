@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
 
@@ -110,11 +111,12 @@ def _clean_lines(text: str) -> list[_Line]:
 def _split_runs(lines: list[_Line]) -> list[tuple[int, int, int]]:
     """(start, end, header) indices of each run: a header block after rows or a footer starts the next."""
     pieces: list[tuple[int, int, int]] = []
-    start, header, seen_results = 0, None, False
+    start, seen_results = 0, False
+    header: int | None = None
     for index, line in enumerate(lines):
         if _starts_header(line.text):
             if seen_results:
-                pieces.append((start, index, header))
+                pieces.append((start, index, start if header is None else header))
                 start, header, seen_results = index, None, False
             header = index if header is None else header
         seen_results = seen_results or _looks_like_row(line.text) or bool(_AVG_BUSBW.match(line.text))
@@ -288,7 +290,7 @@ def _placements(
     return None
 
 
-def _measurement(head: dict, cells: dict, in_place: bool, line_number: int) -> Measurement | None:
+def _measurement(head: dict[str, Any], cells: dict[str, Any], in_place: bool, line_number: int) -> Measurement | None:
     """A column group's cells, each checked against what its column can hold; None if any cannot."""
     size, count = _uint(head.get("size")), _uint(head.get("count"))
     dtype = head.get("type", "")
@@ -297,11 +299,12 @@ def _measurement(head: dict, cells: dict, in_place: bool, line_number: int) -> M
     time_us = _float(cells.get("time", cells.get("cputime")))
     algbw, busbw = _float(cells.get("algbw")), _float(cells.get("busbw"))
     wrong = _wrong(cells)
-    numbers = (size, count, root, time_us, algbw, busbw, wrong)
-    if any(value is None for value in numbers) or not re.fullmatch(r"[A-Za-z]\w*", dtype) or not re.fullmatch(r"[A-Za-z]\w*", redop):
+    if (size is None or count is None or root is None or time_us is None or algbw is None or busbw is None
+            or wrong is None) or not re.fullmatch(r"[A-Za-z]\w*", dtype) or not re.fullmatch(r"[A-Za-z]\w*", redop):
         return None
-    extras = {name: _float(cells[name]) for name in ("i_min", "i_max", "i_p99", "i_cv%") if name in cells}
-    if any(value is None for value in extras.values()):
+    read = {name: _float(cells[name]) for name in ("i_min", "i_max", "i_p99", "i_cv%") if name in cells}
+    extras = {name: value for name, value in read.items() if value is not None}
+    if len(extras) < len(read):
         return None
     return Measurement(
         size=size,
@@ -323,7 +326,7 @@ def _measurement(head: dict, cells: dict, in_place: bool, line_number: int) -> M
     )
 
 
-def _wrong(cells: dict) -> int | None:
+def _wrong(cells: dict[str, Any]) -> int | None:
     """'#wrong' is a count, or N/A when the check was off; the 2019-2021 float 'error' is never a count."""
     if "#wrong" in cells:
         printed = cells["#wrong"]
@@ -352,7 +355,7 @@ def _float(text: str | None) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def _device(match: re.Match) -> Device:
+def _device(match: re.Match[str]) -> Device:
     return Device(
         rank=int(match["rank"]),
         group=int(match["group"] or 0),
@@ -363,7 +366,7 @@ def _device(match: re.Match) -> Device:
     )
 
 
-def _read_params(match: re.Match, line: str, facts: RunFacts) -> None:
+def _read_params(match: re.Match[str], line: str, facts: RunFacts) -> None:
     """The '# nThread ...' line: how many ranks each process drives and how each size was timed."""
     pairs = {name: int(value) for name, value in _PARAM_PAIR.findall(line)}
     facts.ranks_per_process = int(match["nthreads"]) * int(match["ngpus"])

@@ -10,8 +10,9 @@ Torch-free (numpy for the statistics).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class Stats:
     cv: float | None  # stdev / mean: 0.05 means the iterations scatter by about 5%
 
     @classmethod
-    def of(cls, samples_us) -> Stats:
+    def of(cls, samples_us: Sequence[float] | np.ndarray) -> Stats:
         values = np.asarray(samples_us, dtype=np.float64)
         mean = float(values.mean())
         p10, median, p90 = np.percentile(values, [10, 50, 90])
@@ -64,7 +65,8 @@ class RowFacts:
 
 def build_record(facts: RowFacts, stats: Stats, factor: float, *, time_us_mean_nccl: float | None, wrong: int,
                  slowest_rank: int | None = None, reported_bandwidth: tuple[float, float] | None = None,
-                 record_class: type[R] = Record, time_stat: str = "slowest-rank median", **extra) -> R:
+                 record_class: type[R] = Record,  # type: ignore[assignment]  # mypy#3737: a TypeVar's default
+                 time_stat: str = "slowest-rank median", **extra: Any) -> R:
     """A Record of `record_class` (Record, or a subclass with `extra` fields). time_us is stats.median,
     which `time_stat` names; time_us_mean is stats.mean. The bandwidths follow from size and time_us
     unless `reported_bandwidth` (algbw, busbw) gives them, as a log does."""

@@ -20,9 +20,11 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -113,7 +115,7 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
         raise
 
 
-def records_to_csv(records: list[dict]) -> str:
+def records_to_csv(records: list[dict[str, Any]]) -> str:
     extra = sorted({key for rec in records for key in rec} - set(RECORD_FIELDS))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=RECORD_FIELDS + extra, lineterminator="\n")
@@ -135,7 +137,7 @@ class RunWriter:
         except FileExistsError:
             raise UsageError(f"run directory {self.path} already exists; pick another --run-id") from None
         self.info = info
-        self.records: list[dict] = []
+        self.records: list[dict[str, Any]] = []
         self.samples: list[str] = []  # samples.jsonl lines, one per record that kept its samples
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
         try:
@@ -152,7 +154,7 @@ class RunWriter:
     def write_info(self) -> None:
         atomic_write_text(self.path / RUN_FILE, self.info.model_dump_json(indent=2) + "\n")
 
-    def add_records(self, records: list[Record], samples: list[str] = ()) -> None:
+    def add_records(self, records: list[Record], samples: Sequence[str] = ()) -> None:
         """Keep these records and, where the driver has them, their per-iteration samples lines."""
         dumped = [rec.model_dump() for rec in records]
         with self._lock:
@@ -160,7 +162,7 @@ class RunWriter:
             self.samples.extend(samples)
             self._write_records()
 
-    def set_records(self, records: list[dict]) -> None:
+    def set_records(self, records: list[dict[str, Any]]) -> None:
         """Replace every record (e.g. to add flags computed once all rows are in)."""
         with self._lock:
             self.records = list(records)
@@ -188,7 +190,7 @@ class Run:
 
     path: Path
     info: RunInfo
-    records: list[dict]
+    records: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     bad_records: int = 0  # records.jsonl lines skipped (not JSON, not a record, too long)
 
@@ -197,7 +199,7 @@ class Run:
         return self.info.run_id
 
 
-def read_json(path: Path, missing: str, kind: Kind = DOCUMENT):
+def read_json(path: Path, missing: str, kind: Kind = DOCUMENT) -> Any:
     """The JSON in `path`, or CommbenchError with `missing` (no file) or why it is refused (safe_read:
     not a regular file, a link out of the run directory, too big, too deep, not UTF-8)."""
     if not os.path.lexists(path):
@@ -208,7 +210,7 @@ def read_json(path: Path, missing: str, kind: Kind = DOCUMENT):
         raise CommbenchError(str(exc)) from None
 
 
-def save_document_run(out_dir: str | Path, info: RunInfo, filename: str, document: dict) -> Path:
+def save_document_run(out_dir: str | Path, info: RunInfo, filename: str, document: dict[str, Any]) -> Path:
     """A complete run directory whose content is one JSON document beside run.json (trace analyses,
     diagnoses): run.json is written incomplete first and marked complete once the document is in place."""
     writer = RunWriter(out_dir, info)
@@ -217,7 +219,7 @@ def save_document_run(out_dir: str | Path, info: RunInfo, filename: str, documen
     return writer.path
 
 
-def load_document(run_dir: str | Path, filename: str, what: str, list_key: str) -> dict:
+def load_document(run_dir: str | Path, filename: str, what: str, list_key: str) -> dict[str, Any]:
     """The JSON document `filename` of such a run directory; CommbenchError unless it is a dict
     holding a `list_key` list (what makes it `what`, e.g. "a trace analysis")."""
     path = Path(run_dir) / filename
@@ -251,10 +253,10 @@ def load_run(path: str | Path) -> Run:
     return Run(path=path, info=info, records=records, warnings=warnings + info.warnings, bad_records=lines.bad)
 
 
-def _read_records(path: Path, warnings: list[str], lines: LineReport) -> list[dict]:
+def _read_records(path: Path, warnings: list[str], lines: LineReport) -> list[dict[str, Any]]:
     """Every valid record, streamed (safe_read); bad lines are counted and skipped. A records file
     that cannot be read at all (a FIFO, a device, a link out of the run) is a warning: no records."""
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     if not os.path.lexists(path):
         warnings.append(f"{path}: missing, no records")
         return records

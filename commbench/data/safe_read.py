@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from commbench.errors import UsageError
 
@@ -186,7 +186,8 @@ def iter_lines(path: str | Path, kind: Kind, report: LineReport | None = None,
     report = report if report is not None else LineReport()
     name = Path(path).name
     with open_regular(path, kind, root) as handle:
-        _refuse_non_text(handle.peek(65536)[:65536], path, kind)  # UTF-16 or binary: refused up front
+        # UTF-16 or binary: refused up front (open_regular's file is buffered: it has peek)
+        _refuse_non_text(handle.peek(65536)[:65536], path, kind)  # type: ignore[attr-defined]
         number = 0
         while True:
             raw = handle.readline(MAX_LINE_BYTES + 1)
@@ -215,7 +216,7 @@ def _skip_rest_of_line(handle: IO[bytes]) -> None:
 # ------------------------------------------------------------------------------ JSON
 
 
-def parse_json(text: str, where: str | Path):
+def parse_json(text: str, where: str | Path) -> Any:
     """json.loads with the depth and integer limits; UnsafeFile (one line) for anything it refuses."""
     try:
         value = json.loads(text, parse_int=_bounded_int)
@@ -232,13 +233,13 @@ def parse_json(text: str, where: str | Path):
     return value
 
 
-def load_json(path: str | Path, kind: Kind, root: str | Path | None = None):
+def load_json(path: str | Path, kind: Kind, root: str | Path | None = None) -> Any:
     """The JSON document in a file of a capped kind."""
     return parse_json(read_text(path, kind, root), path)
 
 
 def iter_jsonl(path: str | Path, kind: Kind, report: LineReport | None = None,
-               root: str | Path | None = None) -> Iterator[tuple[int, object]]:
+               root: str | Path | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, value) for every JSON line; blank lines ignored, bad ones counted and skipped."""
     report = report if report is not None else LineReport()
     name = Path(path).name
@@ -261,7 +262,7 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _depth(value) -> int:
+def _depth(value: Any) -> int:
     """How deep lists and dicts nest in value (iterative: the check itself never recurses)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

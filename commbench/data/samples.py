@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from commbench.data.safe_read import RECORDS, LineReport, UnsafeFile, iter_jsonl
 
@@ -28,7 +30,7 @@ SAMPLES_JSONL = "samples.jsonl"
 KEY_FIELDS = ("op", "scope", "group_size", "size_bytes", "dtype", "in_place", "direction")
 
 
-def row_key(record: dict) -> tuple:
+def row_key(record: dict[str, Any]) -> tuple[Any, ...]:
     """What identifies a row across runs of the same command (and inside one run): its KEY_FIELDS and,
     for a pairwise row, its pair (rank_a, rank_b) last. The pairs of a pairwise run share every key
     field, so without the pair two runs' different pairs would be matched, or collapse into one row.
@@ -36,17 +38,17 @@ def row_key(record: dict) -> tuple:
     return _with_pair([record.get(name) for name in KEY_FIELDS], record.get("pair"))
 
 
-def key_from_json(values: list) -> tuple:
+def key_from_json(values: list[Any]) -> tuple[Any, ...]:
     """A row key written as JSON (a baseline's "key") back into the tuple row_key makes."""
     fields = len(KEY_FIELDS)
     return _with_pair(values[:fields], values[fields] if len(values) > fields else None)
 
 
-def _with_pair(fields, pair) -> tuple:
+def _with_pair(fields: Iterable[Any], pair: Iterable[Any] | None) -> tuple[Any, ...]:
     return tuple(fields) + ((tuple(pair),) if pair else ())
 
 
-def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], ranks: list[int],
+def samples_line(record: dict[str, Any], slowest_rank: int | None, times_us: list[float], ranks: list[int],
                  rank_medians_us: list[float]) -> str:
     """One line of samples.jsonl for `record` (the writer appends these as rows are measured)."""
     line = {
@@ -61,14 +63,14 @@ def samples_line(record: dict, slowest_rank: int | None, times_us: list[float], 
     return json.dumps(line) + "\n"
 
 
-def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict[tuple, dict]:
+def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
     """row key -> {"slowest_rank", "time_us", "ranks", "rank_median_us"}; {} when the run kept no
     samples. Keys are row_key's (a pairwise row's ends with its pair (rank_a, rank_b)). Lines that
     do not parse are skipped with a warning, never an error: samples are an addition."""
     path = Path(run_dir) / SAMPLES_JSONL
     if not os.path.lexists(path):
         return {}
-    found: dict[tuple, dict] = {}
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
     lines = LineReport()
     try:
         for number, item in iter_jsonl(path, RECORDS, lines, root=path.parent):

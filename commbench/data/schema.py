@@ -22,7 +22,7 @@ adding an optional field keeps the version):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -130,10 +130,10 @@ class RunInfo(BaseModel):
     backend: str
     world_size: int
     nodes: list[NodeInfo] = []
-    args: dict = {}
-    versions: dict = {}
-    env: dict = Field({}, description="NCCL_*, GLOO_*, TORCH_* and launcher variables seen by rank 0")
-    topology: dict | None = None
+    args: dict[str, Any] = {}
+    versions: dict[str, Any] = {}
+    env: dict[str, Any] = Field({}, description="NCCL_*, GLOO_*, TORCH_* and launcher variables seen by rank 0")
+    topology: dict[str, Any] | None = None
     complete: bool = False
     reason: str | None = Field(None, description="why the run is not complete (an error, a lost rank, an interrupt)")
     warnings: list[str] = []

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 from commbench.data.rundir import load_run
 from commbench.errors import UsageError
 
 
-def extra_compute_per_overlapped_second(record: dict) -> float:
+def extra_compute_per_overlapped_second(record: dict[str, Any]) -> float:
     overlapped = min(record["comm_during_compute_us"], record["compute_during_comm_us"])
     if overlapped <= 0:
         return 0.0
-    return (record["compute_during_comm_us"] - record["compute_us"]) / overlapped
+    return float((record["compute_during_comm_us"] - record["compute_us"]) / overlapped)
 
 
 def measured_slowdown(run_dir: str | Path) -> float:
@@ -37,7 +38,7 @@ def measured_slowdown(run_dir: str | Path) -> float:
     usable = [r for r in run.records if "compute_during_comm_us" in r and r["wrong"] <= 0]
     if not usable:
         raise UsageError(f"{run_dir}: no overlap records with correct results")
-    largest = {}
+    largest: dict[str, int] = {}
     for record in usable:
         largest[record["op"]] = max(largest.get(record["op"], 0), record["size_bytes"])
     per_op = [extra_compute_per_overlapped_second(r) for r in usable if r["size_bytes"] == largest[r["op"]]]

@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -76,7 +77,14 @@ RUN_COLUMNS = {
 _PAIR_ONLY = {"pair", "pair_nodes", "outlier", "outlier_reasons", "tcp_segments_sent", "tcp_retransmits"}
 
 
-def _column_type(annotation) -> str:
+def _one(con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any] | None = None) -> Any:
+    """The one value a query that always returns one row returns."""
+    row = con.execute(sql, parameters).fetchone()
+    assert row is not None, sql
+    return row[0]
+
+
+def _column_type(annotation: Any) -> str:
     """The DuckDB type of a Record field, from its Python annotation (Optional stripped)."""
     args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
@@ -148,7 +156,7 @@ def _lock_path(db: Path) -> Path:
     return db.with_name(db.name + ".lock")
 
 
-def _connect(path: Path, read_only: bool, wait_s: float = 60.0, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+def _connect(path: Path, read_only: bool, wait_s: float = 60.0, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
     """Open the file, waiting while another process holds it (DuckDB allows one writing process)."""
     deadline = time.monotonic() + wait_s
     while True:
@@ -195,7 +203,7 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     pairwise samples were never kept, so nothing is lost); records.uniform_time_us_p10/p90 (4)
     added and filled from what older ingests kept of them in `extra`; the actions table (5), empty;
     records.stop_reason (6) added, moved out of `extra` likewise where an ingest kept it there."""
-    version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+    version = int(_one(con, "SELECT value FROM meta WHERE key = 'schema_version'"))
     if version >= STORE_SCHEMA_VERSION:
         return
     con.execute("BEGIN TRANSACTION")
@@ -350,7 +358,7 @@ def _remove_stale_staging() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _known_runs(con) -> dict[str, tuple[str, str, str]]:
+def _known_runs(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str, str]]:
     """path -> (run_id, fingerprint, digest) and run_id -> the same, for every run in the database."""
     known: dict[str, tuple[str, str, str]] = {}
     for run_id, path, fingerprint, digest in con.execute("SELECT run_id, path, fingerprint, digest FROM runs").fetchall():
@@ -383,7 +391,7 @@ def _digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _stage(path: Path, known: dict, report: IngestReport) -> tuple[Run, str, str] | None:
+def _stage(path: Path, known: dict[str, Any], report: IngestReport) -> tuple[Run, str, str] | None:
     """The run to write (with its fingerprint and digest), or None when it is unchanged or unusable."""
     key = os.path.abspath(path)
     fingerprint = _fingerprint(path)
@@ -408,10 +416,10 @@ def _stage(path: Path, known: dict, report: IngestReport) -> tuple[Run, str, str
     return run, fingerprint, digest
 
 
-def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: IngestReport) -> None:
+def _write_batch(con: duckdb.DuckDBPyConnection, pending: list[tuple[Run, str, str]], known: dict[str, Any], report: IngestReport) -> None:
     if not pending:
         return
-    rows: dict[str, list[dict]] = {table: [] for table in TABLES}
+    rows: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
     for run, fingerprint, digest in pending:
         rows["runs"].append(_run_row(run, fingerprint, digest))
         _record_rows(run, rows)
@@ -438,7 +446,7 @@ def _write_batch(con, pending: list[tuple[Run, str, str]], known: dict, report: 
         known[os.path.abspath(run.path)] = known[run.run_id] = (run.run_id, fingerprint, digest)
 
 
-def _insert_json_rows(con, table: str, columns: dict[str, str], rows: list[dict], tmp: Path) -> None:
+def _insert_json_rows(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, str], rows: list[dict[str, Any]], tmp: Path) -> None:
     """Bulk insert through a newline-delimited JSON file: far faster than row-by-row inserts."""
     if not rows:
         return
@@ -458,7 +466,7 @@ _SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DO
                         "rank_median_us": "DOUBLE[]", "pair": "INTEGER[]"}
 
 
-def _insert_samples(con, files: list[tuple[Path, str]]) -> None:
+def _insert_samples(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, str]]) -> None:
     """Every samples.jsonl of the batch, parsed by DuckDB; lines that do not parse are skipped."""
     present = [(str(path), run_id) for path, run_id in files if _regular_inside(path)]
     if not present:
@@ -495,13 +503,13 @@ def _timestamp(text: str | None) -> str | None:
     return moment.isoformat(sep=" ")
 
 
-def _short_digest(value) -> str | None:
+def _short_digest(value: Any) -> str | None:
     if value is None:
         return None
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _run_row(run: Run, fingerprint: str, digest: str) -> dict:
+def _run_row(run: Run, fingerprint: str, digest: str) -> dict[str, Any]:
     info = run.info
     hosts = [node.hostname for node in info.nodes]
     cluster = getattr(info, "cluster", None) or resolve_cluster(None, info.env, hosts[0] if hosts else "local")
@@ -518,7 +526,7 @@ def _run_row(run: Run, fingerprint: str, digest: str) -> dict:
     }
 
 
-def _record_rows(run: Run, rows: dict[str, list[dict]]) -> None:
+def _record_rows(run: Run, rows: dict[str, list[dict[str, Any]]]) -> None:
     for index, record in enumerate(run.records):
         row = {"run_id": run.run_id, "row": index}
         row.update({name: record.get(name) for name in RECORD_COLUMNS if name not in row and name != "extra"})
@@ -529,7 +537,7 @@ def _record_rows(run: Run, rows: dict[str, list[dict]]) -> None:
             rows["pairs"].append(_pair_row(run.run_id, index, record))
 
 
-def _pair_row(run_id: str, index: int, record: dict) -> dict:
+def _pair_row(run_id: str, index: int, record: dict[str, Any]) -> dict[str, Any]:
     ranks = list(record.get("pair") or [None, None]) + [None, None]
     nodes = list(record.get("pair_nodes") or [None, None]) + [None, None]
     return {"run_id": run_id, "row": index, "rank_a": ranks[0], "rank_b": ranks[1], "node_a": nodes[0],
@@ -543,7 +551,7 @@ def _pair_row(run_id: str, index: int, record: dict) -> dict:
 # ---------------------------------------------------------------- scheduler actions
 
 
-def record_actions(db: str | Path, rows: list[dict]) -> None:
+def record_actions(db: str | Path, rows: list[dict[str, Any]]) -> None:
     """Append rows (ACTION_COLUMNS; `when` ISO-8601) to the actions table, creating the file if needed."""
     if not rows:
         return
@@ -563,11 +571,11 @@ def record_actions(db: str | Path, rows: list[dict]) -> None:
             con.close()
 
 
-def read_actions(db: str | Path, limit: int = 1000) -> list[dict]:
+def read_actions(db: str | Path, limit: int = 1000) -> list[dict[str, Any]]:
     """The newest actions first (an older database without the table: none)."""
     con = open_read_only(db)
     try:
-        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'actions'").fetchone()[0]:
+        if not _one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'actions'"):
             return []
         cursor = con.execute('SELECT * FROM actions ORDER BY "when" DESC LIMIT ?', [limit])
         columns = [column[0] for column in cursor.description]
@@ -598,14 +606,14 @@ def check_query(sql: str) -> None:
     if statements[0].type != duckdb.StatementType.SELECT:
         raise UsageError(f"db sql is read-only: {statements[0].type.name} refused (one SELECT or WITH ... SELECT only)")
     with duckdb.connect(":memory:", config=dict(QUERY_CONFIG)) as parser:
-        tree = json.loads(parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+        tree = json.loads(_one(parser, "SELECT json_serialize_sql(?)", [sql]))
     if tree.get("error"):
         raise UsageError(f"db sql is read-only: {tree.get('error_message', 'not a plain SELECT')}")
     for node in _parse_nodes(tree):
         _check_node(node)
 
 
-def _parse_nodes(tree) -> Iterator[dict]:
+def _parse_nodes(tree: Any) -> Iterator[dict[str, Any]]:
     stack = [tree]
     while stack:
         item = stack.pop()
@@ -616,7 +624,7 @@ def _parse_nodes(tree) -> Iterator[dict]:
             stack.extend(item)
 
 
-def _check_node(node: dict) -> None:
+def _check_node(node: dict[str, Any]) -> None:
     if node.get("type") == "TABLE_FUNCTION":
         name = str((node.get("function") or {}).get("function_name", "")).lower()
         if name not in _SAFE_TABLE_FUNCTIONS and not name.startswith(_SAFE_TABLE_FUNCTION_PREFIXES):
@@ -626,7 +634,7 @@ def _check_node(node: dict) -> None:
         raise UsageError("db sql reads the database only: a table named like a file or URL refused")
 
 
-def query(db: str | Path, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
+def query(db: str | Path, sql: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run one read-only statement (check_query) on a QUERY_CONFIG connection: (column names, rows)."""
     check_query(sql)
     con = open_read_only(db)
@@ -647,7 +655,7 @@ ORDER BY r.created DESC NULLS LAST, r.path DESC
 """
 
 
-def list_runs_under(db: str | Path, root: str | Path, kinds: Iterable[str] | None = None) -> list[dict]:
+def list_runs_under(db: str | Path, root: str | Path, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """The runs (of these kinds; None: all) the database holds under the folder root, newest first,
     without reading any run directory: path, kind, created, backend, world_size, synthetic (None if
     ingested under schema 1) and the number of records."""

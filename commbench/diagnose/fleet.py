@@ -42,18 +42,16 @@ class FleetModel:
     leaf_size: int = 32
     spine_factor: float = 1.0           # non-blocking fat tree by default
     noise_sigma: float = NOISE_SIGMA
-    node_rate: np.ndarray = None        # rate factor per node
-    node_loss_pct: np.ndarray = None    # inbound loss per node, %
-    link_rate: dict = field(default_factory=dict)      # (a, b) sorted -> factor
-    link_loss_pct: dict = field(default_factory=dict)  # (a, b) sorted -> %
-    stops_at_round: dict = field(default_factory=dict)  # node -> first round it no longer answers
+    node_rate: np.ndarray = field(init=False)      # rate factor per node (1: healthy)
+    node_loss_pct: np.ndarray = field(init=False)  # inbound loss per node, % (0: healthy)
+    link_rate: dict[tuple[int, int], float] = field(default_factory=dict)      # (a, b) sorted -> factor
+    link_loss_pct: dict[tuple[int, int], float] = field(default_factory=dict)  # (a, b) sorted -> %
+    stops_at_round: dict[int, int] = field(default_factory=dict)  # node -> first round it no longer answers
     rounds_run: int = 0
 
-    def __post_init__(self):
-        if self.node_rate is None:
-            self.node_rate = np.ones(self.n_nodes)
-        if self.node_loss_pct is None:
-            self.node_loss_pct = np.zeros(self.n_nodes)
+    def __post_init__(self) -> None:
+        self.node_rate = np.ones(self.n_nodes)
+        self.node_loss_pct = np.zeros(self.n_nodes)
 
     def run_round(self, groups: Sequence[tuple[int, ...]], wait_for_silent: bool = False) -> RoundResult:
         """wait_for_silent changes nothing here: a node of the model is silent from its round on."""
@@ -83,10 +81,10 @@ class FleetModel:
         edge = edge * np.where(leaves_leaf, self.spine_factor, 1.0)
         return self.line_gbps * edge.min(axis=1), self.node_loss_pct[members].mean(axis=1)
 
-    def _apply_link_faults(self, groups, busbw: np.ndarray, loss: np.ndarray) -> None:
+    def _apply_link_faults(self, groups: Sequence[tuple[int, ...]], busbw: np.ndarray, loss: np.ndarray) -> None:
         if not self.link_rate and not self.link_loss_pct:
             return
-        where = {}
+        where: dict[int, tuple[int, int]] = {}
         for i, g in enumerate(groups):
             for position, n in enumerate(g):
                 where[n] = (i, position)
@@ -158,7 +156,8 @@ def bisect_single_fault(model: FleetModel) -> tuple[int, int]:
     """Single-fault bisection as readiness tools do it: test both halves, follow the slower one down
     to a pair, then test each of the pair's nodes with a node of the other half. Bandwidth only;
     returns (the node it names, rounds)."""
-    nodes, rounds, other = list(range(model.n_nodes)), 0, []
+    nodes, rounds = list(range(model.n_nodes)), 0
+    other: list[int] = []
     while len(nodes) > 2:
         half = len(nodes) // 2
         low, high = nodes[:half], nodes[half:]

@@ -16,7 +16,8 @@ _BRACKET = re.compile(r"^([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)\Z")
 
 def compress(names: list[str]) -> str:
     """The shortest hostlist this module writes for `names` (order: by prefix, then number)."""
-    plain, numbered = [], {}
+    plain: list[str] = []
+    numbered: dict[tuple[str, int], list[int]] = {}
     for name in sorted(set(names)):
         match = _NUMBERED.match(name)
         if match:
@@ -30,8 +31,8 @@ def compress(names: list[str]) -> str:
             parts.append(f"{prefix}{numbers[0]:0{width}d}")
             continue
         ranges = []
-        for _, run in groupby(enumerate(sorted(numbers)), key=lambda pair: pair[1] - pair[0]):
-            run = [n for _, n in run]
+        for _, consecutive in groupby(enumerate(sorted(numbers)), key=lambda pair: pair[1] - pair[0]):
+            run = [n for _, n in consecutive]
             ranges.append(f"{run[0]:0{width}d}" + (f"-{run[-1]:0{width}d}" if len(run) > 1 else ""))
         parts.append(f"{prefix}[{','.join(ranges)}]")
     return ",".join(parts)
@@ -70,7 +71,7 @@ def expand(hostlist: str) -> list[str]:
 
 
 def _expand_ranges(ranges: str, part: str) -> list[str]:
-    numbers = []
+    numbers: list[str] = []
     for item in ranges.split(","):
         low, _, high = item.partition("-")
         if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from commbench.data.rundir import load_document, new_run_id, save_document_run, utc_now
 from commbench.data.schema import RunInfo
@@ -14,7 +15,7 @@ from commbench.diagnose.strategy import Diagnosis
 DIAGNOSE_FILE = "diagnose.json"
 
 
-def to_dict(result: Diagnosis, names: list[str], source: str) -> dict:
+def to_dict(result: Diagnosis, names: list[str], source: str) -> dict[str, Any]:
     """Everything the report shows, by node name; `source` says where the measurements came from."""
     drained = sorted(result.drained())
     ref = result.reference
@@ -38,7 +39,7 @@ def to_dict(result: Diagnosis, names: list[str], source: str) -> dict:
     }
 
 
-def json_ready(value):
+def json_ready(value: Any) -> Any:
     """The report with every NaN (a hung group's bandwidth, retransmissions not measured) as None: JSON has
     no NaN, and `jq` or a browser refuses the token Python would write."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -50,19 +51,19 @@ def json_ready(value):
     return value
 
 
-def measured(value) -> bool:
+def measured(value: Any) -> bool:
     """A figure that was measured: not None (JSON) and not NaN (in memory)."""
     return value is not None and value == value
 
 
-def _named(evidence: dict, names: list[str]) -> dict:
+def _named(evidence: dict[str, Any], names: list[str]) -> dict[str, Any]:
     return {**evidence, "group": [names[n] for n in evidence.get("group", [])]}
 
 
-def evidence_line(e: dict) -> str:
+def evidence_line(e: dict[str, Any]) -> str:
     """One piece of evidence in words: the last one of a verdict is the decisive one."""
     if "busbw_gbps" not in e:
-        return e.get("note", "")
+        return str(e.get("note", ""))
     loss = e.get("retransmit_pct")
     result = (f"{e['busbw_gbps']:.4g} GB/s = {e['of_median']:.0%} of the fleet median" if measured(e["busbw_gbps"])
               else f"no result ({e.get('outcome', 'hung')})")
@@ -71,7 +72,7 @@ def evidence_line(e: dict) -> str:
             + (f" ({e['note']})" if e.get("note") else ""))
 
 
-def text(report: dict) -> str:
+def text(report: dict[str, Any]) -> str:
     lines = [f"# diagnose: {report['nodes']} nodes, {report['rounds']} concurrent rounds, "
              f"{report['group_tests']} group tests ({report['source']})"]
     ref = report["reference"]
@@ -95,7 +96,7 @@ def text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def straggler_lines(screen: dict | None) -> list[str]:
+def straggler_lines(screen: dict[str, Any] | None) -> list[str]:
     """The screen's ring over every node (real mode): who was slow itself, who the others waited for.
     Reported, not drained: the group tests decide."""
     if screen is None:
@@ -110,7 +111,7 @@ def straggler_lines(screen: dict | None) -> list[str]:
             + ("; ".join(found) if found else "none")]
 
 
-def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, note: str, backend: str = "model",
+def save_run(report: dict[str, Any], out_dir: str | Path, args: dict[str, Any], synthetic: bool, note: str, backend: str = "model",
              run_id: str | None = None) -> Path:
     """A run directory of kind "diagnose": run.json and the whole report in diagnose.json. `backend`:
     "model" for the cluster model, else the one that measured; `run_id` when the caller named the run
@@ -121,6 +122,6 @@ def save_run(report: dict, out_dir: str | Path, args: dict, synthetic: bool, not
     return save_document_run(out_dir, info, DIAGNOSE_FILE, json_ready(report))
 
 
-def load_report(run_dir: str | Path) -> dict:
+def load_report(run_dir: str | Path) -> dict[str, Any]:
     """The report stored in a diagnose run directory; CommbenchError if it is missing or not one."""
     return load_document(run_dir, DIAGNOSE_FILE, "a diagnosis", "round_log")

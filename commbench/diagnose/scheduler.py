@@ -25,7 +25,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
 
 from commbench.data.rundir import utc_now
 from commbench.errors import CommbenchError, UsageError
@@ -77,7 +79,7 @@ class Action:
     def command_line(self) -> str:
         return shlex.join(self.command)
 
-    def row(self, source: str) -> dict:
+    def row(self, source: str) -> dict[str, Any]:
         """The store's `actions` row (source: the commbench command that acted)."""
         return {"when": self.when, "node": self.node, "verb": self.verb, "verdict": self.verdict,
                 "evidence_run": self.evidence_run, "command": self.command_line, "result": self.result,
@@ -144,7 +146,7 @@ def parse_sinfo(text: str) -> dict[str, SlurmNode]:
     return nodes
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=_SCONTROL_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -153,7 +155,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 # ---- planning -------------------------------------------------------------------------------------
 
-def known(fleet: dict[str, SlurmNode], names) -> None:
+def known(fleet: dict[str, SlurmNode], names: Iterable[str]) -> None:
     unknown = [name for name in names if name not in fleet]
     if unknown:
         raise UsageError(f"{unknown[0]}: Slurm knows no such node (sinfo -N lists {len(fleet)} nodes)")
@@ -275,19 +277,19 @@ class Choice:
     def wanted(self) -> bool:
         return self.plan or self.drain or self.resume
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def act(choice: Choice, bad: dict[str, str], passed: list[str], evidence_run: str | None, source: str,
-        out=None) -> tuple[int, list[dict]]:
+        out: TextIO | None = None) -> tuple[int, list[dict[str, Any]]]:
     """Plan drains for `bad` (node -> why) and resumes for `passed`; carry out the drains with
     choice.drain and the resumes with choice.resume (the rest is printed as a dry run); record what
     was carried out or refused in the store at choice.db. Returns (1 when a rule refused or scontrol
     failed, else 0; every planned action as a row)."""
     out = out or sys.stdout
     fleet = read_fleet()
-    plans = []
+    plans: list[tuple[Plan, bool]] = []
     if choice.drain or choice.plan:
         plans.append((plan_drain(bad, fleet, choice.cap, choice.keep_idle, evidence_run), choice.drain))
     if choice.resume or choice.plan:
@@ -296,7 +298,8 @@ def act(choice: Choice, bad: dict[str, str], passed: list[str], evidence_run: st
     return _run_plans(plans, choice, source, out or sys.stdout)
 
 
-def _run_plans(plans: list[tuple[Plan, bool]], choice: Choice, source: str, out) -> tuple[int, list[dict]]:
+def _run_plans(plans: list[tuple[Plan, bool]], choice: Choice, source: str,
+               out: TextIO) -> tuple[int, list[dict[str, Any]]]:
     """Carry out (or dry-run) each plan, print its lines, record what was carried out or refused."""
     rows, done = [], []
     for plan, carry in plans:
@@ -331,6 +334,6 @@ def plan_self_drain(node: str, why: str, fleet: dict[str, SlurmNode], cap: float
     return plan
 
 
-def act_self_drain(choice: Choice, node: str, why: str, source: str, out=None) -> int:
+def act_self_drain(choice: Choice, node: str, why: str, source: str, out: TextIO | None = None) -> int:
     plan = plan_self_drain(node, why, read_fleet(), choice.cap)
     return _run_plans([(plan, True)], choice, source, out or sys.stdout)[0]

@@ -33,13 +33,25 @@ d*log2(N/d)) are reported too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-PASS, BORDERLINE, FAIL = "pass", "borderline", "fail"
+# a group's outcome in one round; HUNG: a node of the group stopped answering
+PASS, BORDERLINE, FAIL, HUNG = "pass", "borderline", "fail", "hung"
+OUTCOMES = (PASS, BORDERLINE, FAIL, HUNG)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the rounds decided about one group: its outcome, why, and the figures it was decided on."""
+
+    outcome: str  # PASS, FAIL or HUNG (a borderline group is tested again until it is one of them)
+    reason: str  # "slow", "lossy", "slow+lossy" or ""
+    busbw: float  # GB/s; NaN when hung
+    retransmit_pct: float  # NaN when hung or unknown
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ class RoundLog:
 @dataclass
 class Verdict:
     reasons: list[str]
-    evidence: list[dict]         # what showed it: round, group, bandwidth, share of the median, retransmissions
+    evidence: list[dict[str, Any]]         # what showed it: round, group, bandwidth, share of the median, retransmissions
 
 
 @dataclass
@@ -135,7 +147,7 @@ def screen_groups(nodes: Sequence[int], size: int) -> list[tuple[int, ...]]:
 def ring_edges(group: Sequence[int]) -> set[tuple[int, int]]:
     if len(group) < 2:
         return set()
-    return {tuple(sorted((group[i], group[(i + 1) % len(group)]))) for i in range(len(group))}
+    return {(min(a, b), max(a, b)) for a, b in ((group[i], group[(i + 1) % len(group)]) for i in range(len(group)))}
 
 
 def reference_from(result: RoundResult, t: Thresholds) -> Reference:
@@ -185,9 +197,9 @@ class Diagnoser:
         self.tester, self.t = tester, thresholds
         self.result = Diagnosis(n_nodes)
         self.good: set[int] = set()
-        self.suspects: dict[int, list[dict]] = {}
-        self.candidate_links: dict[tuple[int, int], list[dict]] = {}
-        self._screened: dict[tuple[int, ...], tuple] = {}  # the screen's groups, decided
+        self.suspects: dict[int, list[dict[str, Any]]] = {}
+        self.candidate_links: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        self._screened: dict[tuple[int, ...], Decision] = {}  # the screen's groups, decided
 
     # -- running rounds -------------------------------------------------------------------------
     def _round(self, step: str, groups: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, RoundResult]:
@@ -196,22 +208,27 @@ class Diagnoser:
             self.result.hung.setdefault(node, f"no answer within the round's timeout ({step}, round {len(self.result.rounds) + 1})")
         if self.result.reference is None:
             self.result.reference = reference_from(measured, self.t)
-        outcome, reason = classify(measured.busbw, measured.retransmit_pct, self.result.reference, self.t)
+        outcome, reason = classify(measured.busbw, measured.retransmit_pct, self._reference(), self.t)
         hung_group = np.array([bool(set(g) & measured.hung) for g in groups])
-        outcome = np.where(hung_group, "hung", outcome)
+        outcome = np.where(hung_group, HUNG, outcome)
         self.result.rounds.append(RoundLog(step, list(groups), measured.busbw.tolist(), measured.retransmit_pct.tolist(),
                                            outcome.tolist(), sorted(measured.hung)))
         return outcome, reason, measured.busbw, measured
 
-    def _evidence(self, group: tuple[int, ...], decided: tuple, note: str = "") -> dict:
-        outcome, reason, bw, loss = decided
-        return {"round": len(self.result.rounds), "group": list(group), "outcome": outcome, "busbw_gbps": bw,
-                "of_median": bw / self.result.reference.busbw, "retransmit_pct": loss, "reason": reason, "note": note}
+    def _evidence(self, group: tuple[int, ...], decided: Decision, note: str = "") -> dict[str, Any]:
+        return {"round": len(self.result.rounds), "group": list(group), "outcome": decided.outcome,
+                "busbw_gbps": decided.busbw, "of_median": decided.busbw / self._reference().busbw,
+                "retransmit_pct": decided.retransmit_pct, "reason": decided.reason, "note": note}
 
-    def _tested_until_decided(self, step: str, groups: list[tuple[int, ...]]) -> dict[tuple[int, ...], tuple]:
+    def _reference(self) -> Reference:
+        """The healthy reference the first round set (every classification after it needs one)."""
+        assert self.result.reference is not None, "no round has run yet"
+        return self.result.reference
+
+    def _tested_until_decided(self, step: str, groups: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], Decision]:
         """Outcome of each group, borderline ones tested again (up to `retests` times; then
         a median still outside the pass cut fails)."""
-        decided: dict[tuple[int, ...], tuple] = {}  # group -> (outcome, reason, busbw, retransmit_pct)
+        decided: dict[tuple[int, ...], Decision] = {}
         samples: dict[tuple[int, ...], list[tuple[float, float]]] = {g: [] for g in groups}
         pending, attempt = list(groups), 0
         while pending:
@@ -219,10 +236,10 @@ class Diagnoser:
             again = []
             for i, group in enumerate(pending):
                 samples[group].append((float(bw[i]), float(measured.retransmit_pct[i])))
-                if outcome[i] == "hung":
-                    decided[group] = ("hung", "", float("nan"), float("nan"))
+                if outcome[i] == HUNG:
+                    decided[group] = Decision(HUNG, "", float("nan"), float("nan"))
                 elif outcome[i] != BORDERLINE:
-                    decided[group] = (outcome[i], reason[i], *samples[group][-1])
+                    decided[group] = Decision(str(outcome[i]), str(reason[i]), *samples[group][-1])
                 elif attempt < self.t.retests:
                     again.append(group)
                 else:
@@ -230,12 +247,12 @@ class Diagnoser:
             pending, attempt = again, attempt + 1
         return decided
 
-    def _by_median(self, samples: list[tuple[float, float]]) -> tuple:
+    def _by_median(self, samples: list[tuple[float, float]]) -> Decision:
         bw = np.array([float(np.median([s[0] for s in samples]))])
         loss = np.array([float(np.median([s[1] for s in samples]))])
-        outcome, reason = classify(bw, loss, self.result.reference, self.t)
+        outcome, reason = classify(bw, loss, self._reference(), self.t)
         # borderline every time is a mild fault, not noise: fail it; confirm clears what is not
-        return (PASS if outcome[0] == PASS else FAIL), reason[0], float(bw[0]), float(loss[0])
+        return Decision(PASS if outcome[0] == PASS else FAIL, str(reason[0]), float(bw[0]), float(loss[0]))
 
     # -- the steps ------------------------------------------------------------------------------
     def run(self) -> Diagnosis:
@@ -254,7 +271,7 @@ class Diagnoser:
             self.result.reference = None
             groups = screen_groups(list(range(self.result.n_nodes)), size)
             self._screened = self._tested_until_decided("screen", groups)
-            failing = sum(decision[0] != PASS for decision in self._screened.values())
+            failing = sum(decision.outcome != PASS for decision in self._screened.values())
             if size <= 2 or 3 * failing <= len(groups):
                 return groups
             size //= 2
@@ -262,19 +279,20 @@ class Diagnoser:
     def _screen_and_localise(self, groups: list[tuple[int, ...]]) -> None:
         step = "screen"
         parent_of: dict[tuple[int, ...], tuple[int, ...]] = {}   # half -> the failing group it came from
-        parent_result: dict[tuple[int, ...], tuple] = {}
+        parent_result: dict[tuple[int, ...], Decision] = {}
         while groups:
             decided = self._screened if step == "screen" else self._tested_until_decided(step, groups)
             self._links_between_passing_halves(decided, parent_of, parent_result)
-            children, parent_of = [], {}
+            children: list[tuple[int, ...]] = []
+            parent_of = {}
             for group, decision in decided.items():
-                outcome = decision[0]
-                if outcome == "hung":
+                outcome = decision.outcome
+                if outcome == HUNG:
                     rest = tuple(n for n in group if n not in self.result.hung)
                     if len(rest) >= 2:
                         children.append(rest)
                     else:
-                        self._suspect(rest, {"round": len(self.result.rounds), "group": list(group), "outcome": "hung",
+                        self._suspect(rest, {"round": len(self.result.rounds), "group": list(group), "outcome": HUNG,
                                                  "note": "its group hung on a node that stopped answering"})
                 elif outcome == PASS:
                     self.good.update(group)
@@ -289,18 +307,20 @@ class Diagnoser:
             groups, step = children, "split"
         self.good -= set(self.suspects) | set(self.result.hung)
 
-    def _links_between_passing_halves(self, decided, parent_of, parent_result) -> None:
+    def _links_between_passing_halves(self, decided: dict[tuple[int, ...], Decision],
+                                      parent_of: dict[tuple[int, ...], tuple[int, ...]],
+                                      parent_result: dict[tuple[int, ...], Decision]) -> None:
         """A group failed, yet both its halves passed: the fault is on an edge only the group's ring had."""
         halves_of: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         for half, parent in parent_of.items():
             halves_of.setdefault(parent, []).append(half)
         for parent, halves in halves_of.items():
-            if all(decided[h][0] == PASS for h in halves):
+            if all(decided[h].outcome == PASS for h in halves):
                 cross = ring_edges(parent) - set().union(*(ring_edges(h) for h in halves))
                 for a, b in cross:
                     self._suspect((a, b), self._evidence(parent, parent_result[parent], "both halves passed"), links={(a, b)})
 
-    def _suspect(self, nodes: Sequence[int], evidence: dict, links: set[tuple[int, int]] = frozenset()) -> None:
+    def _suspect(self, nodes: Sequence[int], evidence: dict[str, Any], links: Collection[tuple[int, int]] = frozenset()) -> None:
         for n in nodes:
             self.suspects.setdefault(n, []).append(evidence)
         for link in links:
@@ -308,7 +328,7 @@ class Diagnoser:
 
     def _confirm_nodes(self) -> None:
         suspects = sorted(n for n in self.suspects if n not in self.result.hung)
-        fails: dict[int, list[str]] = {s: [] for s in suspects}
+        fails: dict[int, list[dict[str, Any]]] = {s: [] for s in suspects}
         tried: dict[int, int] = {s: 0 for s in suspects}
         todo = {s: 2 for s in suspects}
         while any(todo.values()):
@@ -320,12 +340,12 @@ class Diagnoser:
                 break
             decided = self._tested_until_decided("confirm", [tuple(p) for p in pairs])
             for (s, partner) in pairs:
-                outcome = decided[(s, partner)][0]
+                outcome = decided[(s, partner)].outcome
                 tried[s] += 1
                 todo[s] -= 1
-                if outcome == "hung" and partner in self.result.hung:
+                if outcome == HUNG and partner in self.result.hung:
                     todo[s] += 1  # the partner died, not a verdict on s
-                elif outcome in (FAIL, "hung"):
+                elif outcome in (FAIL, HUNG):
                     fails[s].append(self._evidence((s, partner), decided[(s, partner)], "with a known-good partner"))
                 if todo[s] == 0 and 0 < len(fails[s]) < tried[s] and tried[s] < 3:
                     todo[s] = 1  # one partner failed, one passed: a third decides
@@ -357,7 +377,9 @@ class Diagnoser:
         explained = self.result.drained()
         links = sorted(link for link in self.candidate_links if not set(link) & explained)
         while links:
-            pairs, busy, later = [], set(), []
+            pairs: list[tuple[int, int]] = []
+            busy: set[int] = set()
+            later: list[tuple[int, int]] = []
             for link in links:
                 if set(link) & busy:
                     later.append(link)
@@ -366,7 +388,7 @@ class Diagnoser:
                     busy.update(link)
             decided = self._tested_until_decided("confirm link", pairs)
             for link in pairs:
-                outcome, reason = decided[link][:2]
+                outcome, reason = decided[link].outcome, decided[link].reason
                 if outcome == FAIL:
                     self.result.bad_links[link] = Verdict(reason.split("+") if reason else ["slow"], self.candidate_links[link]
                                                           + [self._evidence(link, decided[link], "the two alone")])
@@ -382,16 +404,16 @@ class Diagnoser:
             if not pairs:
                 return
             measured = self.tester.run_round([tuple(p) for p in pairs], wait_for_silent=True)
-            outcome, reason = classify(measured.busbw, measured.retransmit_pct, self.result.reference, self.t)
+            outcome, reason = classify(measured.busbw, measured.retransmit_pct, self._reference(), self.t)
             self.result.rounds.append(RoundLog("recheck", [tuple(p) for p in pairs], measured.busbw.tolist(),
                                                measured.retransmit_pct.tolist(),
-                                               ["hung" if s in measured.hung else o for (s, _), o in zip(pairs, outcome)],
+                                               [HUNG if s in measured.hung else o for (s, _), o in zip(pairs, outcome)],
                                                sorted(s for s, _ in pairs if s in measured.hung)))
             for i, (node, partner) in enumerate(pairs):
                 if node in measured.hung:
                     continue  # silent again, with a partner that answers everyone else: it stays named
                 del self.result.hung[node]
-                decided = (outcome[i], reason[i], float(measured.busbw[i]), float(measured.retransmit_pct[i]))
+                decided = Decision(str(outcome[i]), str(reason[i]), float(measured.busbw[i]), float(measured.retransmit_pct[i]))
                 if outcome[i] == FAIL:
                     self.result.bad_nodes[node] = Verdict(reason[i].split("+") if reason[i] else ["slow"], [
                         self._evidence((node, partner), decided, "answered a recheck with a known-good partner")])

@@ -121,11 +121,6 @@ def time_linear(clock, device, dtype, tokens: int, k: int, out: int, repeats: in
     return clock.seconds(lambda: torch.autograd.grad(F.linear(x, w), (x, w), grad), repeats)
 
 
-def attention_flops(batch: int, heads: int, seq: int, head_dim: int) -> float:
-    """Forward FLOPs of causal attention: QK^T and AV, 2*s*s*d each per head, at half density."""
-    return 2.0 * batch * heads * seq * seq * head_dim
-
-
 def _sdpa_backend(name: str):
     from torch.nn.attention import SDPBackend
 

@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,10 @@ _COLLECTIVE_CALL_PREFIXES = ("c10d::", "record_param_comms", "nccl:")
 
 DEFAULT_TIMELINE_LIMIT = 50_000
 
+
+
+# a trace's pid or tid as written: a number, a name, or None
+LaneId = int | float | str | None
 
 
 @dataclass
@@ -101,12 +106,13 @@ class RankAnalysis:
 class TraceAnalysis:
     ranks: list[RankAnalysis]
     # Bars for the dashboard: {rank, lane, category, name, start_us, dur_us}, sorted by rank, start.
-    timeline: list[dict]
+    timeline: list[dict[str, Any]]
     timeline_note: str | None  # set when the timeline keeps only the longest events
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return _rounded(asdict(self))
+    def to_dict(self) -> dict[str, Any]:
+        figures: dict[str, Any] = _rounded(asdict(self))
+        return figures
 
 
 def analyse_traces(
@@ -161,21 +167,21 @@ class _Lane:
         "tid",
     )  # fmt: skip
 
-    def __init__(self, category: str, on_gpu: bool, pid, tid):
+    def __init__(self, category: str, on_gpu: bool, pid: LaneId, tid: LaneId) -> None:
         self.category, self.on_gpu, self.pid, self.tid = category, on_gpu, pid, tid
         self.starts, self.durations = array("d"), array("d")
         self.name_ids = array("q")
         self.bytes = array("q")  # -1: unknown
         self.correlations = array("q")  # -1: none
 
-    def add(self, start: float, duration: float, name_id: int, num_bytes: int, correlation: int):
+    def add(self, start: float, duration: float, name_id: int, num_bytes: int, correlation: int) -> None:
         self.starts.append(start)
         self.durations.append(duration)
         self.name_ids.append(name_id)
         self.bytes.append(num_bytes)
         self.correlations.append(correlation)
 
-    def label(self, thread_names: dict) -> str:
+    def label(self, thread_names: dict[tuple[LaneId, LaneId], str]) -> str:
         if self.on_gpu:
             return f"GPU {self.pid} stream {str(self.tid).removeprefix('stream ')}"
         # Kineto names threads "thread <tid> (<name>)" already.
@@ -198,16 +204,16 @@ class _RankRecording:
 
     def __init__(self, path: Path):
         self.path = path
-        self.lanes: dict[tuple, _Lane] = {}
+        self.lanes: dict[tuple[Any, ...], _Lane] = {}
         self.names: list[str] = []
         self._name_ids: dict[str, int] = {}
-        self.thread_names: dict[tuple, str] = {}
+        self.thread_names: dict[tuple[LaneId, LaneId], str] = {}
         self.steps: list[tuple[int, float, float]] = []
         self.launch_times: dict[int, float] = {}  # correlation id -> when the CPU launched it
-        self.metadata: dict = {}
+        self.metadata: dict[str, Any] = {}
         self.truncated = False
 
-    def add(self, event: dict) -> None:
+    def add(self, event: dict[str, Any]) -> None:
         phase = event.get("ph")
         if phase == "X":
             self._add_complete_event(event)
@@ -216,7 +222,7 @@ class _RankRecording:
             name = args.get("name", "") if isinstance(args, dict) else ""
             self.thread_names[(_lane_id(event.get("pid")), _lane_id(event.get("tid")))] = str(name)
 
-    def _add_complete_event(self, event: dict) -> None:
+    def _add_complete_event(self, event: dict[str, Any]) -> None:
         name = str(event.get("name", ""))
         category = str(event.get("cat", "")).lower()
         try:
@@ -283,19 +289,20 @@ class _RankRecording:
         sets = [compute, _union(by_category[COMMUNICATION]), _union(by_category[MEMORY])]
         busy = sets[0] | sets[1] | sets[2]
         first, last = (float(busy.starts[0]), float(busy.ends[-1])) if len(busy) else (None, None)
-        return _RankActivity(*sets, first_start=first, last_end=last)
+        return _RankActivity(sets[0], sets[1], sets[2], first_start=first, last_end=last)
 
     def windows(self, activity: _RankActivity) -> list[tuple[int | None, float, float]]:
         """(step, start, end) of each iteration; one window over all activity without steps."""
         steps = sorted(self.steps)
-        step_windows = self._gpu_step_windows(steps) if self.on_gpu else steps
+        step_windows: list[tuple[int | None, float, float]] = []
+        step_windows += self._gpu_step_windows(steps) if self.on_gpu else steps
         if step_windows:
             return step_windows
-        if activity.first_start is None:
+        if activity.first_start is None or activity.last_end is None:
             return []
         return [(None, activity.first_start, activity.last_end)]
 
-    def _gpu_step_windows(self, steps) -> list[tuple[int, float, float]]:
+    def _gpu_step_windows(self, steps: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
         if not steps:
             return []
         step_starts = np.array([start for _, start, _ in steps])
@@ -321,7 +328,8 @@ class _RankRecording:
         return windows
 
     def collectives(self) -> list[CollectiveStat]:
-        totals = defaultdict(lambda: [0, 0.0, 0, True])  # count, time, bytes, bytes all known
+        # name -> [count, time, bytes, bytes all known]
+        totals: defaultdict[str, list[Any]] = defaultdict(lambda: [0, 0.0, 0, True])
         for lane in self.lanes.values():
             if lane.category != COMMUNICATION:
                 continue
@@ -338,22 +346,25 @@ class _RankRecording:
         ]
         return sorted(stats, key=lambda stat: stat.total_us, reverse=True)
 
-    def timeline(self, rank: int, origin: float, limit: int) -> tuple[list[dict], bool]:
+    def timeline(self, rank: int, origin: float, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """The longest `limit` events of the analysed lanes as bars; True when some were left out."""
         lanes = self.analysed_lanes()
         if not lanes:
             return [], False
-        starts, durations, lane_indices, name_ids = [], [], [], []
+        start_parts: list[np.ndarray] = []
+        duration_parts: list[np.ndarray] = []
+        lane_parts: list[np.ndarray] = []
+        name_parts: list[np.ndarray] = []
         for lane_index, lane in enumerate(lanes):
             lane_starts, lane_durations = np.frombuffer(lane.starts), np.frombuffer(lane.durations)
             # CPU operators nest (aten::linear holds aten::addmm): draw only the outermost ones.
             shown = np.arange(len(lane_starts)) if lane.on_gpu else _outermost(lane_starts, lane_durations)
-            starts.append(lane_starts[shown])
-            durations.append(lane_durations[shown])
-            lane_indices.append(np.full(len(shown), lane_index))
-            name_ids.append(np.frombuffer(lane.name_ids, dtype=np.int64)[shown])
-        starts, durations = np.concatenate(starts), np.concatenate(durations)
-        lane_indices, name_ids = np.concatenate(lane_indices), np.concatenate(name_ids)
+            start_parts.append(lane_starts[shown])
+            duration_parts.append(lane_durations[shown])
+            lane_parts.append(np.full(len(shown), lane_index))
+            name_parts.append(np.frombuffer(lane.name_ids, dtype=np.int64)[shown])
+        starts, durations = np.concatenate(start_parts), np.concatenate(duration_parts)
+        lane_indices, name_ids = np.concatenate(lane_parts), np.concatenate(name_parts)
         kept = np.arange(len(starts))
         if len(kept) > limit:
             kept = np.argpartition(-durations, limit - 1)[:limit]
@@ -397,11 +408,10 @@ def _classify(name: str, category: str) -> str | None:
     return None
 
 
-def _message_bytes(args: dict) -> int | None:
+def _message_bytes(args: dict[str, Any]) -> int | None:
     # record_param_comms writes c10 ScalarType names (Float, BFloat16, Float8_e4m3fn ...)
     element_bytes = dtype_bytes(str(args.get("dtype", "")))
-    elements = [args.get("In msg nelems"), args.get("Out msg nelems")]
-    elements = [n for n in elements if isinstance(n, (int, float))]
+    elements = [n for n in (args.get("In msg nelems"), args.get("Out msg nelems")) if isinstance(n, (int, float))]
     if element_bytes is None or not elements:
         return None
     return int(max(elements)) * element_bytes
@@ -411,8 +421,9 @@ def _rank_numbers(recordings: list[_RankRecording], warnings: list[str]) -> list
     """distributedInfo.rank of each file, or the file's position when that is missing or repeated."""
     infos = [r.metadata.get("distributedInfo") for r in recordings]
     declared = [info.get("rank") if isinstance(info, dict) else None for info in infos]
-    if all(isinstance(rank, int) for rank in declared) and len(set(declared)) == len(declared):
-        return declared
+    ranks = [rank for rank in declared if isinstance(rank, int)]
+    if len(ranks) == len(declared) and len(set(ranks)) == len(ranks):
+        return ranks
     if len(recordings) > 1:
         warnings.append("traces do not all name a distinct rank (distributedInfo); numbered in the given order")
     return list(range(len(recordings)))
@@ -422,7 +433,7 @@ def _rank_numbers(recordings: list[_RankRecording], warnings: list[str]) -> list
 
 
 def _analyse_rank(
-    rank: int, recording: _RankRecording, activity: _RankActivity, windows: list, origin: float
+    rank: int, recording: _RankRecording, activity: _RankActivity, windows: list[Any], origin: float
 ) -> RankAnalysis:
     iterations = [_measure(step, start, end, activity, origin) for step, start, end in windows]
     return RankAnalysis(
@@ -457,7 +468,7 @@ def _measure(step: int | None, start: float, end: float, activity: _RankActivity
 
 def _add_up(windows: list[WindowFigures]) -> WindowFigures:
     def total(attribute: str) -> float:
-        return sum(getattr(window, attribute) for window in windows)
+        return float(sum(getattr(window, attribute) for window in windows))
 
     overlap, communication = total("overlap_us"), total("communication_us")
     return WindowFigures(
@@ -495,7 +506,7 @@ def _outermost(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     return order[starts[order] >= reach_before]
 
 
-def _rounded(value):
+def _rounded(value: Any) -> Any:
     """Round floats to the nanosecond so JSON shows 12.5, not 12.499999999999998."""
     if isinstance(value, float):
         return round(value, 3)
@@ -506,6 +517,6 @@ def _rounded(value):
     return value
 
 
-def _lane_id(value):
+def _lane_id(value: Any) -> LaneId:
     """pid/tid as written (numbers or names); anything else (a list, an object) as its text."""
     return value if isinstance(value, (int, float, str)) or value is None else str(value)

@@ -16,6 +16,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any, cast
 
 from commbench.errors import UsageError
 
@@ -39,18 +40,18 @@ class ChromeTraceReader:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.metadata: dict = {}
+        self.metadata: dict[str, Any] = {}
         self.truncated = False
         self._decoder = json.JSONDecoder()
         self._text = ""
         self._pos = 0
-        self._file = None
+        self._file: IO[bytes] | None = None
         # Chunks may split a multi-byte character; the incremental decoder carries the pieces over.
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self._at_eof = False
         self._inside_events = False
 
-    def events(self) -> Iterator[dict]:
+    def events(self) -> Iterator[dict[str, Any]]:
         """Yield each event dict; on a file cut short, stop at the last whole event and set truncated."""
         with self._open() as self._file:
             try:
@@ -68,14 +69,14 @@ class ChromeTraceReader:
             except UnicodeDecodeError:
                 raise UsageError(f"{self.path}: not a chrome trace (not UTF-8 text)") from None
 
-    def _open(self):
+    def _open(self) -> IO[bytes]:
         if not self.path.is_file():
             raise UsageError(f"{self.path}: no such trace file")
         with open(self.path, "rb") as probe:
             compressed = probe.read(2) == _GZIP_MAGIC
-        return gzip.open(self.path, "rb") if compressed else open(self.path, "rb")
+        return cast(IO[bytes], gzip.open(self.path, "rb")) if compressed else open(self.path, "rb")
 
-    def _object_members(self) -> Iterator[dict]:
+    def _object_members(self) -> Iterator[dict[str, Any]]:
         saw_events = False
         while True:
             token = self._peek()
@@ -97,7 +98,7 @@ class ChromeTraceReader:
         if not saw_events:
             raise UsageError(f"{self.path}: no traceEvents: not a PyTorch profiler chrome trace")
 
-    def _array_items(self) -> Iterator[dict]:
+    def _array_items(self) -> Iterator[dict[str, Any]]:
         self._inside_events = True
         while True:
             token = self._peek()
@@ -124,7 +125,7 @@ class ChromeTraceReader:
         self._pos += 1
         return token
 
-    def _decode_value(self):
+    def _decode_value(self) -> Any:
         self._peek()  # raw_decode does not skip leading whitespace
         while True:
             try:
@@ -150,7 +151,8 @@ class ChromeTraceReader:
         self._pos = 0
         try:
             # read1, unlike read, hands over what it decompressed before a gzip stream breaks off.
-            chunk = self._file.read1(_CHUNK_BYTES)
+            assert self._file is not None, "read only inside events()"
+            chunk = self._file.read1(_CHUNK_BYTES)  # type: ignore[attr-defined]  # BufferedReader and GzipFile have it
         except EOFError:  # a gzip stream cut short
             chunk = b""
         except (gzip.BadGzipFile, zlib.error):

@@ -8,7 +8,10 @@ millions of kernels stay fast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 class IntervalSet:
@@ -22,7 +25,7 @@ class IntervalSet:
         self.ends = ends
 
     @classmethod
-    def union_of(cls, starts, ends) -> IntervalSet:
+    def union_of(cls, starts: ArrayLike, ends: ArrayLike) -> IntervalSet:
         """The union of possibly overlapping, unsorted intervals; empty ones are dropped."""
         starts = np.asarray(starts, dtype=float)
         ends = np.asarray(ends, dtype=float)
@@ -74,7 +77,7 @@ class IntervalSet:
         return f"IntervalSet({pairs})"
 
 
-def _combine(a: IntervalSet, b: IntervalSet, keep) -> IntervalSet:
+def _combine(a: IntervalSet, b: IntervalSet, keep: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> IntervalSet:
     """Sweep the boundaries of both sets; keep(in_a, in_b) says which elementary segments survive."""
     points = np.concatenate([a.starts, a.ends, b.starts, b.ends])
     na, nb = len(a), len(b)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from commbench.data.rundir import load_document, new_run_id, save_document_run, utc_now
 from commbench.data.schema import RunInfo
@@ -50,7 +51,7 @@ def save_trace_analysis(
     return save_document_run(out_dir, info, TRACE_FILE, result)
 
 
-def load_trace_analysis(run_dir: str | Path) -> dict:
+def load_trace_analysis(run_dir: str | Path) -> dict[str, Any]:
     """The analysis dict stored in a trace run directory; CommbenchError if it is missing or unreadable."""
     result = load_document(run_dir, TRACE_FILE, "a trace analysis", "ranks")
     result.setdefault("timeline", [])

@@ -17,11 +17,11 @@ import plotly.graph_objects as go
 
 from commbench.diagnose.report import evidence_line, measured, straggler_lines
 from commbench.diagnose.stragglers import STRAGGLER_RATIO
+from commbench.diagnose.strategy import OUTCOMES
 from dashboard.figures.common import message_figure
 
 VERDICT_COLOURS = {"good": "#2ca02c", "slow": "#d62728", "lossy": "#ff7f0e", "slow, lossy": "#8c564b",
                    "no answer": "#000000", "link end": "#9467bd"}
-OUTCOMES = ("pass", "borderline", "fail", "hung")
 OUTCOME_COLOURS = ("#2ca02c", "#ffbf00", "#d62728", "#000000")
 # The screen's two findings: a node slow itself, and a node the others waited for (it arrived late).
 STRAGGLER_KINDS = {"slow": ("slow itself (its time longer)", "#d62728", "its time {ratio:.2f}x the median node's"),
