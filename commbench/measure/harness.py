@@ -281,7 +281,8 @@ def _warm_up(session: Session, run_op, first_us: float, reuse: bool) -> tuple[in
         times += host.time(run_op, size) if run_op is not None else []
         count += size
         settled = reuse or warmed_up(times) if run_op is not None else True
-        not_settled, spent = _agreed([0.0 if settled else 1.0, sum(times) if run_op is not None else 0.0])
+        pace = min(times) if run_op is not None else 0.0  # see _timed: the budget goes at the fastest op's pace
+        not_settled, spent = _agreed([0.0 if settled else 1.0, pace * count])
         if not not_settled or count >= WARMUP_LIMIT or spent >= budget_us:
             break
     recent = statistics.median(times[-WARMUP_WINDOW:]) if run_op is not None else 0.0
@@ -305,9 +306,11 @@ def _timed(session: Session, ctx: GroupContext | None, run_op, op_time_us: float
         if ctx is not None:
             samples += timer.time(run_op, chunk)
         done += chunk
-        # the budget is spent at the median's pace: summing the samples would let a few descheduled
-        # ops (milliseconds each on a loaded host) end the row after a handful of samples
-        mine = [median_ci_halfwidth(samples), statistics.median(samples) * done] if ctx is not None else [0.0, 0.0]
+        # the budget is spent at the fastest op's pace (the slowest rank's): a host that is slow for a
+        # stretch (descheduled ops take milliseconds on a loaded machine) would otherwise spend it on
+        # a handful of slow samples, and the row would be timed mostly inside that stretch, where a
+        # fixed count (nccl-tests' -n) samples mostly outside it
+        mine = [median_ci_halfwidth(samples), min(samples) * done] if ctx is not None else [0.0, 0.0]
         halfwidth, elapsed = _agreed(mine)
         reason = stop_reason(halfwidth, cfg.ci_pct, done, elapsed, cfg.time_budget_ms, cfg.min_iters, cfg.max_iters)
         chunk = next_chunk(done, elapsed / done, elapsed, cfg.time_budget_ms, cfg.max_iters)

@@ -4,11 +4,12 @@ The rules are pure functions of the per-op times seen so far, so they are tested
 sequences (tests/test_stopping_rules.py) and every rank of a row applies them to figures agreed
 over the control group:
   - warmed_up: the median of the last WARMUP_WINDOW ops no longer falls (within
-    WARMUP_TOLERANCE) against the window before it; at most WARMUP_LIMIT ops or the time budget.
+    WARMUP_TOLERANCE) against the window before it; at most WARMUP_LIMIT ops or the time budget
+    (counted at the fastest op's pace, as timing's).
   - median_ci_halfwidth: the relative half-width of the 95% distribution-free confidence interval
     of the median (order statistics of a binomial(n, 1/2)); timing stops when it is within
     --ci-pct ("converged") or the time budget / --max-iters is spent ("budget"), the budget counted
-    at the median's pace (count x median), so a heavy tail of slow ops cannot cut a row short. -n
+    at the fastest op's pace (count x fastest), so a stretch of slow ops cannot cut a row short. -n
     fixes the count ("fixed"), as nccl-tests does.
 The statistics of the samples are commbench.data.records.Stats.
 """
