@@ -5,7 +5,8 @@ node, links shaped with tc), one four-node cluster shared by the tests of this m
   reason (sinfo -R); shaped back, `commbench health --slurm` as Slurm's HealthCheckProgram resumes it;
 - the HealthCheckProgram drains a node shaped slow later on its own, within HealthCheckInterval plus
   the check's time, and never resumes a node an admin drained;
-- the cap refuses three of four nodes and drains nothing (exit 1, naming the cap);
+- the cap refuses three of four nodes and drains nothing (exit 1, naming the cap); `check --resume`
+  resumes a node commbench drained and leaves an admin's drain;
 - a recurring sweep (`submit --every`) runs at least twice and both runs are in the store.
 
 The health check is told the NIC's line rate (1 Gbit/s, the emulated link) and sends to the bridge's
@@ -154,7 +155,7 @@ def fake_run(tmp_path: Path, example: str, hosts: list[str]) -> Path:
     return run
 
 
-def test_the_cap_refuses_three_of_four_nodes_and_drains_nothing(slurm_cluster, tmp_path):
+def test_the_cap_refuses_three_of_four_and_check_resumes_only_commbench_drains(slurm_cluster, tmp_path):
     sc = slurm_cluster
     env = {**sc.env, "PYTHONPATH": str(REPO), "COMMBENCH_DB": str(tmp_path / "store.duckdb")}
     run = fake_run(tmp_path, "example-cpu-2rank", sc.ec.names[:3])  # fails against dgx-h100 on all three
@@ -165,6 +166,20 @@ def test_the_cap_refuses_three_of_four_nodes_and_drains_nothing(slurm_cluster, t
             "(at most 1 node); nothing drained") in p.stdout.splitlines()[-1], p.stdout
     assert reasons(sc) == {}
     assert {row["result"].split(":")[0] for row in store.read_actions(tmp_path / "store.duckdb")} == {"refused"}
+
+    # check --resume on a run that passes: a commbench drain is undone, an admin's is not
+    ours, admins = sc.ec.names[0], sc.ec.names[1]
+    sc.run(["scontrol", "update", f"NodeName={ours}", "State=DRAIN", "Reason=commbench: check: slow"], check=True)
+    sc.run(["scontrol", "update", f"NodeName={admins}", "State=DRAIN", "Reason=admin: rack 4 power"], check=True)
+    try:
+        passing = fake_run(tmp_path, "example-nccl-tests-h100-synthetic", [ours, admins])
+        p = subprocess.run([*CLI, "check", str(passing), "--expect", "dgx-h100", "--resume"], env=env,
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert reasons(sc) == {admins: "admin: rack 4 power"}, p.stdout
+        assert f"left alone: {admins}: drained by someone else (admin: rack 4 power): not resumed" in p.stdout
+    finally:
+        sc.run(["scontrol", "update", f"NodeName={ours},{admins}", "State=RESUME"])
 
 
 def two_or_more(db: Path) -> list[tuple] | None:
