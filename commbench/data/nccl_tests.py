@@ -28,6 +28,7 @@ from commbench.data.nccl_tests_json import read_report
 from commbench.data.nccl_tests_text import read_runs
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.rundir import RunWriter
+from commbench.data.safe_read import NCCL_TESTS_LOG, Kind, MiB, UnsafeFile, decode, open_regular
 from commbench.data.schema import NodeInfo, Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
 from commbench.scopes import Scope
@@ -47,6 +48,9 @@ __all__ = [
 # More than this share of a run's rows not fitting its column header refuses the run: the
 # table is not what its header says, and any value read from it could sit in the wrong column.
 MAX_UNREADABLE_SHARE = 0.1
+# Whole files are read (the readers need every row before a run is assembled): capped, so a huge or
+# endless input is one line, not the OOM killer.
+IMPORT_FILE = Kind("nccl-tests log or -J report", 512 * MiB)
 
 class ImportedRun(NamedTuple):
     """One nccl-tests run in commbench's terms: run.json and its records."""
@@ -83,14 +87,24 @@ def parse_file(path: str | Path, op: str | None = None) -> list[ImportedRun]:
     the log where it does. Raises UsageError for a file that cannot be read or imported as asked.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    # safe_read: a regular file under the JSON report's cap, not UTF-16 (named) nor binary (exit 2);
+    # bytes that are not UTF-8 inside a log's text become U+FFFD, as the log's own junk lines do
+    with open_regular(path, IMPORT_FILE) as handle:
+        data = handle.read()
+    text = decode(data, path, NCCL_TESTS_LOG) if data.isascii() else _lenient_text(data, path)
     hint = _op_from_file_name(path)
     if text.lstrip().startswith("{"):
         return [parse_json(text, source=str(path), op=op, file_hint=hint)]
     return parse_text(text, source=str(path), op=op, file_hint=hint)
+
+
+def _lenient_text(data: bytes, path: Path) -> str:
+    try:
+        return decode(data, path, NCCL_TESTS_LOG)
+    except UnsafeFile as exc:
+        if "not UTF-8" not in str(exc):
+            raise  # UTF-16, binary: refused by name
+        return data.decode("utf-8", errors="replace")
 
 
 def parse_text(text: str, source: str = "<text>", op: str | None = None, file_hint: str | None = None) -> list[ImportedRun]:

@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
+from commbench.data.safe_read import UnsafeFile, parse_json
 from commbench.errors import UsageError
 
 # Only these variables of a JSON run's environment are kept: the rest may hold secrets.
@@ -37,16 +38,17 @@ def _load_json_report(text: str, source: str) -> dict[str, Any]:
     '{...,"results":[{...},{...},{"size":' behind.
     """
     try:
-        whole: dict[str, Any] = json.loads(text)
+        whole: dict[str, Any] = parse_json(text, source)  # safe_read's depth and integer limits: one line, exit 2
         return whole
-    except json.JSONDecodeError:
-        pass
+    except UnsafeFile as exc:
+        if "unreadable JSON" not in str(exc):
+            raise
     start = text.find('"results":[')
     if start < 0:
         raise UsageError(f"{source}: not valid JSON and no nccl-tests results in it")
     try:
-        document: dict[str, Any] = json.loads(text[:start] + '"results":[]}')
-    except json.JSONDecodeError:
+        document: dict[str, Any] = parse_json(text[:start] + '"results":[]}', source)
+    except UnsafeFile:
         raise UsageError(f"{source}: not valid JSON and its nccl-tests header is unreadable") from None
     document["results"] = _complete_json_items(text, start + len('"results":['))
     return document
@@ -60,7 +62,7 @@ def _complete_json_items(text: str, position: int) -> list[Any]:
         position = len(text) - len(text[position:].lstrip(", \n\t\r"))
         try:
             item, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError, ValueError):  # the cut item, or one built to break us
             return items
         items.append(item)
 
