@@ -9,7 +9,7 @@ class CommbenchError(Exception):
 
     exit_code = 1
 
-    def __init__(self, *args, exit_code: int | None = None):
+    def __init__(self, *args: object, exit_code: int | None = None) -> None:
         super().__init__(*args)
         if exit_code is not None:
             self.exit_code = exit_code
