@@ -9,7 +9,7 @@ import re
 import sys
 
 from commbench import __version__
-from commbench.errors import WRITE_ERRORS, CommbenchError, write_error
+from commbench.errors import WRITE_ERRORS, CommbenchError, Interrupted, write_error
 
 # subcommand -> module under commbench.commands (kept in the order `--help` shows them)
 COMMANDS = {
@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.handler(args) or 0)
+    except Interrupted as exc:
+        print(f"commbench {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except CommbenchError as exc:
         print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

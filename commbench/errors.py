@@ -21,6 +21,12 @@ class UsageError(CommbenchError):
     exit_code = 2
 
 
+class Interrupted(CommbenchError):
+    """Ctrl-C (or SIGTERM) stopped a launched command; the message says what was kept and where."""
+
+    exit_code = 130
+
+
 class RankFailure(CommbenchError):
     """A rank was lost or stopped progressing; `reporter` is true on the one rank that says so."""
 

@@ -45,6 +45,12 @@ from commbench.errors import CommbenchError, UsageError
 RUN_FILE = "run.json"
 RECORDS_JSONL = "records.jsonl"
 RECORDS_CSV = "records.csv"
+# run.json's reason after Ctrl-C: rank 0 writes "interrupted: 12 of 40 rows", the launcher reads it back
+INTERRUPTED_PREFIX = "interrupted: "
+
+
+def interrupted_reason(kept: int, planned: int) -> str:
+    return f"{INTERRUPTED_PREFIX}{kept} of {planned} rows"
 
 
 # A run id is a directory name: one path component from a safe alphabet, so `--run-id ../x`, an

@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from commbench.data.rundir import RunWriter, new_run_id
+from commbench.data.rundir import RunWriter, interrupted_reason, new_run_id
 from commbench.data.schema import Record
 from commbench.errors import WRITE_ERRORS, CommbenchError, RankFailure, UsageError, write_error
 from commbench.measure.launch import RankEnv
@@ -89,6 +89,10 @@ class MeasuredRun:
             reason = f"{diagnosis.text} [{_reason(exc)}]"
             self._finish(False, reason)
             raise RankFailure(reason, self.monitor.is_reporter(diagnosis)) from None
+        except KeyboardInterrupt:
+            kept = len(self.writer.records) if self.writer else 0
+            self._finish(False, interrupted_reason(kept, len(self.driver.rows)))
+            raise
         except BaseException as exc:
             self._finish(False, _reason(exc))
             raise

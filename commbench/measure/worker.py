@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
-from commbench.data.rundir import prepare_output_folder
+from commbench.data.rundir import INTERRUPTED_PREFIX, load_run, new_run_id, prepare_output_folder
+from commbench.errors import CommbenchError, Interrupted
 from commbench.measure.launch import (
     WORKER_CONFIG_ENV,
     WORKER_DRIVER_ENV,
@@ -60,7 +62,21 @@ def launch_driver(name: str, cfg: RunConfig, nproc: int | None) -> int:
     nproc = check_local_launch(cfg, nproc)
     cfg.check_moe_ranks(nproc)
     prepare_output_folder(cfg.out_dir)  # the last check, so a refused run leaves no folder behind
-    return spawn_local(nproc, cfg.to_json(), name)
+    cfg.run_id = cfg.run_id or new_run_id()  # chosen here, so an interrupt can say where the rows are
+    try:
+        return spawn_local(nproc, cfg.to_json(), name)
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_line(Path(cfg.out_dir) / cfg.run_id)) from None
+
+
+def interrupted_line(run_dir: Path) -> str:
+    """'interrupted: 12 of 40 rows kept in results/ID', read from what rank 0 left in the run directory."""
+    try:
+        reason = load_run(run_dir).info.reason or ""
+    except CommbenchError:
+        return f"interrupted before the first row: nothing kept ({run_dir} was not written)"
+    kept = reason.removeprefix(INTERRUPTED_PREFIX) if reason.startswith(INTERRUPTED_PREFIX) else "the rows measured"
+    return f"interrupted: {kept} kept in {run_dir}"
 
 
 def main() -> int:
@@ -70,7 +86,10 @@ def main() -> int:
 
         return run_rank(DiagnoseConfig.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
     options = OverlapConfig if name == "overlap" else RunConfig
-    return run_driver(name, options.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
+    try:
+        return run_driver(name, options.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
+    except KeyboardInterrupt:  # rank 0 has recorded it; the launcher says it once, for every rank
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""Ctrl-C during `commbench run --nproc 2`: one line, exit 130, and the rows so far kept and readable.
+
+The terminal sends SIGINT to its foreground process group: the launcher, not the ranks (they run
+in sessions of their own). The launcher passes it on; each rank stops, rank 0 records why, and the
+launcher alone says what was kept, so no rank prints a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _first_rows(out: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p.stat().st_size for p in out.glob("*/records.jsonl")):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("no row was written in time")
+
+
+def test_sigint_mid_sweep_is_one_line_exit_130_and_keeps_the_rows(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commbench", "run", "--nproc", "2", "--out", str(out), "-n", "400", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+    )
+    _first_rows(out, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the launcher's process group
+    _, stderr = proc.communicate(timeout=120)
+    lines = stderr.strip().splitlines()
+    assert proc.returncode == 130, stderr
+    assert len(lines) <= 3 and "Traceback" not in stderr, stderr
+    (run_dir,) = out.iterdir()
+    assert any(line.startswith("commbench run: interrupted: ") and str(run_dir.name) in line for line in lines), stderr
+    info = json.loads((run_dir / "run.json").read_text())
+    kept = len((run_dir / "records.jsonl").read_text().splitlines())
+    assert info["complete"] is False and info["reason"].startswith(f"interrupted: {kept} of ")
+    assert f"{kept} of " in stderr
+    table = subprocess.run([sys.executable, "-m", "commbench", "table", str(run_dir), "--format", "json"],
+                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert table.returncode == 0 and json.loads(table.stdout), table.stderr
