@@ -436,6 +436,7 @@ def test_command_serves_on_localhost_under_waitress_and_the_dev_server_only_with
 
     monkeypatch.setattr("dashboard.app.create_app", create_app)
     monkeypatch.setattr("dashboard.server.serve", lambda app, host, port: served.update(waitress=(app, host, port)))
+    monkeypatch.setattr("dashboard.server.warm_up", lambda app: None)
     monkeypatch.delenv("COMMBENCH_DASHBOARD_AUTH", raising=False)
     assert command.main(_command_args("--results", str(results_dir))) == 0
     assert served == {"results": results_dir, "waitress": (FakeApp.server, "127.0.0.1", 8050)}

@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port}: must be between 1 and 65535")
     try:
         from dashboard.app import create_app
-        from dashboard.server import AUTH_ENV, is_loopback, load_credentials, protect, serve
+        from dashboard.server import AUTH_ENV, is_loopback, load_credentials, protect, serve, warm_up
     except ImportError as exc:
         raise UsageError(f"the dashboard needs its extra ({exc.name} is missing): pip install 'commbench[dashboard]'") from None
 
@@ -78,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
     if args.models is not None and not Path(args.models).is_dir():
         raise UsageError(f"--models {args.models}: no such folder")
     app = create_app(results_dir, args.models)
+    warm_up(app)  # before the login is in front of it, and before the first burst of requests
     protect(app.server, credentials)
     for warning in warnings:
         print(f"commbench dashboard: warning: {warning}", file=sys.stderr)
