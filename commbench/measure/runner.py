@@ -61,6 +61,7 @@ class MeasuredRun:
         self.writer: RunWriter | None = None
         self.monitor: RankMonitor | None = None
         self.total_wrong = 0
+        self.finished = False  # run.json says complete or why not: a late SIGTERM must not rewrite it
 
     def add(self, records: list[Record], samples: list[str] = ()) -> None:
         """Rank 0: keep these records and their samples lines (the run directory is rewritten) and
@@ -146,6 +147,7 @@ class MeasuredRun:
     def _finish(self, complete: bool, reason: str | None = None) -> None:
         if not self.writer:
             return
+        self.finished = True
         try:
             self.writer.finish(complete=complete, reason=reason)
         except OSError as exc:  # the disk filled: the run directory keeps its last whole files
@@ -191,7 +193,7 @@ class _TerminateWatch:
         while signal.SIGTERM not in os.read(read_end, 64):
             pass
         run = self.run
-        if run is not None:
+        if run is not None and not run.finished:  # a run already finished keeps what it says
             run._finish(False, TERMINATED_REASON)
             if run.session.rank == 0:
                 print(f"commbench {run.driver.command}: terminated (SIGTERM); the run directory keeps the rows "
