@@ -51,13 +51,14 @@ from pathlib import Path
 
 import numpy as np
 
-from commbench.commands.run import size_arg
 from commbench.commands.scheduler_options import (
     add_scheduler_arguments,
     choice_from_args,
 )
 from commbench.commands.store_options import add_db_argument
+from commbench.config_options import add_config_arguments, config_values
 from commbench.data.rundir import prepare_output_folder
+from commbench.diagnose.config import REAL, DiagnoseConfig, FleetOptions
 from commbench.diagnose.fleet import FleetModel, inject_node_faults
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import json_ready, save_run, text, to_dict
@@ -68,31 +69,12 @@ HELP = "find bad nodes and links in a few concurrent rounds (group testing) on l
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    real = parser.add_argument_group("real mode (the default): live ranks, one per node")
-    real.add_argument("--nproc", type=int, default=None, metavar="N",
-                      help="ranks (\"nodes\") to start on this machine when not under torchrun/srun (default 2)")
-    real.add_argument("--size", type=size_arg, default=8 << 20,
-                      help="bytes each ring member sends per iteration; large enough to saturate a link (default 8M)")
-    real.add_argument("--iters", type=int, default=5, help="timed iterations per group test (default 5)")
-    real.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
-    real.add_argument("--timeout", type=float, default=60.0,
-                      help="seconds per round: a node that has not answered by then is named and left out (default 60)")
-    real.add_argument("--no-straggler-screen", action="store_true",
-                      help="skip the first round: one ring over every node whose per-node, per-iteration times name "
-                           "the nodes slow themselves and those the others wait for (reported, not drained)")
-    real.add_argument("--node-name", default=None, help="this node's name in the report (default: hostname)")
-    fleet = parser.add_argument_group("the cluster model (--simulate or --hosts; every figure synthetic)")
-    fleet.add_argument("--simulate", type=int, metavar="N", help="nodes of the model (default: as many as --hosts names)")
-    fleet.add_argument("--hosts", metavar="HOSTLIST|@FILE", help="node names, Slurm hostlist syntax or @file (one list per line)")
-    fleet.add_argument("--faults", type=int, default=0, metavar="D", help="random faulty nodes, alternately slow and lossy")
-    fleet.add_argument("--slow", action="append", default=[], metavar="NODE", help="this node at 0.3 x line rate (repeatable)")
-    fleet.add_argument("--lossy", action="append", default=[], metavar="NODE", help="this node loses 3%% of what it receives")
-    fleet.add_argument("--link", action="append", default=[], metavar="A,B", help="the path A-B at 0.3 x line rate only")
-    fleet.add_argument("--seed", type=int, default=0, help="random seed of the model (default 0)")
-    parser.add_argument("--group-size", type=int, default=None, metavar="G",
-                        help=f"screen group size (default {Thresholds.group_size}; smaller on small fleets)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--out", metavar="DIR", help="also write a run directory under DIR (the dashboard's Diagnose page shows it)")
+    add_config_arguments(parser, DiagnoseConfig, only=lambda f: f.metadata["group"] == REAL)
+    parser.add_argument("--nproc", type=int, default=None, metavar="N",
+                        help="real mode: ranks (\"nodes\") to start on this machine when not under torchrun/srun "
+                             "(default 2)")
+    add_config_arguments(parser, FleetOptions)
+    add_config_arguments(parser, DiagnoseConfig, only=lambda f: f.metadata["group"] != REAL)
     add_scheduler_arguments(parser, "the nodes to drain (real mode)")
     add_db_argument(parser)
 
@@ -105,20 +87,15 @@ def main(args: argparse.Namespace) -> int:
 
 def measure(args: argparse.Namespace) -> int:
     """Real mode: this process is one rank under a launcher, or starts --nproc local ranks."""
-    from commbench.measure.diagnose import (
-        DiagnoseConfig,  # torch loads only in real mode
-    )
     from commbench.measure.launch import detect_rank_env, spawn_local
 
     check_real_options(args)
-    if args.out:
-        prepare_output_folder(args.out)
+    if args.out_dir:
+        prepare_output_folder(args.out_dir)
     choice = choice_from_args(args)
-    cfg = DiagnoseConfig(slurm=choice.to_dict() if choice.wanted else None,
-                         size=args.size, iters=args.iters, warmup=args.warmup, timeout_s=args.timeout,
-                         group_size=args.group_size, node_name=args.node_name, json=args.json,
-                         straggler_screen=not args.no_straggler_screen,
-                         out_dir=str(Path(args.out).resolve()) if args.out else None,
+    values = config_values(args, DiagnoseConfig)
+    values["out_dir"] = str(Path(args.out_dir).resolve()) if args.out_dir else None
+    cfg = DiagnoseConfig(**values, slurm=choice.to_dict() if choice.wanted else None,
                          command="commbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     env = detect_rank_env()
     if env is not None:
@@ -140,8 +117,8 @@ def check_real_options(args: argparse.Namespace) -> None:
     for flag, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0), ("--size", args.size, 4)):
         if value < low:
             raise UsageError(f"{flag} {value}: must be at least {low}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout:g}: must be positive (seconds per round)")
+    if args.timeout_s <= 0:
+        raise UsageError(f"--timeout {args.timeout_s:g}: must be positive (seconds per round)")
     if args.group_size is not None and args.group_size < 2:
         raise UsageError(f"--group-size {args.group_size}: must be at least 2")
 
@@ -160,10 +137,10 @@ def simulate(args: argparse.Namespace) -> int:
     source = f"synthetic: commbench.diagnose.fleet cluster model, seed {args.seed}, noise sigma {model.noise_sigma}"
     report = to_dict(result, names, source=source)
     print(json.dumps(json_ready(report), indent=1) if args.json else text(report))
-    if args.out:
-        prepare_output_folder(args.out)
+    if args.out_dir:
+        prepare_output_folder(args.out_dir)
         options = {k: v for k, v in vars(args).items() if k not in ("handler", "command")}
-        path = save_run(report, args.out, options, synthetic=True, note=f"{source}; faults injected: see args")
+        path = save_run(report, args.out_dir, options, synthetic=True, note=f"{source}; faults injected: see args")
         print(f"# Results: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.commands.run import add_where_arguments, csv_list, database_arg, size_arg
+from commbench.commands.run import add_where_arguments, database_arg
+from commbench.config_options import config_values, csv_list, size_arg
 from commbench.dtypes import MEASURED_DTYPES
-from commbench.measure.options import BACKENDS, OVERLAP_OPS, OverlapConfig
+from commbench.measure.options import BACKENDS, OVERLAP_OPS, OverlapConfig, RunConfig
 from commbench.measure.worker import launch_driver
 
 HELP = "time a GEMM and a collective alone and at once: overlap achieved and mutual slowdown"
@@ -64,12 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> OverlapConfig:
-    return OverlapConfig(
-        ops=args.ops, min_bytes=args.min_bytes, max_bytes=args.max_bytes, step_factor=args.step_factor,
-        dtype=args.dtype, gemm_size=args.gemm_size, backend=args.backend, iters=args.iters, warmup=args.warmup,
-        timeout_s=args.timeout, out_dir=args.out, run_id=args.run_id, node_name=args.node_name,
-        progress=not args.no_progress, cluster=args.cluster, db=database_arg(args.db),
-    ).validate()
+    values = config_values(args, RunConfig)  # the options overlap shares with run, by their field names
+    values.update(db=database_arg(values["db"]), timeout_s=args.timeout, gemm_size=args.gemm_size)
+    return OverlapConfig(**values).validate()
 
 
 def main(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from commbench.data.rundir import new_run_id, utc_now
 from commbench.diagnose import scheduler
+from commbench.diagnose.config import DiagnoseConfig
 from commbench.diagnose.hostlist import expand
 from commbench.diagnose.report import json_ready, save_run, text, to_dict
 from commbench.diagnose.stragglers import STRAGGLER_RATIO, Straggler, ring_stragglers
@@ -53,30 +54,6 @@ WHO, PLAN, RESULT, BYE = "diag/who/{}", "diag/plan/{}", "diag/result/{}/{}", "di
 DATA_SHARE = 0.75  # of the round's timeout, for a member's part: it must answer before rank 0 stops waiting
 POLL_S = 0.05
 STARTUP_TIMEOUT_S = 300.0  # every rank must have posted who it is by then
-
-
-@dataclass(frozen=True)
-class DiagnoseConfig:
-    """The options of a real diagnosis, shared by every rank (JSON through the local launcher)."""
-
-    size: int = 8 << 20
-    iters: int = 5
-    warmup: int = 1
-    timeout_s: float = 60.0
-    group_size: int | None = None
-    node_name: str | None = None
-    json: bool = False
-    straggler_screen: bool = True
-    out_dir: str | None = None
-    command: str = ""
-    slurm: dict | None = None  # commbench.diagnose.scheduler.Choice as a dict: act on the verdicts (rank 0)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> DiagnoseConfig:
-        return cls(**json.loads(text))
 
 
 @dataclass(frozen=True)
