@@ -37,6 +37,7 @@ from commbench.errors import UsageError
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import EXECUTIONS
 from commbench.modeling.layout import Layout
+from commbench.modeling.recipes import RECIPES
 from commbench.modeling.spec import PlanSpec, build_planner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ RUNS = ROOT / "bench" / "published" / "runs.csv"
 RESULTS = ROOT / "bench" / "RESULTS-published.md"
 PLOT = ROOT / "bench" / "published" / "predicted-vs-published.png"
 MARKER = "<!-- scorecard results: everything below is written by bench/scorecard.py -->"
-HARDWARE = {"A100": "dgx-a100", "H100": "dgx-h100"}
+HARDWARE = {"A100": "dgx-a100", "H100": "dgx-h100", "B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 # the execution class a row names -> commbench execution presets to try, closest first (a row
 # priced by a stand-in says so)
 EXECUTION_CHOICES = {
@@ -61,7 +62,7 @@ EXECUTION_CHOICES = {
 ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 # sources entered after the refit: predicted by the model frozen then, never fitted to (neither half,
 # nor the baseline); their held-out half counts in the held-out figures as the rule assigns it
-NEVER_FITTED = ("flash-attention-2",)
+NEVER_FITTED = ("flash-attention-2", "megatron-bridge-perf-summary")
 INT_COLUMNS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
                "vocab", "seq_len", "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "sp", "zero",
                "tied_embeddings")
@@ -180,6 +181,11 @@ class Prediction:
     notes: list[str]
 
 
+def compute_precision_of(row: dict) -> str:
+    """The row's GEMM recipe: its precision cell where that names one (fp8-current, mxfp8, ...), else bf16."""
+    return row["precision"] if row["precision"] in RECIPES else "bf16"
+
+
 def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction:
     """The row's step time on its hardware preset (or with `processor`, a processor JSON file, in its place)."""
     notes = []
@@ -189,7 +195,7 @@ def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction
         spec = PlanSpec(model=model_argument(row, folder), gpus=row["gpus"], global_batch=row["global_batch"],
                         seq_len=row["seq_len"], hardware=HARDWARE[row["gpu"]], gpus_per_node=row["gpus_per_node"],
                         precision="12" if row["precision"] == "bf16 pure" else "16", execution=execution,
-                        processor=processor)
+                        processor=processor, compute_precision=compute_precision_of(row))
         planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))
     except UsageError as exc:
@@ -289,7 +295,9 @@ def score(rows: list[dict]) -> tuple[list[dict], float]:
 
 def summary_lines(records: list[dict]) -> list[str]:
     groups = [("overall", lambda r: True)]
-    groups += [(f"GPU {g}", lambda r, g=g: r["gpu"] == g) for g in ("A100", "H100")]
+    groups += [(f"GPU {g}", lambda r, g=g: r["gpu"] == g) for g in HARDWARE if any(r["gpu"] == g for r in records)]
+    groups += [(f"compute {c}", lambda r, c=c: compute_precision_of(r["row"]) == c)
+               for c in RECIPES if any(compute_precision_of(r["row"]) == c for r in records)]
     groups += [(f"source {s}", lambda r, s=s: r["source"] == s) for s in sorted({r["source"] for r in records})]
     lines = ["| group | model: held out | model: calibration | model: all | baseline: held out | baseline: all |",
              "|---|---|---|---|---|---|"]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from commbench.modeling.recipes import RECIPES
+
 RUNS = Path(__file__).resolve().parents[1] / "bench" / "published" / "runs.csv"
 
 REQUIRED = ("id", "source", "reference", "published_params_b", "gpu", "gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "network",
@@ -25,6 +27,7 @@ METRICS = {  # published figure -> plausible range in its unit
     "tokens_per_s_per_gpu": (1.0, 1e6),  # tokens per second per GPU
     "tflops_per_gpu": (1.0, 2_000.0),  # achieved TFLOP/s per GPU
 }
+GPUS = ("A100", "H100", "B200", "GB200", "GB300")  # one hardware preset each (bench/scorecard.py HARDWARE)
 FLOPS_CONVENTIONS = {"narayanan2021-recompute", "narayanan2021-model", "megatron2024", "palm"}
 # a source names where the figure is: a commit, a paper with its table or figure, or a URL
 LOCATOR = re.compile(r"commit [0-9a-f]{40}|Table \d+|Figure \d+|https?://\S+")
@@ -57,8 +60,10 @@ def row_problems(row: dict) -> list[str]:
             found.append(f"empty {column}")
     if row["reference"].strip() and not LOCATOR.search(row["reference"]):
         found.append(f"reference names no commit, table, figure or URL: {row['reference']!r}")
-    if row["gpu"] not in ("A100", "H100"):
-        found.append(f"gpu must be exactly one of A100, H100, not {row['gpu']!r}")
+    if row["gpu"] not in GPUS:
+        found.append(f"gpu must be exactly one of {', '.join(GPUS)}, not {row['gpu']!r}")
+    if row["precision"] in RECIPES and RECIPES[row["precision"]].quantised and row["gpu"] == "A100":
+        found.append(f"an A100 has no {row['precision']} tensor cores")
     for column in WHOLE_NUMBERS:
         if not row[column].isdigit() or int(row[column]) < 1:
             found.append(f"{column} must be a whole number >= 1, not {row[column]!r}")
