@@ -181,6 +181,17 @@ class Prediction:
     notes: list[str]
 
 
+def job_domain(row: dict) -> int | None:
+    """The NVLink domain a row's job ran in: the preset's, except where a job on NVL72 racks is no
+    whole number of racks (128 GPUs): then the largest whole number of hosts up to the rack that
+    divides the job (64: two racks of 64 used), an assumption the row's notes do not state."""
+    system = load_system(HARDWARE[row["gpu"]])
+    if row["gpus"] <= system.nvlink_domain or row["gpus"] % system.nvlink_domain == 0:
+        return None
+    hosts = [n for n in range(system.nvlink_domain, 0, -system.gpus_per_host) if row["gpus"] % n == 0]
+    return hosts[0] if hosts else None
+
+
 def compute_precision_of(row: dict) -> str:
     """The row's GEMM recipe: its precision cell where that names one (fp8-current, mxfp8, ...), else bf16."""
     return row["precision"] if row["precision"] in RECIPES else "bf16"
@@ -195,7 +206,8 @@ def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction
         spec = PlanSpec(model=model_argument(row, folder), gpus=row["gpus"], global_batch=row["global_batch"],
                         seq_len=row["seq_len"], hardware=HARDWARE[row["gpu"]], gpus_per_node=row["gpus_per_node"],
                         precision="12" if row["precision"] == "bf16 pure" else "16", execution=execution,
-                        processor=processor, compute_precision=compute_precision_of(row))
+                        processor=processor, compute_precision=compute_precision_of(row),
+                        nvlink_domain=job_domain(row))
         planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))
     except UsageError as exc:
