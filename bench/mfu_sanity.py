@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scorecard import (
     HARDWARE,
     RUNS,
+    compute_precision_of,
     layout_of,
     load_runs,
     model_argument,
@@ -46,6 +47,7 @@ from commbench.modeling.job import EXECUTIONS, TrainingJob
 from commbench.modeling.models import PRESETS
 from commbench.modeling.network import PresetNetwork
 from commbench.modeling.planner import Planner
+from commbench.modeling.recipes import checked_recipe
 from commbench.modeling.spec import PlanSpec, build_planner
 
 # the jobs tests/test_mfu_sanity.py ranks on every preset: the 7B on 32 GPUs is the issue's own example
@@ -66,12 +68,13 @@ def compute_share(categories: dict[str, float], step_s: float) -> float:
     return sum(categories.get(name, 0.0) for name in COMPUTE) / step_s
 
 
-def best_ranking(system: str, execution: str, job: tuple[str, int, int, int]):
-    """The planner's best layout for (model, GPUs, global batch, sequence) on a system preset, or None
-    where no layout fits in memory (a 175B on 8 GPUs)."""
+def best_ranking(system: str, execution: str, job: tuple[str, int, int, int], compute: str = "bf16"):
+    """The planner's best layout for (model, GPUs, global batch, sequence) on a system preset, its
+    GEMMs in the `compute` recipe, or None where no layout fits in memory (a 175B on 8 GPUs)."""
     model, gpus, global_batch, seq_len = job
     hardware = load_system(system)
-    training = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution])
+    training = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution],
+                           compute=checked_recipe(compute, hardware.processor))
     try:
         return Planner(training, Cluster(gpus, hardware, PresetNetwork(hardware))).rank(1).ranked[0]
     except UsageError:
@@ -83,7 +86,7 @@ def rankings(systems: list[str], executions: list[str], rows: list[dict], jobs: 
              "| published best on the GPU |", "|---|---|---|---|---|---|---|"]
     for system in systems:
         gpu = next(g for g, s in HARDWARE.items() if s == system)
-        bound = max(published_mfu(r) for r in rows if r["gpu"] == gpu)
+        bound = max(published_mfu(r) for r in rows if r["gpu"] == gpu and compute_precision_of(r) == "bf16")
         for execution in executions:
             for job in jobs:
                 best = best_ranking(system, execution, job)

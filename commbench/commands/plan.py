@@ -37,6 +37,23 @@ from commbench.modeling.spec import PlanSpec
 
 LEDGER_NAMES = tuple(item.name for item in LEDGER)
 
+__doc__ += """
+Which execution preset fits which framework and year (the scorecard's rows use these):
+  Megatron-LM 2021-2022 (SC21 Megatron, BLOOM's Megatron-DeepSpeed)           megatron-2021
+  Megatron-Core with Transformer Engine, 2023 on (Megatron-LM 2023-, NeMo 23.x-26.x,
+      Megatron-Bridge, NVIDIA DGX Cloud Benchmarking recipes)                  megatron-core
+  DeepSpeed ZeRO-2/3 on models without Megatron's fused kernels              deepspeed
+  PyTorch FSDP/FSDP2 on GPUs (torchtitan, MosaicML LLM Foundry)                torch-fsdp
+  torch eager on CPU/gloo (commbench's validation GPT)                         torch-eager
+The planner cannot tell the framework from its inputs: say it with --execution (the default,
+megatron, is megatron-core). Older Megatron runs priced as megatron-core come out too fast.
+
+Compute precision (--compute-precision) is the GEMMs' number format by Transformer Engine recipe;
+--precision is the bytes kept per parameter (16, 12, 18, fp32). FP8 recipes need FP8 tensor cores
+(Hopper, Blackwell), MXFP8 and NVFP4 data-centre Blackwell (dgx-b200, gb200-nvl72, gb300-nvl72).
+On NVL72 presets a host holds 4 GPUs and an NVLink domain 72 (--nvlink-domain): groups inside one
+domain run on NVLink even where they span hosts.
+"""
 __doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
     textwrap.fill(f"{name}: {execution.assumes}", width=100, initial_indent="  ", subsequent_indent="      ",
                   break_on_hyphens=False)

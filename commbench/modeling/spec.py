@@ -56,7 +56,8 @@ class PlanSpec:
     bandwidth: str | None = _with_default("price collectives from this measured run directory")
     inter_network: str | None = _with_default("replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
     processor: str | None = _with_default(
-        "replace the hardware preset's processor: a processor preset (a100, h100, h200) or a JSON file in its format")
+        "replace the hardware preset's processor: a processor preset (a100, h100, h200, b200, gb200, gb300) or a "
+        "JSON file in its format")
     precision: str = _with_default("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
     compute_precision: str = _with_default(
         "the number format of the linear layers' GEMMs, by Transformer Engine recipe: bf16 (default), fp8-delayed "
