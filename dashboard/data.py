@@ -7,13 +7,15 @@ entry carrying its error message instead of its data, so one broken directory ne
 others.
 
 When the results database exists (`commbench db ingest`: $COMMBENCH_DB, else
-<results folder>/commbench.duckdb), the run pickers (`usable`, `listing`) take their runs from it
-instead of walking every folder: the listing reads no run directory, and a run is read only when a
-page needs its data. The database holds the complete runs ingested so far, so a run written and not
-yet ingested is not offered until the next ingest (`commbench run --db` ingests as it ends). The
-Runs page (`entries`) still walks the folder: its job is to show broken and partial directories,
-which the database skips. A database that holds no run of this folder, or cannot be read (a newer
-commbench's schema, a damaged file), is passed over and the folder walked, as with no database.
+<results folder>/commbench.duckdb), the run pickers (`usable`, `listing`) read the database and the
+folder together: the database names the runs it holds without any run directory being read, and
+a glob of the folder (the same cheap scan) finds the runs it does not hold yet (written without
+`--db`, or after the last ingest). Only those are read, each once per change of its files (the
+cache above), so a run written while the dashboard is up appears in every picker on the next page
+load, no re-ingest and no restart needed. The merged list is newest first; runs whose creation
+time is unknown come last. The Runs page (`entries`) walks the folder: its job is to show broken
+and partial directories, which the database skips. A database that cannot be read (a newer
+commbench's schema, a damaged file) is passed over and the folder walked, as with no database.
 
 Keys name runs and topology files in the browser: paths relative to the results folder, in
 POSIX spelling ("examples/example-cpu-2rank"). Keys come back from the browser, so every key is
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
@@ -46,6 +50,31 @@ _WATCHED_FILES = (RUN_FILE, RECORDS_JSONL, TRACE_FILE, DIAGNOSE_FILE)
 DB_FILE = "commbench.duckdb"  # the database inside the results folder: results/commbench.duckdb is the default
 
 Signature = tuple[tuple[str, int, int] | None, ...]
+# kinds whose rows are imported from another tool's output: never "measured here"
+IMPORTED_KINDS = ("import",)
+
+
+def created_at(created: object) -> datetime | None:
+    """run.json's (or the database's) creation time as an aware datetime; None when unknown
+    ("unknown", empty, unparseable): such runs sort after every dated one."""
+    if isinstance(created, str):
+        try:
+            created = datetime.fromisoformat(created)
+        except ValueError:
+            return None
+    if not isinstance(created, datetime):
+        return None
+    return created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+
+
+def newest_first(items: Iterable, created: Callable, key: Callable) -> list:
+    """items sorted newest first by created(item), ties and undated items by key; undated ones last."""
+    by_key = sorted(items, key=key, reverse=True)
+    return sorted(by_key, key=lambda item: _age(created_at(created(item))))
+
+
+def _age(when: datetime | None) -> tuple[bool, float]:
+    return (when is None, -when.timestamp() if when else 0.0)
 
 
 def database_for(results_root: Path) -> Path | None:
@@ -96,6 +125,11 @@ class RunEntry:
     def synthetic(self) -> bool:
         """No machine measured this run (run.json `synthetic`): every view of it carries the badge."""
         return bool(self.run and self.run.info.synthetic)
+
+    @property
+    def measured(self) -> bool:
+        """Measured here: neither imported from another tool nor synthetic."""
+        return self.ok and self.kind not in IMPORTED_KINDS and not self.synthetic
 
     @property
     def label(self) -> str:
@@ -164,10 +198,16 @@ class RunListing:
     world_size: int | None
     synthetic: bool
     records: int
+    created: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.key} {SYNTHETIC_BADGE}" if self.synthetic else self.key
+
+    @property
+    def measured(self) -> bool:
+        """Measured here: neither imported from another tool nor synthetic."""
+        return self.kind not in IMPORTED_KINDS and not self.synthetic
 
 
 @dataclass
@@ -198,7 +238,7 @@ class ResultsStore:
             for gone in set(self._cache) - set(keys):
                 del self._cache[gone]
         entries = [self._entry_or_refusal(key) for key in keys]
-        return sorted(entries, key=lambda e: (e.info.get("created") or "", e.key), reverse=True)
+        return newest_first(entries, lambda e: e.info.get("created"), lambda e: e.key)
 
     def _entry_or_refusal(self, key: str) -> RunEntry:
         """The entry, or one that names the run and why it is skipped (a link out of the folder):
@@ -209,41 +249,47 @@ class ResultsStore:
             return RunEntry(key, self.root / key, error=f"{key}: skipped: it points outside the results folder")
 
     def usable(self, kinds: tuple[str, ...] | None = None) -> list[RunEntry]:
-        """The readable runs of these kinds, newest first: the database's, or every folder's without one."""
-        listed = self._listed_in_database(kinds)
-        if listed is None:
+        """The readable runs of these kinds, newest first: the database's and the folder's together."""
+        if database_for(self.root) is None:
             return [e for e in self.entries() if e.ok and (kinds is None or e.kind in kinds)]
-        return [e for e in (self.entry(row.key) for row in listed) if e.ok]
+        return [e for e in (self.entry(row.key) for row in self.listing(kinds)) if e.ok]
 
     def listing(self, kinds: tuple[str, ...] | None = None) -> list[RunListing]:
-        """The runs a picker offers, newest first; from the database no run directory is read."""
-        listed = self._listed_in_database(kinds)
+        """The runs a picker offers, newest first: the database's (no run directory read), then the
+        folder's runs the database does not hold (each read once per change of its files)."""
+        listed = self._listed_in_database()
         if listed is None:
-            return [_listing_of(e) for e in self.usable(kinds)]
-        return listed
+            return [_listing_of(e) for e in self.entries() if e.ok and (kinds is None or e.kind in kinds)]
+        missing = [key for key in self._run_keys() if key not in listed]
+        found = [_listing_of(e) for e in map(self._entry_or_refusal, missing) if e.ok]
+        merged = [row for row in [*listed.values(), *found] if kinds is None or row.kind in kinds]
+        return newest_first(merged, lambda row: row.created, lambda row: row.key)
 
-    def _listed_in_database(self, kinds: tuple[str, ...] | None) -> list[RunListing] | None:
-        """The database's runs under this folder, or None when there is no readable database."""
+    def _run_keys(self) -> list[str]:
+        return [path.relative_to(self.root).as_posix() for path in list_runs(self.root)]
+
+    def _listed_in_database(self) -> dict[str, RunListing] | None:
+        """The database's runs under this folder by key, or None when there is no readable database."""
         db = database_for(self.root)
         if db is None:
             return None
         listed: dict[str, RunListing] = {}
         try:
             for prefix in self._prefixes:
-                for row in list_runs_under(db, prefix, kinds):
+                for row in list_runs_under(db, prefix, None):
                     key = PurePosixPath(Path(row["path"]).relative_to(prefix)).as_posix()
                     listed.setdefault(key, self._listing_row(key, row))
         except CommbenchError:
             return None
-        if not listed and kinds is not None and not self._listed_in_database(None):
-            return None  # a database of other folders: this one was never ingested
-        return list(listed.values())
+        return listed
 
     def _listing_row(self, key: str, row: dict) -> RunListing:
         synthetic = row["synthetic"]
         if synthetic is None:  # ingested under store schema 1, which did not keep the flag: ask the run
             synthetic = self.entry(key).synthetic
-        return RunListing(key, row["kind"], row["backend"], row["world_size"], bool(synthetic), row["records"])
+        created = row.get("created")
+        return RunListing(key, row["kind"], row["backend"], row["world_size"], bool(synthetic), row["records"],
+                          created.isoformat() if isinstance(created, datetime) else created)
 
     def entry(self, key: str) -> RunEntry:
         """The run at key, read again only if its files changed since the last read."""
@@ -348,7 +394,7 @@ class ResultsStore:
 def _listing_of(entry: RunEntry) -> RunListing:
     info = entry.info
     return RunListing(entry.key, entry.kind, info.get("backend"), info.get("world_size"), entry.synthetic,
-                      len(entry.run.records) if entry.run else 0)
+                      len(entry.run.records) if entry.run else 0, info.get("created"))
 
 
 def _signature(path: Path) -> Signature:

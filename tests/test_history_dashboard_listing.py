@@ -1,5 +1,6 @@
-"""The dashboard's run pickers and the planner's bandwidth sources read the results database when it
-exists (no folder walked, no run read), and walk the folder when there is none."""
+"""The dashboard's run pickers and the planner's bandwidth sources read the results database and the
+folder together when the database exists (no run the database holds is read; runs it does not hold
+yet are read once and appear, newest first), and walk the folder when there is none."""
 
 from __future__ import annotations
 
@@ -26,31 +27,58 @@ def fleet(tmp_path, monkeypatch):
     return tmp_path, [run.name for run in runs]
 
 
-def no_folder_reads(monkeypatch):
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("a run folder was walked or read")
-    monkeypatch.setattr(dashboard_data, "list_runs", refuse)
-    monkeypatch.setattr(dashboard_data, "load_run", refuse)
+def reads_counted(monkeypatch) -> list[str]:
+    """The names of the run directories load_run reads from now on."""
+    read: list[str] = []
+    real = dashboard_data.load_run
+
+    def counted(path, *args, **kwargs):
+        read.append(Path(path).name)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(dashboard_data, "load_run", counted)
+    return read
 
 
-def test_with_a_database_the_listing_comes_from_it_without_reading_a_run(fleet, monkeypatch):
+def later_run(root: Path, created: str = "2027-01-01T00:00:00+00:00") -> str:
+    """A sweep written after the ingest (no --db), dated after every ingested one."""
+    (path,) = generate_history(root, PROFILE, 1, seed=9, prefix="later")
+    info = json.loads((path / "run.json").read_text())
+    (path / "run.json").write_text(json.dumps(info | {"created": created}))
+    return path.name
+
+
+def test_a_run_written_after_the_ingest_is_listed_first_and_only_it_is_read(fleet, monkeypatch):
     root, names = fleet
     store.ingest(root / "commbench.duckdb", [root])
-    generate_history(root, PROFILE, 1, seed=9, prefix="later")  # written after the ingest
-    no_folder_reads(monkeypatch)
-    listed = ResultsStore(root).listing(("sweep",))
-    assert [run.key for run in listed] == names[::-1]  # newest first; the later run is not ingested yet
-    assert listed[0].label == f"{names[-1]} {SYNTHETIC_BADGE}" and not listed[1].synthetic
+    later = later_run(root)
+    read = reads_counted(monkeypatch)
+    results = ResultsStore(root)
+    listed = results.listing(("sweep",))
+    assert [run.key for run in listed] == [later, *names[::-1]]  # newest first, no re-ingest
+    assert read == [later]  # the database's runs are not read
+    assert listed[1].label == f"{names[-1]} {SYNTHETIC_BADGE}" and not listed[2].synthetic
     assert {(run.kind, run.world_size, run.records) for run in listed} == {("sweep", PROFILE["group_size"], len(PROFILE["rows"]))}
-    assert ResultsStore(root).listing(("overlap",)) == []
+    assert results.listing(("overlap",)) == []
+    assert read == [later]  # cached by file signature: not read again
+    assert results.usable(("sweep",))[0].key == later
+
+
+def test_runs_of_unknown_date_are_listed_last(fleet, monkeypatch):
+    root, names = fleet
+    store.ingest(root / "commbench.duckdb", [root])
+    undated = later_run(root, created="unknown")
+    listed = [run.key for run in ResultsStore(root).listing(("sweep",))]
+    assert listed == [*names[::-1], undated]
+    assert [entry.key for entry in ResultsStore(root).entries()][-1] == undated  # the Runs page too
 
 
 def test_with_a_database_the_pickers_load_only_the_listed_runs(fleet, monkeypatch):
     root, names = fleet
     store.ingest(root / "commbench.duckdb", [root])
-    monkeypatch.setattr(dashboard_data, "list_runs", lambda _root: pytest.fail("the folder was walked"))
+    read = reads_counted(monkeypatch)
     entries = ResultsStore(root).usable(("sweep",))
     assert [entry.key for entry in entries] == names[::-1] and all(len(entry.records) == len(PROFILE["rows"]) for entry in entries)
+    assert sorted(read) == sorted(names)  # each run read once, for its records
 
 
 def test_without_a_database_the_folder_is_walked(fleet):
@@ -85,7 +113,6 @@ def test_a_schema_1_database_is_migrated_and_its_runs_asked_for_the_badge(fleet,
     assert store.ingest(db, [root]).unchanged == 3
     assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(store.STORE_SCHEMA_VERSION),)]
     assert store.query(db, "SELECT count(*) FROM runs WHERE synthetic IS NULL")[1] == [(3,)]
-    monkeypatch.setattr(dashboard_data, "list_runs", lambda _root: pytest.fail("the folder was walked"))
     listed = ResultsStore(root).listing(("sweep",))  # migrated, the flag still null: each run is asked
     assert [run.synthetic for run in listed] == [True, False, False]
 
@@ -96,7 +123,7 @@ def test_the_planner_page_offers_the_database_runs_as_bandwidth_sources(fleet, m
     store.ingest(root / "commbench.duckdb", [root])
     app = create_app(root)
     from dashboard.pages import planner
-    no_folder_reads(monkeypatch)
+    monkeypatch.setattr(dashboard_data, "load_run", lambda *_a, **_k: pytest.fail("a listed run was read"))
     with app.server.app_context():
         controls = planner._cluster_controls()
     (dropdown,) = [box.children[1] for box in controls if getattr(box.children[1], "id", None) == "plan-bandwidth"]

@@ -21,7 +21,7 @@ def layout(**_query):
                "screen (nodes slow themselves or late to the others: reported, not drained), then every round's "
                "groups (one row per round) with the outcome of the group each node was in.", className="lead"),
         html.Div([control("diagnosis", dcc.Dropdown(id="dg-run", options=run_options(entries), clearable=False,
-                                                     value=entries[-1].key if entries else None), wide=True)],
+                                                     value=entries[0].key if entries else None), wide=True)],
                  className="controls"),
         html.Div(id="dg-summary"),
         data_table("dg-verdicts"),
