@@ -3,7 +3,8 @@ each single-GPU layout of gpu_steps.LAYOUTS, beside the planner's prediction for
 
 Measured per layout: the median step time over the timed steps (forward, backward and AdamW over
 every micro-batch, synchronised) and torch.cuda.max_memory_allocated over those steps. Predicted:
-Planner.evaluate_layout's step time and memory total, from the processor JSON that gpu_check's
+Planner.evaluate_layout's step time and the memory ledger's allocator_peak (what
+torch.cuda.max_memory_allocated reads: no CUDA context or NCCL buffers), from the processor JSON that gpu_check's
 calibrate step wrote just before, execution torch-eager, precision "16" (bf16 autocast over fp32
 weights and AdamW: 16 bytes a parameter). The model is frozen before its steps are measured: the
 prediction is written first, from the calibration alone.
@@ -43,15 +44,15 @@ def predictions(cfg, processor: Path, dry_run: bool) -> dict[str, dict]:
                      ffn_hidden=cfg.ffn, vocab=cfg.vocab, mlp="gelu", tied_embeddings=False, max_seq_len=cfg.seq_len)
     network = load_network("nvlink4")  # one GPU: no collective is priced, any network will do
     system = System("this device, one GPU", load_processor(str(processor)), 1, network, network)
-    # reserved_bytes=0: max_memory_allocated counts tensors, not the CUDA context the ledger reserves
-    job = TrainingJob(spec, seq_len=cfg.seq_len, global_batch=GLOBAL_BATCH, reserved_bytes=0.0,
+    # the validation GPT has no dropout; on the stand-in CPU no CUDA workspaces either
+    job = TrainingJob(spec, seq_len=cfg.seq_len, global_batch=GLOBAL_BATCH, on_gpu=not dry_run, dropout=False,
                       precision=PRECISIONS["fp32" if dry_run else "16"], execution=EXECUTIONS["torch-eager"])
     planner = Planner(job, Cluster(1, system, PresetNetwork(system)))
     out = {}
     for name, text in LAYOUTS.items():
         result, reason = planner.evaluate_layout(parse_layout(text, 1))
         out[name] = {"layout": text, "predicted_step_s": result.step_s,
-                     "predicted_memory_bytes": result.memory.get("total"), "does_not_fit": reason}
+                     "predicted_memory_bytes": result.memory["allocator_peak"], "does_not_fit": reason}
     return out
 
 

@@ -206,3 +206,31 @@ def test_dashboard_draws_each_stage_stacked_against_the_device(capsys):
     for i, stage in enumerate(out["stages"]):  # the bars of a stage add up to its total
         assert sum(trace.y[i] for trace in figure.data) == pytest.approx(stage["memory_bytes"]["total"] / 1e9)
     assert len(figure.data[0].x) == 4
+
+
+def test_recompute_modules_and_block_method_as_megatron_names_them():
+    """Selective recompute of Megatron's --recompute-modules drops exactly what each module keeps
+    (by hand for llama2-7b, bf16, tp=2 with SP, flash attention), costs the forward share it
+    repeats, and the block method keeps full activations in the layers it does not recompute."""
+    job = TrainingJob(PRESETS["llama2-7b"], 4096, 16)
+    layouts = ["tp=2,pp=4,dp=1,mbs=1,recompute=selective", "tp=2,pp=4,dp=1,mbs=1,recompute=selective,"
+               "recompute_modules=core_attn+mlp+layernorm", "tp=2,pp=4,dp=1,mbs=1,recompute=full",
+               "tp=2,pp=4,dp=1,mbs=1,recompute=full,recompute_layers=3", "tp=2,pp=4,dp=1,mbs=1"]
+    batch = LayoutBatch.from_layouts([parse_layout(text, 8) for text in layouts])
+    assert [str(batch.layout(i)) == str(parse_layout(text, 8)) for i, text in enumerate(layouts)] == [True] * 5
+    per_layer = activation_bytes_per_layer(job, batch, batch.recompute)
+    sbh = 4096 * H
+    assert per_layer[0] - per_layer[1] == pytest.approx(sbh * (6 * FFN / H) / 2 + sbh * 4 / 2)  # MLP inside, 2 norm outputs
+    ledger, _ = stage_memory(job, batch, np.zeros(5, dtype=int))
+    full_layer, none_layer = per_layer[2], per_layer[4]
+    assert full_layer == pytest.approx(2 * sbh / 2)  # the layer input, 1/t with SP
+    assert ledger["activations"][3] == pytest.approx(4 * (3 * full_layer + 5 * none_layer))  # 4 in flight, 8 layers
+    planner = _planner("llama2-7b", 8)
+    step = planner.step_model.evaluate(batch)
+    recompute = step.categories["recompute"]
+    assert recompute[4] == 0 and 0 < recompute[0] < recompute[1] < recompute[2]
+    assert recompute[3] == pytest.approx(recompute[2] * 3 / 8)
+    with pytest.raises(UsageError, match="not one of"):
+        parse_layout("tp=2,dp=4,recompute=selective,recompute_modules=attention", 8)
+    with pytest.raises(UsageError, match="needs recompute=full"):
+        parse_layout("tp=2,dp=4,recompute=selective,recompute_layers=2", 8)

@@ -24,7 +24,7 @@ and the recipe's BF16 layers stay at the BF16 rate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -76,6 +76,8 @@ class LayerCompute:
     # a quantised recipe's casts, amax reads, transposed copies and Hadamard transforms (0 in bf16)
     fwd_quantise: np.ndarray | float = 0.0
     bwd_quantise: np.ndarray | float = 0.0
+    # shares of the forward that Megatron's selective --recompute-modules repeat (recompute_shares)
+    shares: dict = field(default_factory=dict)
 
     @property
     def forward(self) -> np.ndarray:
@@ -89,9 +91,47 @@ class LayerCompute:
         return (self.bwd_gemm + self.bwd_attention + self.bwd_quantise
                 + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels))
 
-    def recompute(self, mode: np.ndarray) -> np.ndarray:
-        """Extra forward work done in backward: attention core (selective) or the whole layer (full)."""
-        return np.select([mode == 1, mode == 2], [self.fwd_attention, self.forward], 0.0)
+    def recompute(self, batch: LayoutBatch, chunk_layers) -> np.ndarray:
+        """Extra forward work done in backward per layer: the modules selective recompute names
+        (core_attn: the attention core; mlp: the MLP's GEMMs; layernorm: the norms' passes; moe_act:
+        the experts' activation function; mla_up_proj: MLA's up-projections), or the whole layer
+        (full; Megatron's block method: recompute_layers of each chunk's chunk_layers)."""
+        mask = np.where(batch.recompute == 1, batch.recompute_mask, 0)
+        share = self.shares
+        parts = (self.fwd_attention, self.fwd_gemm * share.get("mlp", 0.0), self.fwd_elementwise * share.get("layernorm", 0.0),
+                 self.fwd_elementwise * share.get("moe_act", 0.0), self.fwd_gemm * share.get("mla_up_proj", 0.0))
+        selective = sum((mask >> bit & 1) * part for bit, part in enumerate(parts))
+        return np.select([batch.recompute == 1, batch.recompute == 2],
+                         [selective, self.forward * full_recompute_share(batch, chunk_layers)], 0.0)
+
+
+def full_recompute_share(batch: LayoutBatch, chunk_layers) -> np.ndarray:
+    """Share of a chunk's layers full recompute repeats: all (uniform), or Megatron's block method's
+    recompute_layers of them; 0 without full recompute."""
+    block = np.where(batch.recompute_layers > 0, np.minimum(batch.recompute_layers, chunk_layers) / np.maximum(chunk_layers, 1), 1.0)
+    return np.where(batch.recompute == 2, block, 0.0)
+
+
+def recompute_shares(job: TrainingJob, batch: LayoutBatch, hidden_passes: float, mlp_width) -> dict:
+    """Shares of a layer's forward GEMM time (by FLOPs, i.e. by the weights a token multiplies) and
+    elementwise time (by bytes, as elementwise_bytes counts them) that each recompute module repeats."""
+    model, t = job.model, batch.tp
+    h = model.hidden
+    replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
+    mlp = model.mlp_params(model.ffn_hidden) * model.dense_layers
+    if model.moe:
+        moe = model.moe
+        mlp = mlp + model.moe_layers * (moe.top_k * job.expert_load * model.mlp_params(moe.expert_ffn_hidden)
+                                        + model.mlp_params(moe.shared_ffn_hidden))
+    mlp = mlp / model.layers
+    gemm = model.attention_projection_params + mlp
+    up = 0.0
+    if model.mla:
+        mla = model.mla
+        up = mla.q_lora_rank * model.q_dim + mla.kv_lora_rank * model.heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    passes = hidden_passes * h * replicated + 2 * (model.q_dim + model.kv_dim) / t + mlp_width
+    return {"mlp": mlp / gemm, "mla_up_proj": up / gemm, "layernorm": 4 * h * replicated / passes,
+            "moe_act": mlp_width / passes * model.moe_layers / model.layers}
 
 
 def elementwise_bytes(activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0,
@@ -285,4 +325,5 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_b
         fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
         fwd_kernels=fwd_kernels, head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd, bwd_kernels=bwd_kernels,
         fwd_quantise=fwd_quantise, bwd_quantise=bwd_quantise,
+        shares=recompute_shares(job, batch, hidden_passes, mlp_width),
     )

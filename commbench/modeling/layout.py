@@ -18,9 +18,12 @@ from commbench.errors import UsageError
 from commbench.modeling.limits import MAX_GPUS, MAX_LAYERS, whole_number
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+# Megatron-Core's --recompute-modules for selective recompute (bit i of the batch's recompute_mask);
+# selective with none named is its default, core_attn
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "mla_up_proj")
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs")
 # pipeline split fields (0 or off: Megatron-Core's default even split), kept as int columns too
-_SPLIT_FIELDS = ("pp_first", "pp_last", "vpp_group")
+_SPLIT_FIELDS = ("pp_first", "pp_last", "vpp_group", "recompute_layers")
 _SPLIT_FLAGS = ("pp_embedding", "pp_loss")
 
 
@@ -45,6 +48,11 @@ class Layout:
     # micro-batches per group of the interleaved schedule
     # (--microbatch-group-size-per-virtual-pipeline-stage), 0: pp (Megatron-Core's default)
     vpp_group: int = 0
+    # selective recompute: the modules recomputed, "+"-joined (--recompute-modules), "": core_attn
+    recompute_modules: str = ""
+    # full recompute by Megatron's block method: layers of each model chunk recomputed
+    # (--recompute-method block --recompute-num-layers N); 0: every layer (uniform)
+    recompute_layers: int = 0
 
     def __post_init__(self):
         for name in _INT_FIELDS:
@@ -52,6 +60,7 @@ class Layout:
         for name in _SPLIT_FIELDS:
             whole_number(f"layout: {name}", getattr(self, name), 0, MAX_LAYERS)
         self._check_split()
+        self._check_recompute()
         if self.zero > 3:
             raise UsageError("layout: zero must be 0, 1, 2 or 3")
         if self.recompute not in RECOMPUTE_MODES:
@@ -75,6 +84,23 @@ class Layout:
             raise UsageError(f"layout: vpp_group={self.vpp_group} must be at least pp={self.pp} (Megatron-Core's "
                              f"microbatch group per virtual stage ranges over [pp, micro-batches])")
 
+    def _check_recompute(self) -> None:
+        unknown = [name for name in self.recompute_modules.split("+") if name and name not in RECOMPUTE_MODULES]
+        if unknown:
+            raise UsageError(f"layout: recompute module {unknown[0]!r} is not one of {', '.join(RECOMPUTE_MODULES)}")
+        if self.recompute_modules and self.recompute != "selective":
+            raise UsageError("layout: recompute_modules needs recompute=selective (Megatron's selective granularity)")
+        if self.recompute_layers and self.recompute != "full":
+            raise UsageError("layout: recompute_layers (the block method) needs recompute=full")
+
+    @property
+    def recompute_mask(self) -> int:
+        """Bit i set where RECOMPUTE_MODULES[i] is recomputed (selective; none named: core_attn)."""
+        if self.recompute != "selective":
+            return 0
+        names = [name for name in self.recompute_modules.split("+") if name] or ["core_attn"]
+        return sum(1 << RECOMPUTE_MODULES.index(name) for name in set(names))
+
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
@@ -86,6 +112,7 @@ class Layout:
         parts += [f"dp={self.dp}", f"mbs={self.mbs}", f"zero={self.zero}", f"recompute={self.recompute}"]
         parts += [f"{name}={getattr(self, name)}" for name in _SPLIT_FIELDS if getattr(self, name)]
         parts += [f"{name}=1" for name in _SPLIT_FLAGS if getattr(self, name)]
+        parts += [f"recompute_modules={self.recompute_modules}"] * bool(self.recompute_modules)
         return ",".join(parts + ["sp=0"] * (self.tp > 1 and not self.sp))
 
 
@@ -98,7 +125,7 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
         if not sep or key not in {f.name for f in fields(Layout)}:
             raise UsageError(f"bad layout item {item!r}: use key=value with keys {', '.join(f.name for f in fields(Layout))}")
         value = value.strip().lower()
-        if key == "recompute":
+        if key in ("recompute", "recompute_modules"):
             values[key] = value
         elif key in ("sp", *_SPLIT_FLAGS):
             values[key] = value in ("1", "true", "yes", "on")
@@ -126,6 +153,8 @@ class LayoutBatch:
         rows = len(self.columns["dp"])
         for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):  # an even split unless the columns say otherwise
             self.columns.setdefault(name, np.zeros(rows, dtype=np.int64))
+        # selective recompute without modules named: Megatron's default, the attention core
+        self.columns.setdefault("recompute_mask", np.where(self.columns["recompute"] == 1, 1, 0))
         for name, col in self.columns.items():
             setattr(self, name, col)
 
@@ -137,6 +166,7 @@ class LayoutBatch:
         columns["sp"] = [int(row["sp"]) for row in rows]
         for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):
             columns[name] = [int(row[name]) for row in rows]
+        columns["recompute_mask"] = [layout.recompute_mask for layout in layouts]
         return cls(columns)
 
     def __len__(self) -> int:
@@ -145,7 +175,10 @@ class LayoutBatch:
     def layout(self, i: int) -> Layout:
         values = {name: int(self.columns[name][i]) for name in (*_INT_FIELDS, *_SPLIT_FIELDS)}
         flags = {name: bool(self.columns[name][i]) for name in _SPLIT_FLAGS}
-        return Layout(**values, **flags, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]))
+        mask = int(self.recompute_mask[i])
+        modules = "+".join(name for bit, name in enumerate(RECOMPUTE_MODULES) if mask >> bit & 1)
+        return Layout(**values, **flags, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]),
+                      recompute_modules="" if modules in ("", "core_attn") else modules)
 
     @property
     def seq_parallel(self) -> np.ndarray:

@@ -34,7 +34,10 @@ LEDGER = (
     LedgerItem("param_gather", True, "ZeRO-3 parameter-gather buffers: the gathered weights of the layer computed "
                "and the prefetched next one, and one layer's unsharded gradients before their reduce-scatter"),
     LedgerItem("activations", True, "tensors kept for backward: per layer per micro-batch (Korthikanti et al. 2022) "
-               "x the stage's layers x its in-flight micro-batches under 1F1B or interleaved 1F1B"),
+               "x the stage's layers x its in-flight micro-batches under 1F1B or interleaved 1F1B; per recompute mode: none, "
+               "selective with Megatron's --recompute-modules (layout key recompute_modules=core_attn+mlp+layernorm+moe_act"
+               "+mla_up_proj, default core_attn), full uniform (layer inputs only) or full block (recompute_layers=N "
+               "per chunk)"),
     LedgerItem("recompute_buffer", True, "full recompute: one layer's activations rebuilt during its backward"),
     LedgerItem("logits", True, "last stage: the output layer's input (h per token) and its logits, one micro-batch: "
                "the logits in the activation dtype and the fp32 copy the unfused vocab-parallel cross entropy keeps "
@@ -60,8 +63,8 @@ OUTSIDE_ITEMS = tuple(item.name for item in LEDGER if not item.inside_allocator)
 NOT_MODELLED = {
     "fp8_scales": "the quantised recipes' scale tensors and amax histories (small beside the copies)",
     "moe_dispatch": "MoE permutation and token-dispatch buffers (the MoE issue adds them)",
-    "recompute_modules": "Megatron's --recompute-modules other than core_attn (mlp, moe_act, layernorm, "
-                         "mla_up_proj) and --recompute-method block; activation offloading",
+    "activation_offloading": "Megatron's activation offloading to host memory (--cpu-offloading and its fine-grained "
+                             "variant): the ledger keeps every activation on the device",
     "fused_cross_entropy": "--cross-entropy-loss-fusion: the ledger keeps the unfused fp32 copy of the logits",
 }
 # when the allocator peaks: at the backward start of the last in-flight micro-batch, or in the optimizer step

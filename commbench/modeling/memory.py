@@ -180,11 +180,28 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     masks = 2 if job.dropout else 0
     kept = (sbh * ((8 * wide + masks) * replicated + wide * (attention + mlp) / t)
             + wide * s * batch.mbs * 2 * _latent_width(model))
-    if _unfused_attention(job):
-        # softmax output and dropout output (16-bit), and the dropout mask (1 byte), per score
-        kept = kept + np.where(recompute == 0, _score_bytes(job, batch, 4.0 * wide + masks / 2), 0.0)
+    # what each of Megatron's --recompute-modules leaves out (RECOMPUTE_MODULES order)
+    dropped = (
+        # core_attn: softmax output and dropout output (16-bit), and the dropout mask (1 byte), per score
+        _score_bytes(job, batch, 4.0 * wide + masks / 2) if _unfused_attention(job) else 0.0,
+        sbh * wide * mlp / t,  # mlp: everything inside the MLP but its input
+        sbh * 4 * wide * replicated,  # layernorm: the two norms' outputs (QKV and MLP inputs)
+        sbh * wide * 2 * _expert_activation_width(job) / h / t,  # moe_act: the experts' activation outputs
+        sbh * wide * 2 * (model.q_dim + model.kv_dim + model.v_dim) / h / t if model.mla else 0.0,  # mla_up_proj
+    )
+    mask = np.where(recompute == 1, batch.recompute_mask, 0)
+    selective = kept + dropped[0] - sum((mask >> bit & 1) * part for bit, part in enumerate(dropped))
     layer_input = 2 * wide * sbh * replicated
-    return np.where(recompute == 2, layer_input, kept)
+    return np.where(recompute == 2, layer_input, selective)
+
+
+def _expert_activation_width(job: TrainingJob) -> float:
+    """Width per token of the MoE layers' activation-function outputs, averaged over all layers."""
+    model = job.model
+    if not model.moe:
+        return 0.0
+    moe = model.moe
+    return (moe.top_k * job.expert_load * moe.expert_ffn_hidden + moe.shared_ffn_hidden) * model.moe_layers / model.layers
 
 
 def _unfused_attention(job: TrainingJob) -> bool:
@@ -257,7 +274,12 @@ def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None
     items["optimizer"] = sharded(prec.optimizer_bytes, 1)
     items["grad_buckets"] = _grad_buckets(job, batch, dense, expert)
     items["param_gather"] = _param_gather(job, batch, dense, expert, layers)
-    items["activations"] = terms["per_layer"] * layers / batch.vpp * chunks
+    chunk_layers = layers / batch.vpp
+    # Megatron's block method recomputes the first recompute_layers layers of each chunk; the rest keep everything
+    block = (batch.recompute == 2) & (batch.recompute_layers > 0)
+    recomputed = np.where(block, np.minimum(batch.recompute_layers, chunk_layers), chunk_layers)
+    per_chunk = recomputed * terms["per_layer"] + (chunk_layers - recomputed) * terms["rebuilt"]
+    items["activations"] = per_chunk * chunks
     items["recompute_buffer"] = np.where((batch.recompute == 2) & (layers > 0), terms["rebuilt"], 0.0)
     items["logits"] = np.where(stage == batch.pp - 1, terms["logits"], 0.0)
     items["attention_workspace"] = np.where(layers > 0, terms["attention_workspace"], 0.0)

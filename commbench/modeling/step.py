@@ -31,7 +31,7 @@ import numpy as np
 
 from commbench.modeling.cluster import Cluster
 from commbench.modeling.comm import CommCosts, communication
-from commbench.modeling.compute import LayerCompute, layer_compute
+from commbench.modeling.compute import LayerCompute, full_recompute_share, layer_compute
 from commbench.modeling.job import TrainingJob
 from commbench.modeling.layout import LayoutBatch
 from commbench.modeling.memory import heaviest_stage_memory, layers_per_chunk, micro_batches, stage_parameters
@@ -75,13 +75,13 @@ def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Clust
              tp_forward_overlap: bool = False) -> OpCosts:
     slow = {name: cluster.slowdown(group) for name, group in cc.groups.items()}
     fwd = _layer_forward(lc, cc, slow, tp_forward_overlap)
-    bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap)
+    bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap, layers)
     forward = {name: layers * value for name, value in fwd.items()}
     backward = {name: layers * value for name, value in bwd.items()}
     # the first layer's weights cannot be prefetched behind anything in the same op
     forward["dp"] = forward["dp"] + cc.zero3.fwd
     backward["dp"] = backward["dp"] + cc.zero3.fwd
-    full = batch.recompute == 2
+    full = full_recompute_share(batch, layers)
     comm_fwd = {"tp": layers * cc.tp.fwd, "cp": layers * cc.cp.fwd, "ep": layers * cc.ep.fwd, "dp": layers * cc.zero3.fwd}
     comm_bwd = {"tp": layers * (cc.tp.bwd_blocking + cc.tp.bwd_overlapped + full * cc.tp.fwd),
                 "cp": layers * (cc.cp.bwd + full * cc.cp.fwd), "ep": layers * (cc.ep.bwd + full * cc.ep.fwd),
@@ -114,11 +114,11 @@ def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray],
 
 
 def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray],
-                    tp_overlap: bool) -> dict[str, np.ndarray]:
-    full = batch.recompute == 2  # full recompute repeats the forward's blocking communication
+                    tp_overlap: bool, layers) -> dict[str, np.ndarray]:
+    full = full_recompute_share(batch, layers)  # full recompute repeats the forward's blocking communication
     cp_f_exposed, cp_f_slow = _exposed_ring(lc, cc, slow)
     tp_f_exposed, tp_f_slow = _forward_tp(lc, cc, slow, tp_overlap)
-    recompute = lc.recompute(batch.recompute)
+    recompute = lc.recompute(batch, layers)
     bwd = {
         "compute": lc.backward,
         "recompute": recompute,
