@@ -263,7 +263,11 @@ def _print_results(results, title: str) -> None:
         table.add_column(column, justify="left" if column in ("layout", "largest costs beyond compute") else "right",
                          overflow="fold")
     for i, res in enumerate(results, 1):
-        stage = f" (stage {res.memory_stage})" if res.layout.pp > 1 else ""
+        stage = ""
+        if res.layout.pp > 1 and res.stages:  # the largest stage, and the first and last beside it
+            ends = [f"{name} {res.stages[s]['memory_bytes']['total'] / 1e9:.1f}"
+                    for name, s in (("first", 0), ("last", len(res.stages) - 1)) if s != res.memory_stage]
+            stage = f" (stage {res.memory_stage}{'; ' if ends else ''}{', '.join(ends)})"
         table.add_row(str(i), str(res.layout), f"{res.tokens_per_s:,.0f}", f"{res.mfu:.1%}", f"{res.step_s:.3f}",
                       f"{res.memory['total'] / 1e9:.1f}{stage}", res.largest_costs())
     Console().print(table)
