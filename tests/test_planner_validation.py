@@ -93,7 +93,7 @@ def test_the_accumulating_layouts_split_the_global_batch_as_their_names_say(monk
     micro_batches = {name: run.global_batch // (parse_layout(run.planner, run.gpus).dp * run.mbs)
                      for name, run in runs.items()}
     assert micro_batches == {"ddp": 1, "fsdp": 1, "tp": 1, "pp": 4, "ddp-accum": 2, "pp-mb1": 8, "tp-accum": 2,
-                             "fsdp-accum": 2, "pp-mb4": 2, "local": 1}
+                             "fsdp-accum": 2, "pp-mb4": 2, "zero1": 1, "recompute": 1, "local": 1}
 
 
 def test_validation_2_measurements_re_predict_with_the_layouts_they_were_the_first_to_measure(tmp_path, monkeypatch):
