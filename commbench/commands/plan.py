@@ -288,10 +288,11 @@ def _print_stages(result) -> None:
     from rich.table import Table
 
     table = Table(title=f"Pipeline stages (largest memory: stage {result.memory_stage}; most work: stage "
-                        f"{result.pacing_stage})", title_justify="left")
-    for column in ("stage", "layers", "GB total", "GB allocator peak", "largest items (GB)", "peak at",
-                   "step share", "compute s", "communication s"):
-        table.add_column(column, justify="left" if column in ("largest items (GB)", "peak at") else "right")
+                        f"{result.pacing_stage}). GB: total per GPU; GB alloc: the allocator's peak; share: of the "
+                        f"step; comm: exposed communication", title_justify="left")
+    for column in ("stage", "layers", "GB", "GB alloc", "largest items, GB", "peak at", "share", "compute s",
+                   "comm s"):
+        table.add_column(column, justify="left" if column in ("largest items, GB", "peak at") else "right")
     for s in shown_stages(result):
         stage = result.stages[s]
         memory = stage["memory_bytes"]
