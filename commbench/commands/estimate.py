@@ -86,7 +86,7 @@ def _num(value: float) -> str:
 
 
 def _print(report: dict) -> None:
-    from rich.console import Console
+    from commbench import terminal
     from rich.table import Table
 
     mem = report["memory"]
@@ -99,7 +99,7 @@ def _print(report: dict) -> None:
     for name, part in mem["optimizer_parts"].items():
         table.add_row(f"  optimizer: {name}", f"{part['bytes_per_param']:g}", _gb(part["bytes"]), style="dim")
     table.add_row("total", f"{mem['bytes_per_param']:g}", _gb(mem["total_bytes"]), style="bold")
-    console = Console()
+    console = terminal.console()
     console.print(table)
     items = mem["items"]
     console.print(f"variant: {mem['variant']}")

@@ -171,6 +171,7 @@ def main(args) -> int:
             "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
             "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
             "dropped_examples": [{"layout": layout, "reason": why} for layout, why in ranking.dropped_examples], "warnings": warnings,
+            "bandwidth_pricing": pricing_summary(planner),
             **_ep_skew_json(planner, args, ranking.ranked),
         }, indent=2))
         return 0
@@ -192,7 +193,7 @@ def _one_layout(planner, args) -> int:
         print(json.dumps({**result.to_dict(), "model_figures": model_figures(planner.job), "fits": reason is None, "reason": reason,
                           "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
                           "execution": planner.job.execution.name, "compute": compute_figures(planner),
-                          "warnings": warnings,
+                          "warnings": warnings, "bandwidth_pricing": pricing_summary(planner),
                           **_ep_skew_json(planner, args, [result])}, indent=2))
     else:
         _print_header(planner, warnings)
@@ -200,6 +201,7 @@ def _one_layout(planner, args) -> int:
         _print_breakdown(result)
         _print_stages(result)
         _print_ep_skew(planner, args, [result])
+        _print_pricing(planner)
         if reason:
             print(f"does not fit: {reason}", file=sys.stderr)
     return 0 if reason is None else 1
@@ -232,9 +234,9 @@ def _print_ep_skew(planner, args, results) -> None:
 
 
 def _print_header(planner, warnings) -> None:
-    from rich.console import Console
+    from commbench import terminal
 
-    console = Console()
+    console = terminal.console()
     model = planner.job.model
     console.print(f"model: {model.describe()}")
     console.print(f"parameters: {model.total_params:,} total, {model.active_params:,} active per token")
@@ -255,7 +257,7 @@ def _print_header(planner, warnings) -> None:
 
 
 def _print_results(results, title: str) -> None:
-    from rich.console import Console
+    from commbench import terminal
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
@@ -270,7 +272,7 @@ def _print_results(results, title: str) -> None:
             stage = f" (stage {res.memory_stage}{'; ' if ends else ''}{', '.join(ends)})"
         table.add_row(str(i), str(res.layout), f"{res.tokens_per_s:,.0f}", f"{res.mfu:.1%}", f"{res.step_s:.3f}",
                       f"{res.memory['total'] / 1e9:.1f}{stage}", res.largest_costs())
-    Console().print(table)
+    terminal.console().print(table)
 
 
 def shown_stages(result) -> list[int]:
@@ -284,7 +286,7 @@ def _print_stages(result) -> None:
     stage's share of the step."""
     if result.layout.pp == 1:
         return
-    from rich.console import Console
+    from commbench import terminal
     from rich.table import Table
 
     table = Table(title=f"Pipeline stages (largest memory: stage {result.memory_stage}; most work: stage "
@@ -300,11 +302,11 @@ def _print_stages(result) -> None:
         table.add_row(str(s), str(stage["layers"]), f"{memory['total'] / 1e9:.1f}", f"{stage['allocator_peak'] / 1e9:.1f}",
                       ", ".join(f"{k} {v / 1e9:.1f}" for v, k in items), stage["peak_moment"],
                       f"{stage['step_share']:.1%}", f"{stage['compute_s']:.3f}", f"{stage['communication_s']:.3f}")
-    Console().print(table)
+    terminal.console().print(table)
 
 
 def _print_breakdown(result) -> None:
-    from rich.console import Console
+    from commbench import terminal
     from rich.table import Table
 
     table = Table(title="Step time, memory per GPU and bytes sent per step", title_justify="left")
@@ -319,20 +321,35 @@ def _print_breakdown(result) -> None:
         row += [mem[i][0], f"{mem[i][1] / 1e9:.2f}"] if i < len(mem) else ["", ""]
         row += [comm[i][0], f"{comm[i][1] / 1e9:.2f}"] if i < len(comm) else ["", ""]
         table.add_row(*row)
-    Console().print(table)
+    terminal.console().print(table)
 
 
 def _print_ranking(planner, ranking, warnings) -> None:
-    from rich.console import Console
+    from commbench import terminal
 
     from commbench.modeling.planner import explain
 
     _print_header(planner, warnings)
     _print_results(ranking.ranked, title=f"Top {len(ranking.ranked)} of {ranking.fitting} fitting layouts ({ranking.screened} screened)")
-    console = Console()
+    console = terminal.console()
     for line in explain(ranking.ranked):
         console.print(line)
     for layout, reason in ranking.dropped_examples:
         console.print(f"[dim]dropped {layout}: {reason}[/dim]")
     console.print(f"[dim]screened {ranking.screened} layouts in {ranking.screening_seconds * 1e3:.0f} ms "
                   f"({ranking.layouts_per_second:,.0f} layouts/s)[/dim]")
+    _print_pricing(planner)
+
+
+def pricing_summary(planner) -> str | None:
+    """--bandwidth: which groups were priced from the run's rows and which from the preset (None without one)."""
+    summary = getattr(planner.cluster.cost, "pricing_summary", None)
+    return summary() if summary else None
+
+
+def _print_pricing(planner) -> None:
+    from commbench import terminal
+
+    line = pricing_summary(planner)
+    if line:
+        terminal.console(highlight=False).print(line, markup=False)

@@ -86,10 +86,10 @@ def _trace_paths(args) -> list[str]:
 
 
 def _print_figures(result: dict) -> None:
-    from rich.console import Console
+    from commbench import terminal
     from rich.table import Table
 
-    console = Console()
+    console = terminal.console()
     for rank in result["ranks"]:
         truncated = " (truncated)" if rank["truncated"] else ""
         grid = Table(title=f"rank {rank['rank']} ({rank['device']}): {rank['path']}{truncated}")

@@ -170,10 +170,10 @@ def _ends(record: dict) -> list[str]:
 
 
 def print_pairwise(records: list[dict], ratio: float, max_retransmit_pct: float) -> None:
-    from rich.console import Console
+    from commbench import terminal
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = terminal.console(highlight=False)
     sizes = sorted({r["size_bytes"] for r in records})
     latency = {tuple(r["pair"]): r["time_us"] for r in records if r["size_bytes"] == sizes[0]}
     grid = Table(title=f"pairwise ping-pong: one-way latency at {sizes[0]} B, bandwidth at {sizes[-1]} B")

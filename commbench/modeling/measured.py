@@ -31,6 +31,10 @@ from commbench.data.bandwidth_table import BandwidthTable, Entry
 from commbench.modeling.network import CollectiveCost, Placement, busbw_factor, hierarchical_time
 
 
+MEASURED = "measured rows"
+PRESET = "the preset network (not in the run)"
+
+
 class MeasuredNetwork:
     """Prices collectives from measured curves; `fallback` prices what the run did not measure."""
 
@@ -43,6 +47,7 @@ class MeasuredNetwork:
         self.fallback = fallback
         self.warnings: list[str] = list(self.table.warnings)
         self._warned: set[tuple[str, str]] = set()
+        self.answered: dict[tuple[str, str], str] = {}  # (op, scope) -> how it was priced, for the summary
         self.curves = self._curves_by_placement(self.table, routing)
         if not self.curves:
             self.warnings.append(f"{self.source}: no group with a known placement measured; "
@@ -73,17 +78,34 @@ class MeasuredNetwork:
             group_size, placement = 2, Placement(2, 1) if placement.nodes == 1 else Placement(1, 2)
         key = (op, placement.ranks_per_node, placement.nodes)
         if key in self.curves:
+            self._answer(op, placement, MEASURED)
             return self._seconds(self.curves[key], size_bytes)
         if op == "all_to_allv":  # no curve of this routing here: the uniform exchange at the hottest rank's bytes
+            self._answer(op, placement, "all_to_all's curve")
             return self.time_s("all_to_all", size_bytes, group_size, placement)
         if placement.scope == "hierarchical" and op != "sendrecv" and self._has_phases(op, placement):
+            self._answer(op, placement, "its intra and inter phases")
             return hierarchical_time(self._phase, op, np.asarray(size_bytes, dtype=float), placement)
         nearest = self._nearest(op, placement)
         if nearest is not None:
             n_measured, curve = nearest
+            self._answer(op, placement, "another group size, rescaled")
             return self._seconds(curve, size_bytes) * busbw_factor(op, group_size) / busbw_factor(op, n_measured)
         self._warn(op, placement.scope)
+        self._answer(op, placement, PRESET)
         return self.fallback.time_s(op, size_bytes, group_size, placement)
+
+    def _answer(self, op: str, placement: Placement, how: str) -> None:
+        self.answered.setdefault((op, placement.scope), how)
+
+    def pricing_summary(self) -> str:
+        """One line: which (op, scope) groups the plan priced from measured rows, which otherwise, and why."""
+        by_how: dict[str, list[str]] = {}
+        for (op, scope), how in sorted(self.answered.items()):
+            by_how.setdefault(how, []).append(f"{op} {scope}")
+        order = [MEASURED, "its intra and inter phases", "another group size, rescaled", "all_to_all's curve", PRESET]
+        parts = [f"{how}: {', '.join(by_how[how])}" for how in order if how in by_how]
+        return f"bandwidth from {self.source}: " + ("; ".join(parts) if parts else "no collective was priced")
 
     def _phase(self, op: str, size, n: int, tier: str):
         placement = Placement(n, 1) if tier == "intra" else Placement(1, n)
