@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="attention shapes: sequence x heads x head dim, e.g. 2048x16x128")
     what.add_argument("--repeats", type=int, default=None, help="timed runs per figure (its median is kept)")
     what.add_argument("--threads", type=int, default=None, help="CPU threads torch uses (default: torch's)")
+    what.add_argument("--fp8", action="store_true",
+                      help="also time the GEMM grid in FP8 (torch._scaled_mm, E4M3, per-tensor scales): the processor "
+                           "JSON gains peak_flops_fp8 and an fp8 gemm_surface, which price --compute-precision fp8-*")
     what.add_argument("--peak-flops", type=float, default=None,
                       help="datasheet peak FLOP/s to take fractions of (default: the fastest GEMM measured)")
     out = parser.add_argument_group("output")
@@ -73,8 +76,11 @@ def main(args: argparse.Namespace) -> int:
         measuring.torch.set_num_threads(args.threads)
     device = measuring.torch.device(request["device"])
     grid = request["grid"]
-    with Progress(not args.no_progress, measuring.steps(grid, request["dtypes"]), "calibrating", 36) as progress:
-        measurements = measuring.measure(device, request["dtypes"], grid, progress.advance)
+    fp8 = getattr(args, "fp8", False)
+    if fp8 and (why := measuring.fp8_gemm_unavailable(device)):
+        raise UsageError(f"--fp8: {why}")
+    with Progress(not args.no_progress, measuring.steps(grid, request["dtypes"], fp8), "calibrating", 36) as progress:
+        measurements = measuring.measure(device, request["dtypes"], grid, progress.advance, fp8=fp8)
     description = describe(measurements, measuring.device_facts(device), request["host"], args.peak_flops)
     atomic_write_text(out, json.dumps(description, indent=1) + "\n")  # a full disk keeps the old file whole
     if args.json:

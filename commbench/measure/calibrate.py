@@ -4,6 +4,9 @@ What is timed, on one device (a CUDA GPU or this CPU), each figure the median of
 after one untimed warm-up (allocator, kernel selection, cuBLAS heuristics):
   gemm         torch.matmul of (M, K) x (K, N) over a grid of shapes, per dtype (bf16 and fp16 on
                CUDA, fp32 on CPU); 2*M*N*K FLOPs each
+  gemm fp8     with fp8: torch._scaled_mm of E4M3 (M, K) x (K, N) with per-tensor scales and a BF16
+               output over the same shapes, the FP8 GEMM Transformer Engine's per-tensor recipes run
+               (where the device has none, torch raises and calibrate says so)
   attention    scaled_dot_product_attention, causal, forward and forward + backward, for every SDPA
                backend that accepts the shape (flash, memory-efficient, cuDNN, math), over (sequence,
                heads, head dim); FLOPs counted for causal attention: 2*b*h*s^2*d forward (QK^T and AV
@@ -111,6 +114,24 @@ def time_gemm(clock, device, dtype, m: int, n: int, k: int, repeats: int) -> flo
     a = torch.randn(m, k, device=device, dtype=dtype)
     b = torch.randn(k, n, device=device, dtype=dtype)
     return clock.seconds(lambda: torch.matmul(a, b), repeats)
+
+
+def time_scaled_gemm(clock, device, m: int, n: int, k: int, repeats: int) -> float:
+    """One FP8 GEMM: E4M3 operands (the second column-major, as _scaled_mm takes it), fp32 scales, BF16 out."""
+    a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+    scale = torch.ones((), device=device)
+    return clock.seconds(lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16),
+                         repeats)
+
+
+def fp8_gemm_unavailable(device: torch.device) -> str | None:
+    """Why this device cannot run an FP8 GEMM through torch._scaled_mm (None: it can)."""
+    try:
+        time_scaled_gemm(clock_for(device), device, 32, 32, 32, 1)
+    except (RuntimeError, AttributeError, TypeError) as error:
+        return f"torch._scaled_mm refuses FP8 on {device}: {str(error).splitlines()[0][:200]}"
+    return None
 
 
 def time_linear(clock, device, dtype, tokens: int, k: int, out: int, repeats: int) -> float:
@@ -230,17 +251,24 @@ def time_optimizer(clock, device, params: int, repeats: int) -> float:
 
 
 # a whole calibration ------------------------------------------------------------------------------
-def steps(grid: Grid, dtypes: tuple[str, ...]) -> int:
+def steps(grid: Grid, dtypes: tuple[str, ...], fp8: bool = False) -> int:
     """How many measurements `measure` makes (for a progress bar)."""
-    return (len(grid.shapes()) * len(dtypes) + len(grid.attention) * len(dtypes) * len(ATTENTION_BACKENDS)
+    return (len(grid.shapes()) * (len(dtypes) + fp8) + len(grid.attention) * len(dtypes) * len(ATTENTION_BACKENDS)
             + len(ELEMENTWISE_KINDS) * len(dtypes) + 3)
 
 
-def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=lambda what: None) -> dict:
+def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=lambda what: None,
+            fp8: bool = False) -> dict:
     """Every figure of one calibration as plain numbers (seconds, bytes, FLOPs); `advance(text)` is
-    called after each measurement."""
+    called after each measurement. With fp8 the GEMM grid is also timed in FP8 ("gemm_fp8")."""
     clock, repeats = clock_for(device), grid.repeats
     result = {"dtypes": list(dtypes), "gemm": [], "attention": [], "elementwise": [], "repeats": repeats}
+    if fp8:
+        result["gemm_fp8"] = []
+        for m, n, k in grid.shapes():
+            seconds = time_scaled_gemm(clock, device, m, n, k, repeats)
+            result["gemm_fp8"].append({"dtype": "fp8", "m": m, "n": n, "k": k, "seconds": seconds})
+            advance(f"GEMM fp8 {m}x{n}x{k}")
     for dtype in dtypes:
         for m, n, k in grid.shapes():
             seconds = time_gemm(clock, device, TORCH_DTYPES[dtype], m, n, k, repeats)
@@ -276,7 +304,8 @@ def device_facts(device: torch.device) -> dict:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return {"name": props.name, "memory_bytes": float(props.total_memory), "sm_count": props.multi_processor_count,
-                "torch": torch.__version__, "cuda": torch.version.cuda}
+                "torch": torch.__version__, "cuda": torch.version.cuda,
+                "compute_capability": f"{props.major}.{props.minor}"}
     import os
     import platform
 

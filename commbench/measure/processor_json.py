@@ -52,6 +52,15 @@ def fastest_gemm(measurements: dict) -> float:
     return max(2.0 * p["m"] * p["n"] * p["k"] / p["seconds"] for p in measurements["gemm"])
 
 
+def _fp8_figures(measurements: dict) -> tuple[float, list] | None:
+    """(peak_flops_fp8: the fastest FP8 GEMM measured, its surface points as fractions of it), or None."""
+    points = measurements.get("gemm_fp8")
+    if not points:
+        return None
+    peak = fastest_gemm({"gemm": points})
+    return peak, [[p["m"], p["n"], p["k"], min(1.0, gemm_fraction(p, peak))] for p in points]
+
+
 def gemm_surface(measurements: dict, peak: float) -> dict:
     surface: dict[str, list] = {}
     for point in measurements["gemm"]:
@@ -143,6 +152,7 @@ def processor_json(measurements: dict, facts: dict, host: str, when: str, versio
         raise ValueError(f"the peak given ({peak_flops:.4g} FLOP/s) is below a GEMM measured here ({fastest:.4g})")
     peak = peak_flops or fastest
     surface = gemm_surface(measurements, peak)
+    fp8 = _fp8_figures(measurements)
     reference_dtype = measurements["dtypes"][0]
     repeats = f"median of {measurements['repeats']} runs"
     attention, default_backend = attention_efficiency(measurements, peak)
@@ -156,11 +166,18 @@ def processor_json(measurements: dict, facts: dict, host: str, when: str, versio
         "name": f"{facts['name']} (calibrated on {host})",
         "peak_flops_bf16": ({"value": peak, "source": "given to commbench calibrate (--peak-flops)"} if peak_flops
                             else figure(peak, "the fastest GEMM measured, not a datasheet figure")),
+        **({} if fp8 is None else {"peak_flops_fp8": figure(fp8[0], "the fastest FP8 GEMM measured "
+                                                              "(torch._scaled_mm, E4M3), not a datasheet figure")}),
+        **({"compute_capability": figure(facts["compute_capability"], "torch.cuda.get_device_properties")}
+           if facts.get("compute_capability") else {}),
         "memory_bytes": figure(facts["memory_bytes"], "the device's memory as torch reports it"),
         "memory_bandwidth_bytes_per_s": figure(copy_rate(measurements), f"copy kernel, read + write bytes, {repeats}"),
         "gemm_efficiency": figure(gemm_curve(surface[reference_dtype]),
                                   f"{reference_dtype} GEMMs of the surface by FLOPs alone (median of equal FLOPs)"),
-        "gemm_surface": figure(surface, f"torch.matmul per shape and dtype, 2MNK / seconds / peak, {repeats}"),
+        "gemm_surface": figure({**surface, **({} if fp8 is None else {"fp8": fp8[1]})},
+                               f"torch.matmul per shape and dtype, 2MNK / seconds / peak, {repeats}"
+                               + ("; fp8: torch._scaled_mm (E4M3, per-tensor scales, BF16 out), of peak_flops_fp8"
+                                  if fp8 else "")),
         "attention_efficiency": figure(attention, f"scaled_dot_product_attention ({default_backend}), causal, "
                                                   f"forward + backward, median over shapes"),
         "attention_rates": figure(attention_rates(measurements, peak, device_type),
