@@ -21,7 +21,7 @@
 #                         adaptive defaults (busbw is 0 with one rank; time and algbw show the path)
 #   cuda-graphs       30  the same, -G (CUDA graphs), 8 B-64 KiB all_reduce
 #   overlap           60  commbench overlap: an 8192^3 GEMM on one stream, NCCL on another
-#   calibrate         90  commbench calibrate --quick --dtype bf16                     -> processor.json
+#   calibrate         90  commbench calibrate --quick --dtype bf16 --fp8 (BF16 and FP8 GEMMs) -> processor.json
 #   fp8               20  an e4m3 GEMM via torch._scaled_mm where the device has FP8  -> fp8.json
 #   train             90  the validation GPT, a few steps at 4 single-GPU layouts (accumulation,
 #                         recomputation), predicted (planner, from processor.json, written first) vs
@@ -77,7 +77,7 @@ if [ $DRY = 1 ]; then  # the same commands on gloo and the CPU, tiny shapes
   CALIBRATE=(--device cpu --dtype fp32 --gemm-dims 64,128 --attention 64x2x32 --repeats 2)
 else
   COMM=(--nproc 1 --backend nccl) SWEEP=(-b 1K -e 1G) GRAPH=(-b 8 -e 64K) GEMM=8192 OVERLAP=()
-  CALIBRATE=(--device cuda --dtype bf16 --quick)
+  CALIBRATE=(--device cuda --dtype bf16 --quick --fp8)  # BF16 and FP8 (torch._scaled_mm) GEMMs
 fi
 OPS=all_reduce,all_gather,reduce_scatter,all_to_all,broadcast
 
