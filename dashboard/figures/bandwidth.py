@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from commbench.data.bandwidth_table import fit_latency_bandwidth, model_time_us
 from commbench.units import format_size
-from dashboard.figures.common import PALETTE, message_figure, scatter_class, size_ticks
+from dashboard.figures.common import PALETTE, message_figure, rate_ticks, scatter_class, size_ticks, time_ticks
 
 METRICS = {"busbw_gbps": "bus bandwidth (GB/s)", "algbw_gbps": "algorithm bandwidth (GB/s)"}
 IN_PLACE_CHOICES = {"out": False, "in": True}
@@ -60,10 +60,12 @@ def bandwidth_figure(
     metric: str = "busbw_gbps",
     references: list[tuple[str, float]] | None = None,
     fitted: bool = True,
+    no_reference: str | None = None,
 ) -> go.Figure:
     """Bandwidth vs size, log-log, one curve per series; dashed fitted model; dotted nominal rates.
 
     The fitted model is commbench.data.bandwidth_table's, the one the planner prices collectives with.
+    no_reference: why no nominal rate is drawn, written on the figure when references is empty.
     """
     if frame.empty:
         return message_figure("No records for this choice: pick runs on the Runs page or above.")
@@ -90,9 +92,12 @@ def bandwidth_figure(
     figure.update_layout(
         template="plotly_white", height=460, hovermode="closest", legend={"orientation": "h", "y": -0.2},
         xaxis={"title": "message size (bytes, log)", **size_ticks(frame["size_bytes"])},
-        yaxis={"title": METRICS[metric] + ", log", "type": "log"},
+        yaxis={"title": METRICS[metric] + ", log", **rate_ticks([*frame[metric], *(g for _, g in references or [])])},
         margin={"t": 30},
     )
+    if no_reference and not references:
+        figure.add_annotation(text=no_reference, showarrow=False, xref="paper", yref="paper", x=0, y=1.02,
+                              xanchor="left", yanchor="bottom", font={"size": 11, "color": "#555"})
     return figure
 
 
@@ -138,7 +143,8 @@ def latency_figure(frame: pd.DataFrame) -> go.Figure:
     figure.update_layout(
         template="plotly_white", height=360, hovermode="closest", showlegend=False, margin={"t": 30},
         xaxis={"title": "message size (bytes, log)", **size_ticks(small["size_bytes"])},
-        yaxis={"title": "time per call (us, log)", "type": "log"},
+        yaxis={"title": "time per call (log)", **time_ticks([*small["time_us_p10"], *small["time_us_p90"],
+                                                             *small["time_us"]])},
     )
     return figure
 

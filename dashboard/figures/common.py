@@ -1,10 +1,16 @@
-"""Pieces every figure shares: the empty-figure message, size axes, colours, the WebGL switch."""
+"""Pieces every figure shares: the empty-figure message, log axes with explicit ticks, colours, the WebGL switch.
+
+Log axes get tick values and texts from here rather than from Plotly: left alone, Plotly labels the
+minor ticks of a short log axis with bare digits ("4 3 2 1000 9 8") and uses SI prefixes on rates
+("100µ" for 0.0001 GB/s).
+"""
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+import math
+from collections.abc import Callable, Iterable
 
-from commbench.units import format_size
+import plotly.graph_objects as go
 
 # Above this many points in one figure the curves are drawn with WebGL (Scattergl); below it SVG
 # looks sharper. Browsers allow only a few WebGL contexts per page, so few figures may cross it.
@@ -39,14 +45,71 @@ def message_figure(text: str, title: str | None = None) -> go.Figure:
     return figure
 
 
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_TIME_UNITS = ((1e6, "s"), (1e3, "ms"), (1.0, "µs"))  # from microseconds
+# mantissas of the ticks on a log axis spanning few decades (1-2-5), and on a longer one
+_SHORT_SPAN_DECADES = 3
+_MANTISSAS_SHORT, _MANTISSAS_LONG = (1, 2, 5), (1,)
+
+
+def size_label(num_bytes: float) -> str:
+    """1024 -> '1 KiB', 4194304 -> '4 MiB', 512 -> '512 B', 1536 -> '1.5 KiB' (binary units)."""
+    value, unit = float(num_bytes), 0
+    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{plain_number(value)} {_BINARY_UNITS[unit]}"
+
+
+def time_label(microseconds: float) -> str:
+    """A time given in us with the unit that keeps it readable: 0.5 -> '0.5 µs', 2000 -> '2 ms'."""
+    for scale, unit in _TIME_UNITS:
+        if microseconds >= scale:
+            return f"{plain_number(microseconds / scale)} {unit}"
+    return f"{plain_number(microseconds)} µs"
+
+
+def plain_number(value: float) -> str:
+    """A positive number in plain decimals, no exponent or SI prefix: 0.0001 -> '0.0001', 2000 -> '2,000'."""
+    if value >= 1:
+        return f"{value:,.3g}" if value < 999.5 else f"{value:,.0f}"
+    digits = max(0, -math.floor(math.log10(value))) + 2 if value > 0 else 0
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".") or "0"
+
+
 def size_ticks(sizes) -> dict:
-    """Log x-axis settings with ticks at every other power of two, labelled the nccl-tests way (4K, 1M)."""
+    """Log x-axis settings with ticks at every other power of two, labelled in binary units (4 KiB, 1 MiB)."""
     sizes = [int(s) for s in sizes if s and s > 0]
     if not sizes:
         return {"type": "log"}
     low, high = min(sizes).bit_length() - 1, max(sizes).bit_length()
     ticks = [1 << power for power in range(low, high + 1) if (power - low) % 2 == 0]
-    return {"type": "log", "tickvals": ticks, "ticktext": [format_size(t) for t in ticks]}
+    return {"type": "log", "tickvals": ticks, "ticktext": [size_label(t) for t in ticks]}
+
+
+def log_ticks(values: Iterable[float], label: Callable[[float], str] = plain_number) -> dict:
+    """Log axis settings with ticks at 1-2-5 x 10^k (only 10^k over more than three decades) covering
+    the positive values, each labelled by label()."""
+    positive = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if not positive:
+        return {"type": "log"}
+    low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    mantissas = _MANTISSAS_SHORT if high - low <= _SHORT_SPAN_DECADES else _MANTISSAS_LONG
+    candidates = [m * 10.0 ** e for e in range(low, high + 1) for m in mantissas]
+    inside = [t for t in candidates if min(positive) <= t <= max(positive)]
+    below = [t for t in candidates if t < min(positive)][-1:]
+    above = [t for t in candidates if t > max(positive)][:1]
+    ticks = below + inside + above if len(inside) < 2 else inside  # at least two ticks framing the data
+    return {"type": "log", "tickvals": ticks, "ticktext": [label(t) for t in ticks]}
+
+
+def rate_ticks(gbps: Iterable[float]) -> dict:
+    """A log GB/s axis labelled in plain decimals (0.0001, 0.01, 1, 100)."""
+    return log_ticks(gbps, plain_number)
+
+
+def time_ticks(microseconds: Iterable[float]) -> dict:
+    """A log time axis (values in us) labelled with their unit (10 µs, 2 ms, 1 s)."""
+    return log_ticks(microseconds, time_label)
 
 
 def scatter_class(points: int):

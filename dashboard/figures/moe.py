@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from commbench.units import format_size
-from dashboard.figures.common import PALETTE, message_figure
+from dashboard.figures.common import PALETTE, message_figure, time_ticks
 
 OP = "all_to_allv"
 CURVE_KEYS = ["run", "scope", "group_size", "routing"]
@@ -57,7 +57,8 @@ def routing_curves_figure(frame: pd.DataFrame) -> go.Figure:
         ))
     figure.update_layout(
         template="plotly_white", height=420, hovermode="closest", legend={"orientation": "h", "y": -0.2},
-        xaxis={"title": "tokens per rank (log)", "type": "log"}, yaxis={"title": "time per call (us, log)", "type": "log"},
+        xaxis={"title": "tokens per rank (log)", "type": "log"}, yaxis={"title": "time per call (log)",
+                                                                   **time_ticks([*rows["time_us"], *rows["uniform_time_us"]])},
         margin={"t": 30},
     )
     return figure

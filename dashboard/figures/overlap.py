@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.common import CATEGORY_COLOURS, PALETTE, message_figure
+from dashboard.figures.common import CATEGORY_COLOURS, PALETTE, message_figure, size_ticks
 
 # Bars drawn at most; beyond it the longest bars of the window are kept (a browser stays smooth
 # with a few thousand SVG bars, not with the 50,000 an analysis may hold).
@@ -142,7 +142,7 @@ def measurement_figure(frame) -> go.Figure:
                 name=f"{op} {column.split('_')[0]}", line={"dash": dash},
                 hovertemplate=f"{op} {column.replace('_', ' ')}" + " %{x:,} B: %{y:.3f}x<extra></extra>",
             ), row=1, col=2)
-    figure.update_xaxes(type="log", title_text="message size (bytes, log)")
+    figure.update_xaxes(title_text="message size (log)", **size_ticks(frame["size_bytes"]))
     figure.update_yaxes(range=[0, 105], row=1, col=1)
     figure.update_layout(template="plotly_white", height=360, margin={"t": 50},
                          annotations=list(figure.layout.annotations) + [dict(

@@ -16,6 +16,10 @@ dash.register_page(__name__, path="/bandwidth", name="Bandwidth", order=2, title
 MEASURED_KINDS = ("sweep", "import", "pairwise")
 MAX_TABLE_ROWS = 10_000  # rows sent to the browser's table (a 195k-row run sent 121 MB); the CSV has every row
 AUTO_REFERENCE = "auto"
+# why a run's topology yields no nominal rate (topology.rates: NVLink inside a node, NIC rate between nodes)
+NO_NOMINAL_RATE = ("no nominal-rate line: the runs' topology records no NVLink (no GPUs, as in a CPU run over "
+                   "gloo, which moves data through shared memory or loopback TCP) and no NIC rate for these "
+                   "scopes; choose a preset under reference line to draw one")
 
 
 def layout(**_query):
@@ -97,7 +101,8 @@ def draw(runs, op, scopes, metric, in_place, fit, reference):
     entries = store.entries_for(runs)
     frame = select_records(store.records(runs), op, scopes, in_place)
     columns, rows = table_rows(frame.head(MAX_TABLE_ROWS))
-    figure = bandwidth_figure(frame, metric, _references(entries, scopes or [], reference), fitted=bool(fit))
+    lines, missing = _references(entries, scopes or [], reference)
+    figure = bandwidth_figure(frame, metric, lines, fitted=bool(fit), no_reference=missing)
     problems = [message for e in entries if not e.ok for message in e.messages()]
     warnings = [message for e in entries if e.ok for message in e.messages()]
     if len(frame) > MAX_TABLE_ROWS:
@@ -107,18 +112,19 @@ def draw(runs, op, scopes, metric, in_place, fit, reference):
             [synthetic_notices(entries), notices(problems, "error"), notices(warnings)])
 
 
-def _references(entries, scopes, reference):
+def _references(entries, scopes, reference) -> tuple[list[tuple[str, float]], str | None]:
+    """The nominal rates to draw, and when there are none, the sentence that says why."""
     if reference == "none":
-        return []
+        return [], "no nominal-rate line: 'none' is chosen under reference line"
     if reference != AUTO_REFERENCE:
         network = load_network(reference)
-        return [(network.name, network.bandwidth / 1e9)]
+        return [(network.name, network.bandwidth / 1e9)], None
     found = {}
     for entry in entries:
         for scope in scopes:
             for label, gbps in nominal_rates(cluster_topology(entry.info.get("topology")), scope):
                 found[label] = gbps
-    return list(found.items())
+    return list(found.items()), None if found else NO_NOMINAL_RATE
 
 
 @callback(Output("bw-moe-curves", "figure"), Output("bw-moe-row", "options"), Output("bw-moe-row", "value"),
