@@ -90,3 +90,41 @@ def test_cli_json_and_bad_input(job, tmp_path):
                        ([str(job_dir), "--against", str(writer.path), "--below", "7"], "bad fraction")]:
         bad = run_cli("efficiency", *args, "--db", str(tmp_path / "none.duckdb"))
         assert bad.returncode == 2 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, (args, bad.stderr)
+
+
+def test_against_a_baseline_file_prices_like_the_run(job, tmp_path):
+    """--against BASELINE: a baseline made from the benchmark run gives the run's efficiencies (the
+    baseline keeps medians, the run's table its means: equal here, the synthetic rows have no spread)."""
+    job_dir = write_job(job, tmp_path / "jobs")
+    info = RunInfo(run_id="bench", created="2026-12-01T00:00:00+00:00", backend="nccl", world_size=4, complete=False,
+                   nodes=[NodeInfo(hostname=h, node_id=i, ranks=[2 * i, 2 * i + 1], local_ranks=[0, 1])
+                          for i, h in enumerate(["gpu-a01", "gpu-a02"])], synthetic=True, note="generate.py's formula")
+    writer = RunWriter(tmp_path / "bench", info)
+    writer.add_records(benchmark_records())
+    writer.finish(complete=True)
+    made = run_cli("baseline", "create", str(writer.path), "-o", str(tmp_path / "baseline.json"))
+    assert made.returncode == 0, made.stderr
+    db = str(tmp_path / "none.duckdb")
+    by_run = json.loads(run_cli("efficiency", str(job_dir), "--against", str(writer.path), "--json", "--db", db).stdout)
+    by_baseline = run_cli("efficiency", str(job_dir), "--against", str(tmp_path / "baseline.json"), "--json", "--db", db)
+    assert by_baseline.returncode == 0, by_baseline.stderr
+    document = json.loads(by_baseline.stdout)
+    assert document["against"]["benchmark"].startswith("baseline ")
+    assert {(r["comm_id"], r["op"], r["size_bytes"]): round(r["efficiency"], 6) for r in document["rows"]} == {
+        (r["comm_id"], r["op"], r["size_bytes"]): round(r["efficiency"], 6) for r in by_run["rows"]}
+
+
+def test_all_reduce_is_priced_by_the_in_place_rows(job, tmp_path):
+    """PyTorch's all_reduce works in place: with an out-of-place variant four times slower in the
+    benchmark (as gloo's is, several-fold, on the emulated cluster), the job is priced by in-place."""
+    records = benchmark_records()
+    slow_copies = [r.model_copy(update={"in_place": not r.in_place, "time_us": r.time_us * 4, "time_us_mean": r.time_us_mean * 4})
+                   for r in records]
+    table_in = BandwidthTable.from_records(records + slow_copies, world_size=4, nodes=2, in_place=True)
+    table_out = BandwidthTable.from_records(records + slow_copies, world_size=4, nodes=2, in_place=False)
+    directory = write_job(job, tmp_path)
+    result = job_efficiency([r.model_dump() for r in job.records], read_job_samples(directory),
+                            job.info.args["communicators"], {True: table_in, False: table_out})
+    world = {(r.op, r.size_bytes): r.efficiency for r in result.rows if r.comm_name == "DP Group 0"}
+    assert 0.85 <= world[("all_reduce", 64 << 20)] <= 1.0  # in-place rows (fast): ~100%
+    assert 0.85 <= world[("all_gather", 64 << 20)] <= 1.0  # out-of-place rows: the fast ones for all_gather

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -196,3 +197,17 @@ def test_any_mix_of_valid_mutated_and_garbage_lines_imports_or_refuses_cleanly(t
     kept = [parse_line(line) for line in lines if line in valid]
     assert len(kept) <= job.info.args["calls_logged"]
     assert all((c.comm_id, c.op, c.sn, c.rank) in known for c in kept)
+
+
+def test_links_in_a_searched_folder_are_not_followed(tmp_path):
+    folder = tmp_path / "nccl-inspector-77"
+    folder.mkdir()
+    for path in sorted(JOB.iterdir())[:2]:
+        shutil.copy(path, folder / path.name)
+    outside = tmp_path / "outside.log"
+    shutil.copy(sorted(JOB.iterdir())[2], outside)
+    (folder / "escape.log").symlink_to(outside)
+    (folder / "sub").symlink_to(JOB, target_is_directory=True)
+    job = read_job([folder])
+    assert job.info.args["job_id"] == "77"
+    assert sorted(Path(p).name for p in job.info.args["source_files"]) == sorted(p.name for p in sorted(JOB.iterdir())[:2])
