@@ -181,6 +181,39 @@ def test_bandwidth_figure_overlays_runs_on_log_axes_with_fits_and_reference(stor
     assert min(nccl.y) > 0 and len(nccl.x) == len(frame[(frame["run"] == f"{NCCL_TESTS_RUN} [SYNTHETIC]")]) - 2
 
 
+@pytest.fixture
+def run_with_means(results_dir) -> str:
+    """The CPU example with a mean per-op time unlike its median (what the planner prices) and a row
+    with wrong elements (which the table leaves out): a fit of medians over every row differs."""
+    source, name = results_dir / CPU_RUN, "examples/with-means"
+    shutil.copytree(source, results_dir / name)
+    records = [json.loads(line) for line in (source / "records.jsonl").read_text().splitlines() if line.strip()]
+    for index, record in enumerate(records):
+        record["time_us_mean"] = record["time_us"] * (1.1 + 0.8 * (index % 3)) + 40.0
+    records[3]["wrong"] = 5
+    (results_dir / name / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (results_dir / name / "records.csv").unlink(missing_ok=True)
+    return name
+
+
+@pytest.mark.parametrize("run", [CPU_RUN, NCCL_TESTS_RUN, "with-means"])
+def test_the_dashboard_fit_is_the_one_commbench_table_prints(store, results_dir, capsys, run, request):
+    """One fit for one run: the dashboard's dashed curve has the latency and bandwidth `commbench table`
+    prints (and the planner prices with), entry for entry."""
+    from commbench.cli import main
+
+    run = request.getfixturevalue("run_with_means") if run == "with-means" else run
+
+    assert main(["table", str(results_dir / run), "--format", "json", "--op", "all_reduce"]) == 0
+    printed = {(e["scope"], e["group_size"]): (e["alpha_us"], e["busbw_gbps"])
+               for e in json.loads(capsys.readouterr().out)["entries"] if not e["in_place"]}
+    frame = bandwidth.select_records(store.records([run]), "all_reduce", None, "out")
+    drawn = {(series["scope"].iloc[0], int(series["group_size"].iloc[0])): (t.meta["alpha_us"], t.meta["busbw_gbps"])
+             for (_, series), t in zip(frame.groupby(bandwidth.SERIES_KEYS, sort=False),
+                                       (t for t in bandwidth.bandwidth_figure(frame).data if t.name.startswith("fit:")))}
+    assert drawn and drawn == printed
+
+
 def test_hover_carries_the_exact_figures(store):
     frame = bandwidth.select_records(store.records([NCCL_TESTS_RUN]), "all_reduce", None, "out")
     trace = bandwidth.bandwidth_figure(frame, fitted=False).data[0]

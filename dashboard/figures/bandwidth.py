@@ -6,11 +6,13 @@ returns it. One curve is one (run, scope, group size, groups, in/out-of-place) s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from commbench.data.bandwidth_table import fit_latency_bandwidth, model_time_us
+from commbench.data.bandwidth_table import BandwidthTable, Entry, model_time_us
 from commbench.units import format_size
 from dashboard.figures.common import PALETTE, message_figure, rate_ticks, scatter_class, size_ticks, time_ticks
 
@@ -106,22 +108,31 @@ def _hover_data(series: pd.DataFrame) -> np.ndarray:
     return series[_HOVER_COLUMNS].to_numpy(dtype=object)
 
 
+def series_entries(series: pd.DataFrame) -> list[Entry]:
+    """The bandwidth table's entries of one series: the curves the planner prices and `commbench table`
+    prints, built by BandwidthTable from the same records (its choice of rows, times and fit)."""
+    records = [{key: value for key, value in row.items() if not (isinstance(value, float) and math.isnan(value))}
+               for row in series.to_dict("records")]  # a column a record lacks is NaN in the frame
+    in_place = bool(series["in_place"].iloc[0])
+    return BandwidthTable.from_records(records, in_place=in_place).items
+
+
 def _add_fit(figure: go.Figure, series: pd.DataFrame, metric: str, name: str, colour: str) -> None:
     """The bandwidth table's latency-bandwidth fit of one series, drawn over its size range."""
-    usable = series[(series["time_us"] > 0) & (series["size_bytes"] > 0)]
-    if usable["size_bytes"].nunique() < 2:  # one size cannot tell latency from bandwidth
-        return
-    factor = float(usable["busbw_factor"].iloc[0]) or 1.0  # a group of one moves no bus bytes
-    fit = fit_latency_bandwidth(usable["size_bytes"], usable["time_us"], factor)
-    sizes = np.geomspace(usable["size_bytes"].min(), usable["size_bytes"].max(), 64)
-    algbw = sizes / model_time_us(fit, sizes, factor) / 1e3  # bytes/us -> GB/s
-    shown = algbw * factor if metric == "busbw_gbps" else algbw
-    figure.add_trace(go.Scatter(
-        x=sizes, y=shown, mode="lines", line={"dash": "dash", "width": 1, "color": colour}, legendgroup=name,
-        name=f"fit: {fit.alpha_us:.3g} us + busbw {fit.busbw_gbps:.3g} GB/s (rms {100 * fit.rms_rel_error:.1f}%)",
-        hovertemplate=(f"model: {fit.alpha_us:.3f} us latency, {fit.busbw_gbps:.4g} GB/s busbw"
-                       "<br>%{x:,.0f} B: %{y:.3f} GB/s<extra></extra>"),
-    ))
+    for entry in series_entries(series):
+        if len(entry.sizes) < 2:  # one size cannot tell latency from bandwidth
+            continue
+        fit, factor = entry.fit, entry.busbw_factor
+        sizes = np.geomspace(entry.sizes.min(), entry.sizes.max(), 64)
+        algbw = sizes / model_time_us(fit, sizes, factor) / 1e3  # bytes/us -> GB/s
+        shown = algbw * factor if metric == "busbw_gbps" else algbw
+        figure.add_trace(go.Scatter(
+            x=sizes, y=shown, mode="lines", line={"dash": "dash", "width": 1, "color": colour}, legendgroup=name,
+            name=f"fit: {fit.alpha_us:.3g} us + busbw {fit.busbw_gbps:.3g} GB/s (rms {100 * fit.rms_rel_error:.1f}%)",
+            meta={"alpha_us": fit.alpha_us, "busbw_gbps": fit.busbw_gbps, "op": entry.op, "dtype": entry.dtype},
+            hovertemplate=(f"model: {fit.alpha_us:.3f} us latency, {fit.busbw_gbps:.4g} GB/s busbw"
+                           "<br>%{x:,.0f} B: %{y:.3f} GB/s<extra></extra>"),
+        ))
 
 
 def latency_figure(frame: pd.DataFrame) -> go.Figure:
