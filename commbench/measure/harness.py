@@ -51,6 +51,7 @@ from commbench.measure.timing import (
     choose_iters,
     median_ci_halfwidth,
     next_chunk,
+    spent_budget,
     stop_reason,
     warmed_up,
 )
@@ -281,8 +282,8 @@ def _warm_up(session: Session, run_op, first_us: float, reuse: bool) -> tuple[in
         times += host.time(run_op, size) if run_op is not None else []
         count += size
         settled = reuse or warmed_up(times) if run_op is not None else True
-        pace = min(times) if run_op is not None else 0.0  # see _timed: the budget goes at the fastest op's pace
-        not_settled, spent = _agreed([0.0 if settled else 1.0, pace * count])
+        spent_here = spent_budget(times, count) if run_op is not None else 0.0  # as _timed counts it
+        not_settled, spent = _agreed([0.0 if settled else 1.0, spent_here])
         if not not_settled or count >= WARMUP_LIMIT or spent >= budget_us:
             break
     recent = statistics.median(times[-WARMUP_WINDOW:]) if run_op is not None else 0.0
@@ -306,11 +307,7 @@ def _timed(session: Session, ctx: GroupContext | None, run_op, op_time_us: float
         if ctx is not None:
             samples += timer.time(run_op, chunk)
         done += chunk
-        # the budget is spent at the fastest op's pace (the slowest rank's): a host that is slow for a
-        # stretch (descheduled ops take milliseconds on a loaded machine) would otherwise spend it on
-        # a handful of slow samples, and the row would be timed mostly inside that stretch, where a
-        # fixed count (nccl-tests' -n) samples mostly outside it
-        mine = [median_ci_halfwidth(samples), min(samples) * done] if ctx is not None else [0.0, 0.0]
+        mine = [median_ci_halfwidth(samples), spent_budget(samples, done)] if ctx is not None else [0.0, 0.0]
         halfwidth, elapsed = _agreed(mine)
         reason = stop_reason(halfwidth, cfg.ci_pct, done, elapsed, cfg.time_budget_ms, cfg.min_iters, cfg.max_iters)
         chunk = next_chunk(done, elapsed / done, elapsed, cfg.time_budget_ms, cfg.max_iters)

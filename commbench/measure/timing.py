@@ -9,7 +9,8 @@ over the control group:
   - median_ci_halfwidth: the relative half-width of the 95% distribution-free confidence interval
     of the median (order statistics of a binomial(n, 1/2)); timing stops when it is within
     --ci-pct ("converged") or the time budget / --max-iters is spent ("budget"), the budget counted
-    at the fastest op's pace (count x fastest), so a stretch of slow ops cannot cut a row short. -n
+    at the fastest op's pace (count x fastest), so a stretch of slow ops cannot cut a row short, and
+    at most WALL_SLACK x the budget of wall time (spent_budget). -n
     fixes the count ("fixed"), as nccl-tests does.
 The statistics of the samples are commbench.data.records.Stats.
 """
@@ -27,6 +28,7 @@ WARMUP_TOLERANCE = 0.02  # a window 2% faster than the one before is still warmi
 WARMUP_LIMIT = 100  # warm-up ops at most, whatever the trend
 CI_Z = 1.96  # 95% two-sided
 FIRST_CHUNK_MIN = 10  # the fewest timed ops before the interval is first looked at
+WALL_SLACK = 5.0  # a loaded host may stretch a row's budget to this many times its wall time
 
 
 def choose_iters(op_time_us: float, budget_ms: float, min_iters: int, max_iters: int) -> int:
@@ -59,6 +61,14 @@ def median_ci_halfwidth(times_us: Sequence[float]) -> float:
     high = min(n - 1, math.ceil(1 + n / 2.0 + half_spread) - 1)
     median = statistics.median(ordered)
     return (ordered[high] - ordered[low]) / (2.0 * median) if median > 0 else 0.0
+
+
+def spent_budget(times_us: Sequence[float], count: int) -> float:
+    """How much of the time budget `count` ops have spent (us): at the fastest op's pace, so a
+    stretch of slow ops (descheduled for milliseconds on a loaded host) cannot end a row after a
+    handful of samples timed inside it, where a fixed count (nccl-tests' -n) samples mostly outside
+    it; but never less than the wall time / WALL_SLACK, so such a host stretches a row by at most that."""
+    return max(min(times_us) * count, sum(times_us) / WALL_SLACK)
 
 
 def next_chunk(done: int, op_time_us: float, elapsed_us: float, budget_ms: float, max_iters: int) -> int:
