@@ -57,6 +57,11 @@ JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama2-7b",
 # (many micro-batches per GPU: the compute-bound end, where MFU peaks) and a short and a long sequence
 DENSE_MODELS = tuple(name for name, model in PRESETS.items() if model.moe is None)
 GRID = [(model, gpus, 1024, seq) for model in DENSE_MODELS for gpus in (8, 64) for seq in (2048, 8192)]
+# MoE presets, trained with Megatron-Core's MoE stack (so ranked with megatron-core only) at sizes a
+# published run of theirs used (Megatron-Bridge's performance summaries: Qwen3-30B-A3B on 8-16 GPUs,
+# GPT-OSS-120B on 64) or their smallest EP-filling cluster
+MOE_JOBS = [("qwen3-30b-a3b", 16, 256, 4096), ("mixtral-8x7b", 64, 256, 4096), ("gpt-oss-120b", 64, 1280, 4096),
+            ("deepseek-moe-16b", 16, 256, 4096)]
 COMPUTE = ("compute", "recompute", "slowdown")  # kernels, their repetition, and their stretching
 
 
@@ -127,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_runs(RUNS)
     print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core", "torch-fsdp", "megatron-2021"], rows,
                              GRID if args.grid else JOBS)))
+    print()
+    print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core"], rows, MOE_JOBS)))
     print()
     print("\n".join(published_rows(rows, args.gpu, args.execution)))
     return 0

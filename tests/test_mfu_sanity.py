@@ -61,6 +61,10 @@ def _cases():
                 model, gpus, global_batch, seq_len = job
                 yield pytest.param(system, execution, job,
                                    id=f"{system}-{execution}-{model}-{gpus}gpus-gb{global_batch}-s{seq_len}")
+        for job in MFU_SANITY.MOE_JOBS:  # MoE presets: Megatron-Core's MoE stack (the dense rows' bound is a ceiling)
+            model, gpus, global_batch, seq_len = job
+            yield pytest.param(system, "megatron-core", job,
+                               id=f"{system}-megatron-core-{model}-{gpus}gpus-gb{global_batch}-s{seq_len}")
 
 
 @pytest.mark.parametrize("system, execution, job", list(_cases()))

@@ -57,7 +57,8 @@ def test_skew_raises_ep_cost_and_reorders_layouts_by_it(planners):
     flipped = (before[fell] > before[rose]) & (after[fell] < after[rose])
     assert flipped.any(), "the skew changes no ranking"
     assert (ep[fast][fell[flipped]] > 1).all()  # only a layout with EP can fall behind
-    assert (ep[fast][fell[flipped]] > ep[fast][rose[flipped]]).mean() > 0.9, "mostly wider EP falls behind narrower"
+    # at equal EP, folded layouts differ in ETP, whose gather of the received tokens grows with the skew too
+    assert (ep[fast][fell[flipped]] >= ep[fast][rose[flipped]]).mean() > 0.9, "mostly wider EP falls behind narrower"
     best = [planner.rank(1).ranked[0].layout for planner in planners]
     assert best[0] != best[1] and best[1].ep < best[0].ep
 

@@ -30,10 +30,10 @@ import sys
 import textwrap
 from dataclasses import fields
 
-from commbench.modeling.job import EXECUTIONS, PRECISIONS
+from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS, EXECUTIONS, PRECISIONS
 from commbench.modeling.ledger import LEDGER, NOT_MODELLED
 from commbench.modeling.recipes import RECIPES
-from commbench.modeling.spec import PlanSpec
+from commbench.modeling.spec import MOE_OVERLAPS, PlanSpec
 
 LEDGER_NAMES = tuple(item.name for item in LEDGER)
 
@@ -101,7 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--overlap-run", metavar="RUN_DIR")
     _spec_option(parser, "--top", type=int)
     _spec_option(parser, "--routing", metavar="SKEW")
-    parser.add_argument("--layout", help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"')
+    _spec_option(parser, "--dispatcher", choices=DISPATCHERS)
+    _spec_option(parser, "--dispatch-dtype", choices=tuple(DISPATCH_DTYPES))
+    _spec_option(parser, "--moe-overlap", choices=MOE_OVERLAPS)
+    _spec_option(parser, "--capacity-factor", type=float)
+    _spec_option(parser, "--pad-to-capacity", action="store_true")
+    parser.add_argument("--layout", help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '
+                        'MoE layouts fold ep and etp over tp*cp*dp (Megatron-Core), e.g. "tp=2,dp=16,ep=32,etp=1"')
     parser.add_argument("--timeline", metavar="FILE", help="with --layout: write the simulated timeline (JSON list) here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -218,10 +224,12 @@ def compute_figures(planner) -> dict:
 
 
 def _ep_skew_json(planner, args, results) -> dict:
-    """MoE models: the router skew EP is priced with, its source, and what it costs each layout."""
+    """MoE models: the router skew EP is priced with, its source, what it costs each layout, and
+    each layout's MoE parts per layer type (Planner.moe_parts)."""
     if not planner.job.model.moe:
         return {}
-    return {"ep_skew": {**args.ep_routing, "layouts": planner.ep_skew(results)}}
+    return {"ep_skew": {**args.ep_routing, "layouts": planner.ep_skew(results)},
+            "moe": planner.moe_parts([r.layout for r in results])}
 
 
 def _print_ep_skew(planner, args, results) -> None:

@@ -17,10 +17,17 @@ Per layer and micro-batch, with A = b*(s/cp)*h*2 bytes the activation of one mic
   CP (ring)     forward (cp-1) sendrecv of the local K,V (b*(s/cp)*(k+v)*2 bytes, split by TP; with MLA the
                 per-head keys and values rebuilt from the latent: heads*(d_nope+d_rope+d_v)),
                 backward twice that (K,V again and dK,dV); overlapped with the attention core
-  EP            per MoE layer: all-to-all dispatch + combine forward, the same two backward, of
-                k * load * A / t bytes per rank (tokens are sequence-split across TP ranks); under the
-                job's routing skew each is paced by the rank receiving most, so it is priced as
-                all_to_allv at those bytes times the expected max/mean load (commbench.modeling.routing)
+  EP            per MoE layer, forward and again backward, by the job's dispatcher (MoEExecution):
+                alltoall: all-to-all over EP of k * kept * A / t bytes per rank (tokens are
+                sequence-split across TP ranks; fp8 dispatch scales the dispatch's bytes), an
+                all-gather over ETP of what arrived, and the combine's reduce-scatter + all-to-all;
+                under the job's routing skew (or a capacity factor) each all-to-all is paced by the
+                rank receiving most, priced as all_to_allv at its expected bytes (routing.expert_load).
+                allgather: all-gather + reduce-scatter of the ETP x EP group's tokens. flex (DeepEP):
+                each token crosses the network once per other NVLink domain holding one of its experts, and
+                fans out over NVLink inside it; the slower tier sets the pace
+                MoE layers without shared experts have no TP-split MLP: their TP collectives are the
+                attention block's only
   ZeRO-3/FSDP   per layer: all-gather of its weights forward, again backward, reduce-scatter of
                 its gradients; prefetched, so overlapped with the layer's compute (the reduce-scatter
                 blocks instead with Execution.zero3_reduce_scatter_overlap False)
@@ -40,11 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench.modeling.job import TrainingJob
+from commbench.modeling.job import DISPATCH_DTYPES, TrainingJob
 from commbench.modeling.layout import LayoutBatch, layout_groups
 from commbench.modeling.memory import layers_per_chunk, micro_batches, stage_parameters
 from commbench.modeling.network import CollectiveCost, busbw_factor, price
-from commbench.modeling.routing import expected_imbalance, parse_routing
+from commbench.modeling.routing import expert_load
 
 
 @dataclass(frozen=True)
@@ -125,13 +132,16 @@ class ContextParallelCosts:
 
 @dataclass
 class ExpertParallelCosts:
-    """Seconds of the blocking all-to-alls per layer per micro-batch (averaged over MoE and dense layers)."""
+    """Seconds of the token dispatch and combine per layer per micro-batch (averaged over MoE and
+    dense layers), and what one MoE layer's exchange moves."""
 
     fwd: np.ndarray
     bwd: np.ndarray
     sent_per_step: np.ndarray
     uniform_fwd: np.ndarray  # what fwd would be with a perfectly even router
     imbalance: np.ndarray  # expected max / mean bytes received per EP rank under the job's routing
+    hideable: np.ndarray | None = None  # whether 1F1B A2A overlap can hide it (two micro-batches in flight)
+    parts: dict | None = None  # per MoE layer per micro-batch: bytes and seconds of dispatch and combine
 
     @property
     def skew_share(self) -> np.ndarray:
@@ -205,15 +215,26 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, nv
     )
 
 
+def _tp_blocks(model) -> float:
+    """TP-split blocks per layer, averaged over layers: attention, and the MLP where it is a TP MLP
+    (dense layers, and MoE layers with shared experts; routed experts gather over ETP instead)."""
+    if not model.moe:
+        return 2.0
+    mlp = (model.dense_layers + model.moe_layers * bool(model.moe.shared_ffn_hidden)) / model.layers
+    return 1.0 + mlp
+
+
 def tensor_parallel(p: _Pricing) -> TensorParallelCosts:
     sp = p.batch.seq_parallel
+    blocks = _tp_blocks(p.job.model)
     all_gather = p.collective("all_gather", p.activation, "tp")
     reduce_scatter = p.collective("reduce_scatter", p.activation, "tp")
     all_reduce = p.collective("all_reduce", p.activation, "tp")
     none = p.zeros()
-    layer_fwd = Traffic.choose(sp, 2 * all_gather + 2 * reduce_scatter, 2 * all_reduce)
-    bwd_critical = Traffic.choose(sp, 2 * all_gather, none)  # the output gradient's all-gathers: the next GEMM needs them
-    bwd_hideable = Traffic.choose(sp, 2 * all_gather + 2 * reduce_scatter, 2 * all_reduce)
+    layer_fwd = Traffic.choose(sp, blocks * all_gather + blocks * reduce_scatter, blocks * all_reduce)
+    # the output gradient's all-gathers: the next GEMM needs them
+    bwd_critical = Traffic.choose(sp, blocks * all_gather, none)
+    bwd_hideable = Traffic.choose(sp, blocks * all_gather + blocks * reduce_scatter, blocks * all_reduce)
     loss_reduction = p.collective("all_reduce", p.batch.mbs * p.seq_local * 4.0, "tp")  # one fp32 per token
     head_fwd = Traffic.choose(sp, all_gather, none) + 3 * loss_reduction
     head_bwd_hideable = Traffic.choose(sp, reduce_scatter, all_reduce)
@@ -243,24 +264,93 @@ def context_parallel(p: _Pricing) -> ContextParallelCosts:
 
 def expert_parallel(p: _Pricing) -> ExpertParallelCosts:
     model = p.job.model
-    moe_share = model.moe_layers / model.layers
-    a2a_bytes = (model.moe.top_k * p.job.expert_load if model.moe else 0) * p.activation / p.batch.tp
-    uniform = moe_share * 2 * p.collective("all_to_all", a2a_bytes, "ep")  # dispatch + combine
-    ep = p.groups["ep"][0]
-    imbalance = _imbalance(p.job.routing, model.moe.num_experts, ep) if model.moe else np.ones(len(p.batch))
-    if p.job.routing == "uniform" and (imbalance == 1).all():
-        seconds = uniform.seconds
-    else:  # every rank sends the mean; the hottest rank receives imbalance x the mean and sets the pace
-        seconds = moe_share * 2 * p.collective("all_to_allv", a2a_bytes * imbalance, "ep").seconds
-    return ExpertParallelCosts(fwd=seconds, bwd=seconds, sent_per_step=p.layer_passes * (uniform + uniform).sent,
-                               uniform_fwd=uniform.seconds, imbalance=imbalance)
+    if not model.moe:
+        none = np.zeros(len(p.batch))
+        return ExpertParallelCosts(none, none, none, none, np.ones(len(p.batch)), none > 0, None)
+    moe, options = model.moe, p.job.moe_execution
+    load = expert_load(p.job.routing, moe.num_experts, p.batch.ep, p.job.capacity_factor, options.pad_to_capacity)
+    tokens = p.activation / p.batch.tp  # bytes of this rank's n_l tokens in the activation dtype
+    dispatch_scale = DISPATCH_DTYPES[options.dispatch_dtype] / p.job.activation_bytes
+    exchange = _DISPATCHERS[options.dispatcher]
+    layer = exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load, load.hottest * p.job.expert_load)
+    balanced = np.array_equal(load.hottest, load.kept)
+    even = layer if balanced else exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load,
+                                           load.kept * p.job.expert_load)
+    share = model.moe_layers / model.layers
+    seconds = share * layer["seconds"]
+    sent = share * (layer["dispatch"]["sent_bytes"] + layer["combine"]["sent_bytes"])
+    imbalance = np.where(load.kept > 0, load.hottest / np.where(load.kept > 0, load.kept, 1.0), 1.0)
+    return ExpertParallelCosts(fwd=seconds, bwd=seconds, sent_per_step=p.layer_passes * 2 * sent,
+                               uniform_fwd=share * even["seconds"], imbalance=imbalance,
+                               hideable=p.micro_batches > 1, parts=layer)
 
 
-def _imbalance(routing: str, experts: int, ep: np.ndarray) -> np.ndarray:
-    """Expected max/mean received load for each layout's EP group size (one model call per size)."""
-    parsed = parse_routing(routing)
-    sizes, which = np.unique(ep, return_inverse=True)
-    return np.array([expected_imbalance(parsed, experts, int(n)) for n in sizes])[which.reshape(-1)]
+def _tiers(p: _Pricing, group: str, sent) -> dict:
+    """Bytes one rank sends inside its NVLink domain and across domains in an even exchange over the group."""
+    size, per_node, _ = p.groups[group]
+    peers = np.maximum(size - 1, 1)
+    return {"intra_domain_bytes": sent * (per_node - 1) / peers, "inter_domain_bytes": sent * (size - per_node) / peers}
+
+
+def _exchange(p: _Pricing, op: str, size, group: str) -> dict:
+    traffic = p.collective(op, size, group)
+    return {"op": op, "group": group, "size_bytes": np.broadcast_to(size, traffic.seconds.shape) + 0.0,
+            "seconds": traffic.seconds, "sent_bytes": traffic.sent, **_tiers(p, group, traffic.sent)}
+
+
+def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
+    """All-to-all over EP of the k copies (the busiest receiver sets the pace: all_to_allv at its
+    bytes when the load is uneven), then all-gather over ETP of what arrived; combine the reverse."""
+    uneven = p.job.routing != "uniform" or p.job.capacity_factor is not None
+    op = "all_to_allv" if uneven else "all_to_all"
+    copies = moe.top_k * tokens
+    dispatch = _exchange(p, op, copies * dispatch_scale * np.where(uneven, hottest, kept), "ep")
+    combine = _exchange(p, op, copies * np.where(uneven, hottest, kept), "ep")
+    gathered = p.batch.etp * copies * hottest
+    gather = _exchange(p, "all_gather", gathered * dispatch_scale, "etp")
+    scatter = _exchange(p, "reduce_scatter", gathered, "etp")
+    seconds = dispatch["seconds"] + combine["seconds"] + gather["seconds"] + scatter["seconds"]
+    return {"dispatcher": "alltoall", "dispatch": dispatch, "combine": combine, "etp_gather": gather,
+            "etp_scatter": scatter, "seconds": seconds}
+
+
+def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
+    """Every rank gathers the tokens of its ETP x EP group and reduce-scatters the outputs:
+    no per-copy traffic, so top-k and routing skew do not change its bytes."""
+    gathered = p.batch.ep * p.batch.etp * tokens
+    dispatch = _exchange(p, "all_gather", gathered * dispatch_scale, "tpep")
+    combine = _exchange(p, "reduce_scatter", gathered, "tpep")
+    return {"dispatcher": "allgather", "dispatch": dispatch, "combine": combine,
+            "seconds": dispatch["seconds"] + combine["seconds"]}
+
+
+def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
+    """DeepEP over the ETP x EP group (top-k expanded etp times): a token crosses the network once
+    per other NVLink domain holding one of its experts, (N-1)(1-(1-1/N)^k) on average over N domains
+    with experts spread evenly, and is fanned out over NVLink inside each; one fused kernel
+    runs both tiers, so the slower one sets the pace."""
+    _, per_node, nodes = p.groups["tpep"]
+    copies = moe.top_k * p.batch.etp * kept
+    remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** (moe.top_k * p.batch.etp))
+    scale = np.where(kept > 0, hottest / np.where(kept > 0, kept, 1.0), 1.0)
+    nodes_group = (np.where(nodes > 1, nodes, 1), np.ones_like(nodes), nodes)
+    domain_group = (per_node, per_node, np.ones_like(nodes))
+
+    def tiers(element_scale):
+        across = remote * kept * tokens * element_scale * scale
+        inside = copies * tokens * element_scale * scale
+        inter = price(p.cost, "all_to_all", np.where(nodes > 1, across * nodes / np.maximum(nodes - 1, 1), 0.0), nodes_group)
+        intra = price(p.cost, "all_to_all", inside, domain_group)
+        seconds = np.maximum(inter, intra)
+        return {"op": "deepep", "group": "tpep", "seconds": seconds, "inter_domain_seconds": inter,
+                "intra_domain_seconds": intra, "inter_domain_bytes": across, "intra_domain_bytes": inside,
+                "sent_bytes": across + inside * (per_node - 1) / np.maximum(per_node, 1)}
+    dispatch, combine = tiers(dispatch_scale), tiers(1.0)
+    return {"dispatcher": "flex", "dispatch": dispatch, "combine": combine,
+            "seconds": dispatch["seconds"] + combine["seconds"]}
+
+
+_DISPATCHERS = {"alltoall": _alltoall_dispatch, "allgather": _allgather_dispatch, "flex": _flex_dispatch}
 
 
 def zero3_sharding(p: _Pricing) -> Zero3Costs:

@@ -20,6 +20,10 @@ With a quantised compute precision (job.compute, commbench.modeling.recipes) the
 GEMMs run at the processor's peak in the recipe's format, their casts, scales and transposed copies
 are priced as HBM traffic (quantise_seconds), and the attention core, the output layer, the router
 and the recipe's BF16 layers stay at the BF16 rate.
+  MoE layers      commbench.modeling.moe: router, permutes, the grouped GEMM at its per-expert shape on
+                  the busiest rank, shared experts; the layer's figures average dense and MoE layers
+  MTP             each multi-token-prediction module (DeepSeek-V3) adds, on the last stage, a 2h -> h
+                  projection, one (average) layer and another output head + loss, per micro-batch
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from commbench.modeling.kernels import (
     gemm_seconds,
 )
 from commbench.modeling.layout import LayoutBatch
+from commbench.modeling.moe import MoECompute, moe_compute
 from commbench.modeling.recipes import cast_bytes_per_element
 
 SECONDS_PER_YEAR = 365.25 * 86400
@@ -78,6 +83,7 @@ class LayerCompute:
     bwd_quantise: np.ndarray | float = 0.0
     # shares of the forward that Megatron's selective --recompute-modules repeat (recompute_shares)
     shares: dict = field(default_factory=dict)
+    moe: MoECompute | None = None  # one MoE layer's parts (router, permute, grouped GEMM, shared experts)
 
     @property
     def forward(self) -> np.ndarray:
@@ -161,30 +167,26 @@ def _attention_projections(model, proc: Processor, n, t) -> tuple[np.ndarray, np
     return sum(f for f, _ in parts), sum(b for _, b in parts)
 
 
-def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n,
-         router_proc: Processor | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(forward, backward) GEMM seconds and the activation width (per token, /tp) of one layer's MLP,
-    averaged over dense and MoE layers; the router runs on `router_proc` (BF16 under every recipe)."""
+def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, router_proc: Processor | None = None):
+    """(forward, backward) GEMM seconds, the activation width (per token, /tp), the MoE layers'
+    other HBM traffic (router scores, permutes) in seconds, and the MoE parts (None for a dense
+    model) of one layer's MLP, averaged over dense and MoE layers; the router runs on `router_proc`
+    (BF16 under every recipe)."""
     model, t = job.model, batch.tp
     h, matrices = model.hidden, model.mlp_matrices
     up = matrices - 1  # GeLU: one up-projection; SwiGLU: gate and up
     dense = _mlp_block(proc, n, h, model.ffn_hidden / t, up)
     width = matrices * model.ffn_hidden / t
     if not model.moe:
-        return (*dense, width)
-    moe = model.moe
-    routed_tokens = n * moe.top_k * job.expert_load
-    local_experts = moe.num_experts / batch.ep
-    # each local expert sees routed_tokens * ep / experts tokens gathered from the ep group
-    expert_tokens = routed_tokens * batch.ep / moe.num_experts
-    experts = _mlp_block(proc, expert_tokens, h, moe.expert_ffn_hidden / t, up)
-    shared = _mlp_block(proc, n, h, moe.shared_ffn_hidden / t, up) if moe.shared_ffn_hidden else (0.0, 0.0)
-    router = _linear(router_proc or proc, n, moe.num_experts, h)
-    moe_fwd, moe_bwd = (local_experts * e + s + r for e, s, r in zip(experts, shared, router))
-    moe_width = (matrices * (moe.top_k * moe.expert_ffn_hidden + moe.shared_ffn_hidden) + 4 * moe.top_k * h) / t
+        return (*dense, width, 0.0, None)
+    parts = moe_compute(job, batch, proc, n, router_proc)
+    moe_fwd, moe_bwd = parts.gemm
+    # the activation function over every computed expert width, and over the shared experts'
+    moe_width = (parts.received_tokens * matrices * parts.expert_width / n
+                 + matrices * model.moe.shared_ffn_hidden / t)
     dense_share, moe_share = model.dense_layers / model.layers, model.moe_layers / model.layers
     return (dense_share * dense[0] + moe_share * moe_fwd, dense_share * dense[1] + moe_share * moe_bwd,
-            dense_share * width + moe_share * moe_width)
+            dense_share * width + moe_share * moe_width, moe_share * parts.traffic[0], parts)
 
 
 def _mlp_block(proc: Processor, tokens, h, ffn_local, up: int) -> tuple[np.ndarray, np.ndarray]:
@@ -247,19 +249,20 @@ def framework_costs(model, execution, proc: Processor, n) -> tuple[np.ndarray, n
 
 
 def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n):
-    """(forward, backward) seconds of a layer's linear GEMMs and its MLP activation width, in the
-    job's compute precision: the recipe's share of BF16 layers at the BF16 rate, the rest quantised."""
+    """(forward, backward) seconds of a layer's linear GEMMs, its MLP activation width, the MoE
+    layers' other traffic and parts (see _mlp), in the job's compute precision: the recipe's share
+    of BF16 layers at the BF16 rate, the rest quantised."""
     model, t = job.model, batch.tp
     quantised = proc.for_recipe(job.compute)
     attention_fwd, attention_bwd = _attention_projections(model, quantised, n, t)
-    mlp_fwd, mlp_bwd, mlp_width = _mlp(job, batch, quantised, n, router_proc=proc)
+    mlp_fwd, mlp_bwd, mlp_width, moe_traffic, moe_parts = _mlp(job, batch, quantised, n, router_proc=proc)
     share = job.compute.bf16_layer_share if job.compute.quantised else 0.0
     if share:
         bf16_attention, bf16_mlp = _attention_projections(model, proc, n, t), _mlp(job, batch, proc, n)
         attention_fwd, attention_bwd = ((1 - share) * q + share * b for q, b in
                                         zip((attention_fwd, attention_bwd), bf16_attention))
         mlp_fwd, mlp_bwd = ((1 - share) * q + share * b for q, b in zip((mlp_fwd, mlp_bwd), bf16_mlp[:2]))
-    return attention_fwd + mlp_fwd, attention_bwd + mlp_bwd, mlp_width
+    return attention_fwd + mlp_fwd, attention_bwd + mlp_bwd, mlp_width, moe_traffic, moe_parts
 
 
 def quantised_operands(job: TrainingJob, batch: LayoutBatch, n) -> tuple:
@@ -282,7 +285,8 @@ def quantised_operands(job: TrainingJob, batch: LayoutBatch, n) -> tuple:
     else:
         x_mlp, dy_mlp = dense_mlp
     dense_weights = (model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params) / model.layers
-    weights = (dense_weights - model.tp_replicated_params_per_layer) / t + model.expert_params / model.layers / (t * batch.ep)
+    weights = ((dense_weights - model.tp_replicated_params_per_layer) / t
+               + model.expert_params / model.layers / (batch.etp * batch.ep))
     return x_attention + x_mlp, dy_attention + dy_mlp, weights
 
 
@@ -308,22 +312,27 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_b
     n = batch.mbs * job.seq_len / batch.cp  # tokens per rank per micro-batch
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
 
-    linear_fwd, linear_bwd, mlp_width = _linear_layers(job, batch, proc, n)
+    linear_fwd, linear_bwd, mlp_width, moe_traffic, moe_parts = _linear_layers(job, batch, proc, n)
     if not execution.fused_bias_activation:  # a bias pass over each up-projection's output
         mlp_width = mlp_width + 2 * (model.mlp_matrices - 1) * model.ffn_hidden / t
     core_fwd, core_bwd = _attention_core(job, batch, proc, n)
     hidden_passes = 10.0 if execution.fused_norm_residual else 14.0
     elementwise = elementwise_bytes(job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_width, n, t,
-                                    replicated, hidden_passes) / proc.elementwise_bandwidth
+                                    replicated, hidden_passes) / proc.elementwise_bandwidth + moe_traffic
     head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h)
     logits = n * model.vocab / t  # on this rank, per micro-batch
     loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
     fwd_kernels, bwd_kernels = framework_costs(model, execution, proc, n)
     fwd_quantise, bwd_quantise = quantise_seconds(job, batch, proc, n, micro_batches)
-    return LayerCompute(
+    layer = LayerCompute(
         fwd_gemm=linear_fwd, bwd_gemm=linear_bwd,
         fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
         fwd_kernels=fwd_kernels, head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd, bwd_kernels=bwd_kernels,
-        fwd_quantise=fwd_quantise, bwd_quantise=bwd_quantise,
+        fwd_quantise=fwd_quantise, bwd_quantise=bwd_quantise, moe=moe_parts,
         shares=recompute_shares(job, batch, hidden_passes, mlp_width),
     )
+    if model.mtp_layers:  # DeepSeek-V3's MTP modules run after the main head, on the last stage
+        projection = _linear(proc, n, h / t, 2 * h)
+        layer.head_fwd = layer.head_fwd * (1 + model.mtp_layers) + model.mtp_layers * (layer.forward + projection[0])
+        layer.head_bwd = layer.head_bwd * (1 + model.mtp_layers) + model.mtp_layers * (layer.backward + projection[1])
+    return layer

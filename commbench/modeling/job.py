@@ -168,6 +168,46 @@ EXECUTIONS = {
 EXECUTIONS["megatron"] = EXECUTIONS["megatron-core"]
 
 
+DISPATCHERS = ("alltoall", "allgather", "flex")
+DISPATCH_DTYPES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / 128}  # fp8: one byte per element + an fp32 scale per 128
+
+
+@dataclass(frozen=True)
+class MoEExecution:
+    """How the MoE layers run: execution choices of Megatron-Core's MoE stack, one per job.
+
+    dispatcher
+        "alltoall" (--moe-token-dispatcher-type alltoall): each rank sends its k routed copies of
+        every token over the EP group, then all-gathers them over the expert-TP group (combine:
+        reduce-scatter, then all-to-all back). "allgather": every rank gathers all tokens of its
+        ETP x EP group and reduce-scatters the outputs (no per-expert traffic: its bytes do not grow
+        with top-k). "flex" (DeepEP): one fused kernel over the ETP x EP group that sends a token
+        once to each other NVLink domain holding one of its experts (RDMA) and fans it out to
+        the experts inside the domain over NVLink.
+    dispatch_dtype
+        the dispatch's element type: "bf16", or "fp8" (1 byte + one fp32 scale per 128 elements),
+        as DeepSeek-V3 dispatches (arXiv:2412.19437 sec. 3.3: activations quantised to FP8 before
+        dispatch, combine kept in BF16). The combine always moves the activation dtype.
+    shared_expert_overlap
+        --moe-shared-expert-overlap: the shared experts run on another stream while the routed
+        tokens are dispatched and combined, hiding that much of the EP time.
+    a2a_overlap
+        --overlap-moe-expert-parallel-comm (1F1B A2A overlap): the forward of one micro-batch and
+        the backward of another are merged, so one's EP all-to-alls run behind the other's
+        compute; needs two micro-batches in flight (m > 1).
+    capacity_factor, pad_to_capacity
+        --moe-expert-capacity-factor (None: dropless; else the model preset's) and
+        --moe-pad-expert-input-to-capacity (every expert computes its full capacity).
+    """
+
+    dispatcher: str = "alltoall"
+    dispatch_dtype: str = "bf16"
+    shared_expert_overlap: bool = False
+    a2a_overlap: bool = False
+    capacity_factor: float | None = None
+    pad_to_capacity: bool = False
+
+
 @dataclass(frozen=True)
 class TrainingJob:
     model: ModelSpec
@@ -196,6 +236,14 @@ class TrainingJob:
     # the weights are kept in the recipe's format and ZeRO/FSDP gather them so (Megatron's
     # --fp8-param-gather): the quantised copy replaces the BF16 one and the gathers move its bytes
     quantised_param_gather: bool = False
+    moe_execution: MoEExecution = field(default_factory=MoEExecution)
+
+    @property
+    def capacity_factor(self) -> float | None:
+        """The MoE capacity factor: the job's, else the model's (None: dropless)."""
+        if self.moe_execution.capacity_factor is not None:
+            return self.moe_execution.capacity_factor
+        return self.model.moe.capacity_factor if self.model.moe else None
 
     def __post_init__(self):
         if self.activation_bytes is None:

@@ -4,7 +4,8 @@ GEMM C[M,N] = A[M,K] B[K,N] (2MNK FLOPs). A shape the processor's gemm_surface m
 GEMM's dtype (the processor's gemm_dtype: the job's compute dtype) is priced at its measured
 fraction of peak, wave quantisation included. Any other shape: its output is cut into tiles (the processor's gemm_tile),
 one per SM (sm_count) per wave, so the last wave may leave SMs idle: the wave factor is
-tiles / (waves * SMs). The processor's efficiency curve (or its measured gemm_surface, reduced to
+tiles / (waves * SMs), and a tile the output only partly fills still costs a whole tile (tile_fill).
+The processor's efficiency curve (or its measured gemm_surface, reduced to
 the same curve) is read as the efficiency of a GEMM whose waves are full; a GEMM reaches
 curve(FLOPs / wave factor) * wave factor of peak. A GEMM can also be bound by memory: it moves at
 least its three matrices once. A processor without sm_count and gemm_tile (and no surface) has its
@@ -44,6 +45,16 @@ def wave_factor(proc: Processor, m, n, batch=1.0):
     return tiles / (np.ceil(tiles / proc.sm_count) * proc.sm_count)
 
 
+def tile_fill(proc: Processor, m, n):
+    """Fraction of the computed tiles' area the output fills (1.0 without gemm_tile): a GEMM computes
+    whole tiles, so M = 192 on 128-row tiles costs the work of 256 rows (and never less than M = 128)."""
+    if not proc.gemm_tile:
+        return 1.0
+    tile_m, tile_n = proc.gemm_tile
+    m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
+    return m * n / (np.ceil(m / tile_m) * tile_m * np.ceil(n / tile_n) * tile_n)
+
+
 def full_wave_curve(proc: Processor, dtype: str) -> np.ndarray:
     """(FLOPs, efficiency with full waves) points, sorted: the measured surface of `dtype`
     de-quantised, else gemm_curve."""
@@ -52,8 +63,9 @@ def full_wave_curve(proc: Processor, dtype: str) -> np.ndarray:
         return np.asarray(proc.gemm_curve, dtype=float)
     m, n, k, fraction = points.T
     factor = wave_factor(proc, m, n)
-    flops = 2 * m * n * k / factor
-    efficiency = np.minimum(1.0, fraction / factor)
+    fill = tile_fill(proc, m, n)
+    flops = 2 * m * n * k / fill / factor
+    efficiency = np.minimum(1.0, fraction / fill / factor)
     # shapes of equal FLOPs: their median, as calibrate's gemm_efficiency (interpolation needs one per FLOPs)
     unique = np.unique(flops)
     return np.column_stack([unique, [np.median(efficiency[flops == f]) for f in unique]])
@@ -83,7 +95,7 @@ def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float | Non
     flops = 2 * m * n * k * batch
     if not kernel_described(proc):
         return proc.gemm_time(flops)
-    factor = wave_factor(proc, m, n, batch)
+    factor = wave_factor(proc, m, n, batch) * tile_fill(proc, m, n)
     curve = full_wave_curve(proc, dtype)
     efficiency = np.interp(np.log10(np.maximum(flops / factor, 1.0)), np.log10(curve[:, 0]), curve[:, 1]) * factor
     if np.ndim(batch) == 0 and batch == 1.0:  # the surface holds single GEMMs, not batched ones

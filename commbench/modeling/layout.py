@@ -1,8 +1,16 @@
 """A parallel layout, a batch of layouts as arrays, and where each parallel group sits on nodes.
 
-Ranks are numbered Megatron-style, tensor parallel fastest: rank = tp + t*(cp + c*(dp + d*pp)),
-with expert parallel carved out of data parallel (the ep ranks are neighbours in the dp
-dimension). A group of `size` ranks `stride` apart in NVLink domains of G GPUs therefore puts
+Ranks are numbered Megatron-style, tensor parallel fastest: rank = tp + t*(cp + c*(dp + d*pp)).
+MoE layers fold their own grid over the same ranks (Megatron-Core's parallel folding, Liu et al.
+2025, arXiv:2504.14960; megatron/core/parallel_state.py builds a second rank generator for it):
+expert tensor parallel fastest, then expert parallel, then expert data parallel, so
+ETP x EP x EDP = TP x CP x DP on every pipeline stage. EP need not divide DP: ep=32 on tp=2, dp=16 is
+one EP group of 32 neighbouring ranks. Megatron-Core's own rules, checked where the values allow:
+  - tp*cp*dp (the world over pp) a multiple of etp*ep (parallel_state.initialize_model_parallel)
+  - the experts a multiple of ep (training/arguments.py; checked against the model by the planner)
+  - an MoE model with tp > 1 trains with sequence parallelism (transformer/moe/moe_layer.py)
+  - etp defaults to tp (--expert-tensor-parallel-size)
+A group of `size` ranks `stride` apart in NVLink domains of G GPUs therefore puts
 min(size, G // stride) of its ranks in each domain (1 when stride >= G) and spans the rest.
 The unit is the NVLink domain (System.nvlink_domain), not the host: on a DGX they are the same
 8 GPUs, on an NVL72 rack a domain is 72 GPUs over 18 hosts of 4, and a group inside it runs on NVLink.
@@ -21,7 +29,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # Megatron-Core's --recompute-modules for selective recompute (bit i of the batch's recompute_mask);
 # selective with none named is its default, core_attn
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "mla_up_proj")
-_INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs")
+_INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs")
+FOLDING_RULE = "Megatron-Core parallel folding: ETP x EP x EDP = TP x CP x DP"
 # pipeline split fields (0 or off: Megatron-Core's default even split), kept as int columns too
 _SPLIT_FIELDS = ("pp_first", "pp_last", "vpp_group", "recompute_layers")
 _SPLIT_FLAGS = ("pp_embedding", "pp_loss")
@@ -34,7 +43,8 @@ class Layout:
     pp: int = 1
     vpp: int = 1  # virtual stages (model chunks) per pipeline rank; > 1 is interleaved 1F1B
     cp: int = 1
-    ep: int = 1
+    ep: int = 1  # expert parallel, folded over tp x cp x dp
+    etp: int | None = None  # expert tensor parallel; None: tp, Megatron-Core's default
     zero: int = 0  # 0 plain DDP, 1 optimizer sharded, 2 + gradients, 3 + parameters (FSDP)
     mbs: int = 1
     recompute: str = "none"
@@ -55,6 +65,8 @@ class Layout:
     recompute_layers: int = 0
 
     def __post_init__(self):
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
         for name in _INT_FIELDS:
             whole_number(f"layout: {name}", getattr(self, name), 0 if name == "zero" else 1, MAX_GPUS)
         for name in _SPLIT_FIELDS:
@@ -67,8 +79,14 @@ class Layout:
             raise UsageError(f"layout: recompute must be one of {', '.join(RECOMPUTE_MODES)}")
         if self.vpp > 1 and self.pp == 1:
             raise UsageError("layout: vpp > 1 needs pp > 1")
-        if self.dp % self.ep:
-            raise UsageError(f"layout: ep={self.ep} must divide dp={self.dp} (experts are sharded across data-parallel ranks)")
+        folded = self.tp * self.cp * self.dp
+        if folded % (self.ep * self.etp):
+            raise UsageError(f"layout: ep*etp = {self.ep}*{self.etp} must divide tp*cp*dp = {folded} ({FOLDING_RULE})")
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: the ranks holding the same expert shard."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
 
     def _check_split(self) -> None:
         """Megatron-Core's rules on uneven splits that need no model (the rest: Planner.check_layout)."""
@@ -108,12 +126,28 @@ class Layout:
     def __str__(self) -> str:
         parts = [f"tp={self.tp}", f"pp={self.pp}"]
         parts += [f"vpp={self.vpp}"] * (self.vpp > 1) + [f"cp={self.cp}"] * (self.cp > 1)
-        parts += [f"ep={self.ep}"] * (self.ep > 1)
+        parts += [f"ep={self.ep}"] * (self.ep > 1) + [f"etp={self.etp}"] * (self.etp != self.tp)
         parts += [f"dp={self.dp}", f"mbs={self.mbs}", f"zero={self.zero}", f"recompute={self.recompute}"]
         parts += [f"{name}={getattr(self, name)}" for name in _SPLIT_FIELDS if getattr(self, name)]
         parts += [f"{name}=1" for name in _SPLIT_FLAGS if getattr(self, name)]
         parts += [f"recompute_modules={self.recompute_modules}"] * bool(self.recompute_modules)
         return ",".join(parts + ["sp=0"] * (self.tp > 1 and not self.sp))
+
+
+def check_moe_rules(layout: Layout, experts: int | None) -> None:
+    """Megatron-Core's rules that need the model: expert parallelism needs experts, as many as a
+    multiple of ep; an MoE model with tp > 1 trains with sequence parallelism."""
+    if experts is None:
+        if layout.ep > 1 or layout.etp != layout.tp:
+            raise UsageError(f"layout {layout}: ep and etp need an MoE model (Megatron-Core: num_moe_experts must be set "
+                             f"to use expert parallelism)")
+        return
+    if experts % layout.ep:
+        raise UsageError(f"layout {layout}: ep={layout.ep} must divide the {experts} experts (Megatron-Core: num_experts "
+                         f"a multiple of expert_model_parallel_size)")
+    if layout.tp > 1 and not layout.sp:
+        raise UsageError(f"layout {layout}: an MoE model with tp={layout.tp} needs sequence parallelism (Megatron-Core's "
+                         f"MoELayer refuses to train with tensor parallelism without it)")
 
 
 def parse_layout(text: str, gpus: int | None = None) -> Layout:
@@ -155,6 +189,7 @@ class LayoutBatch:
             self.columns.setdefault(name, np.zeros(rows, dtype=np.int64))
         # selective recompute without modules named: Megatron's default, the attention core
         self.columns.setdefault("recompute_mask", np.where(self.columns["recompute"] == 1, 1, 0))
+        self.columns.setdefault("etp", self.columns["tp"])  # Megatron-Core's default: etp = tp
         for name, col in self.columns.items():
             setattr(self, name, col)
 
@@ -202,18 +237,22 @@ def layout_groups(batch: LayoutBatch, nvlink_domain: int) -> dict[str, tuple[np.
     """For each kind of group: (size, ranks_per_domain, domains), one entry per layout.
 
     tp: the tensor-parallel group. cp: the context-parallel ring. dp: the gradient-reduction
-    group (data x context parallel ranks hold the same weights). ep: the all-to-all group.
-    edp: ranks holding the same expert shard. pp: one pipeline boundary; it crosses domains as soon as
+    group (data x context parallel ranks hold the same weights). On the folded expert grid: etp the
+    expert tensor-parallel group (neighbours), ep the dispatch group (etp apart), edp the ranks
+    holding the same expert shard (etp*ep apart), tpep the ETP x EP group (the allgather and flex
+    dispatchers' group). pp: one pipeline boundary; it crosses domains as soon as
     any boundary of the pipeline does, because the slowest boundary paces the pipeline.
     """
-    t, c, d, e = batch.tp, batch.cp, batch.dp, batch.ep
+    t, c, d, e, et = batch.tp, batch.cp, batch.dp, batch.ep, batch.etp
     groups = {}
     for name, size, stride in (
         ("tp", t, np.ones_like(t)),
         ("cp", c, t),
         ("dp", d * c, t),
-        ("ep", e, t * c),
-        ("edp", d * c // e, t * e),
+        ("etp", et, np.ones_like(t)),
+        ("ep", e, et),
+        ("tpep", e * et, np.ones_like(t)),
+        ("edp", t * c * d // (e * et), e * et),
     ):
         groups[name] = (size, *group_placement(size, stride, nvlink_domain))
     pp_stride = t * c * d

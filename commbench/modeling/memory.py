@@ -3,7 +3,8 @@
 Static state per parameter is the precision's bytes (16 by default: 2 + 2 + 12). ZeRO shards it
 over the gradient-reduction group (data x context parallel ranks): stage 1 the optimizer
 states, stage 2 also the gradients, stage 3 (FSDP full sharding) also the weights. Expert
-weights are additionally split over the expert-parallel group.
+weights are split over the expert-parallel x expert-tensor-parallel ranks and sharded over the
+expert-data-parallel group (tp*cp*dp / (ep*etp), Megatron-Core's parallel folding).
 
 Pipeline stages differ (stage_layers): Megatron-Core's even split, its uneven one
 (--decoder-first/last-pipeline-num-layers: the first and last stages hold the layers named, the
@@ -141,7 +142,7 @@ def _stage_parameters(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[np.n
     # MLA's down-projections stay whole on every TP rank; everything else dense is split
     replicated = layers * model.tp_replicated_params_per_layer
     dense = (layers * dense_per_layer - replicated + edge) / batch.tp + replicated
-    expert = layers * expert_per_layer / (batch.tp * batch.ep)
+    expert = layers * expert_per_layer / (batch.etp * batch.ep)
     return dense, expert
 
 
@@ -156,6 +157,11 @@ def stage_parameters(job: TrainingJob, batch: LayoutBatch, stage=None) -> tuple[
     dense = np.choose(pick, [np.broadcast_to(c[0], pick.shape) for c in candidates])
     expert = np.choose(pick, [np.broadcast_to(c[1], pick.shape) for c in candidates])
     return dense, expert
+
+
+def expert_data_parallel(batch: LayoutBatch) -> np.ndarray:
+    """Ranks holding the same expert shard: tp*cp*dp / (ep*etp) (parallel folding)."""
+    return batch.tp * batch.cp * batch.dp // (batch.ep * batch.etp)
 
 
 def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: np.ndarray) -> np.ndarray:
@@ -258,7 +264,7 @@ def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None
     terms = terms or per_layout_terms(job, batch)
     dense, expert = _stage_parameters(job, batch, stage)
     dp_group = batch.dp * batch.cp
-    expert_group = dp_group // batch.ep
+    expert_group = expert_data_parallel(batch)
 
     def sharded(nbytes: int, from_stage: int) -> np.ndarray:
         shard = batch.zero >= from_stage
@@ -381,7 +387,7 @@ def _outside_allocator(job: TrainingJob, batch: LayoutBatch, allocator_peak) -> 
     if not job.on_gpu:
         return {name: np.zeros(n) for name in OUTSIDE_ITEMS}
     ring = NCCL_RING_CHANNELS * NCCL_RING_PEERS
-    edp = batch.dp * batch.cp // batch.ep
+    edp = expert_data_parallel(batch)
     buffers = ring * ((batch.tp > 1) + (batch.dp * batch.cp > 1) + ((batch.ep > 1) & (edp > 1)))
     buffers = buffers + NCCL_P2P_CHANNELS * (2 * (batch.pp > 1) + 2 * (batch.cp > 1) + (batch.ep - 1))
     return {"cuda_context": np.full(n, CUDA_CONTEXT_BYTES), "nccl_buffers": NCCL_BUFFSIZE * buffers.astype(float),

@@ -33,7 +33,7 @@ from commbench.modeling.limits import (
     MAX_VOCAB,
     whole_number,
 )
-from commbench.modeling.models import PRESETS, MLASpec, ModelSpec, MoESpec
+from commbench.modeling.models import PRESETS, MLASpec, ModelSpec, MoESpec, mtp_note
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ FAMILY_DEFAULTS: dict[str, Family] = {
     "deepseek": Family(),
     "deepseek_v2": Family(),
     "deepseek_v3": Family(),
+    "qwen3_moe": Family(qk_norm=True),
+    "llama4_text": Family(qk_norm=False),
+    "gpt_oss": Family(qkv_bias=True, out_bias=True),
     "internlm2": Family(),
     "minicpm": Family(tied=True),
     "phi3": Family(),
@@ -191,9 +194,9 @@ class _Reader:
         tied = self.flag("tie_word_embeddings", "tie_emb_prj_weight", default=self.family.tied)
         q_width = heads * (head_dim or hidden // heads)
         kv_width = kv_heads * (head_dim or hidden // heads)
-        if self.cfg.get("num_nextn_predict_layers"):
-            self.notes.append(f"{self.cfg['num_nextn_predict_layers']} multi-token-prediction module(s) not counted "
-                              f"(a training-only head, outside the published main-model count)")
+        mtp = self.size("num_nextn_predict_layers", "mtp_num_layers", low=0, high=MAX_LAYERS, default=0)
+        if mtp:
+            self.notes.append(mtp_note(mtp))
         return ModelSpec(
             name=self.name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab,
             mlp="swiglu" if gated else "gelu", tied_embeddings=tied, head_dim=head_dim, moe=moe,
@@ -203,6 +206,7 @@ class _Reader:
             layer_extra_params=self.layer_extras(hidden, q_width, kv_width, ffn, gated, head_dim or hidden // heads, mla),
             model_extra_params=self.model_extras(hidden, vocab),
             embedding_dim=self.size("word_embed_proj_dim", high=MAX_HIDDEN), activation=activation, notes=tuple(self.notes),
+            mtp_layers=mtp,
         )
 
     def kv_heads(self, heads: int) -> int:
@@ -218,8 +222,9 @@ class _Reader:
         return activation, self.family.always_gated or activation in GATED_ACTIVATIONS
 
     def ffn_width(self, hidden: int, gated: bool) -> int:
-        key, _ = self.first("ff_intermediate_size", "ffn_hidden_size", "inner_hidden_size", "intermediate_size",
-                            "n_inner", "ffn_dim")
+        # Llama 4 names its dense layers' MLP intermediate_size_mlp (intermediate_size is the experts')
+        key, _ = self.first("intermediate_size_mlp", "ff_intermediate_size", "ffn_hidden_size", "inner_hidden_size",
+                            "intermediate_size", "n_inner", "ffn_dim")
         width = self.size(key, high=MAX_FFN) if key else 4 * hidden  # GPT-2 style: n_inner null means 4h
         if self.model_type == "qwen" and key == "intermediate_size":
             width //= 2  # Qwen v1 declares the two SwiGLU branches together (w1 and w2 are each half of it)
@@ -246,23 +251,39 @@ class _Reader:
             raise UsageError(f"{self.source}: an MoE config needs moe_intermediate_size or intermediate_size")
         shared = self.size("shared_expert_intermediate_size", low=0, high=MAX_FFN)
         if shared is None:
-            shared = self.size("n_shared_experts", low=0, high=MAX_EXPERTS, default=0) * expert_ffn
+            # Llama 4's MoE layers always add one shared expert of the experts' width (Llama4TextMoe)
+            default_shared = 1 if self.model_type == "llama4_text" else 0
+            shared = self.size("n_shared_experts", low=0, high=MAX_EXPERTS, default=default_shared) * expert_ffn
         return MoESpec(
             num_experts=experts,
-            top_k=self.size("num_experts_per_tok", "top_k", "moe_top_k", high=experts, default=2),
+            top_k=self.size("num_experts_per_tok", "experts_per_token", "top_k", "moe_top_k", high=experts, default=2),
             expert_ffn_hidden=expert_ffn, shared_ffn_hidden=shared,
             dense_layers=layers - self.moe_layer_count(layers),
             shared_expert_gate="shared_expert_intermediate_size" in self.cfg,
         )
 
     def moe_layer_count(self, layers: int) -> int:
-        """Layers with routed experts: after DeepSeek's first_k_dense_replace, every moe_layer_freq-th /
-        decoder_sparse_step-th, minus Qwen-MoE's mlp_only_layers (counted; the planner does not place them)."""
+        """Layers with routed experts, as each family's modelling code places them (counted; the
+        planner does not place them): an explicit moe_layers list (Llama 4) or moe_layer_freq pattern
+        (Megatron's 1/0 list); else after DeepSeek's first_k_dense_replace, every layer i with
+        i % moe_layer_freq == 0 (DeepSeek), or (i + 1) % step == 0 for Qwen-MoE's decoder_sparse_step
+        and Llama 4's interleave_moe_layer_step, minus Qwen-MoE's mlp_only_layers."""
+        listed = self.cfg.get("moe_layers")
+        if isinstance(listed, list):
+            return len({i for i in listed if isinstance(i, int) and 0 <= i < layers})
+        pattern = self.cfg.get("moe_layer_freq")
+        if isinstance(pattern, list):
+            if len(pattern) != layers:
+                raise UsageError(f"{self.source}: moe_layer_freq lists {len(pattern)} layers, the model has {layers}")
+            return sum(1 for flag in pattern if flag)
         first = self.size("first_k_dense_replace", low=0, high=layers, default=0)
-        step = self.size("moe_layer_freq", "decoder_sparse_step", high=layers, default=1)
-        listed = self.cfg.get("mlp_only_layers")
+        dense_listed = self.cfg.get("mlp_only_layers")
         # a set: a list's membership test in the loop took 21 s for a config listing 200k layers
-        only_dense = {i for i in listed if isinstance(i, int)} if isinstance(listed, list) else set()
+        only_dense = {i for i in dense_listed if isinstance(i, int)} if isinstance(dense_listed, list) else set()
+        if "moe_layer_freq" in self.cfg:
+            freq = self.size("moe_layer_freq", high=layers)
+            return sum(1 for i in range(first, layers) if i % freq == 0 and i not in only_dense)
+        step = self.size("decoder_sparse_step", "interleave_moe_layer_step", high=layers, default=1)
         return sum(1 for i in range(first, layers) if (i + 1) % step == 0 and i not in only_dense)
 
     def window(self, layers: int) -> tuple[int | None, int]:

@@ -99,6 +99,13 @@ class MLASpec:
         return query + hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
 
 
+def mtp_note(modules: int) -> str:
+    """What the planner says about a model's multi-token-prediction modules."""
+    return (f"{modules} multi-token-prediction module(s): priced as one more layer, projection and output head each "
+            f"on the last stage; not in the parameter count (the published main-model count leaves them out) nor "
+            f"in the memory ledger")
+
+
 def causal_pairs(seq_len: float, window: int | None) -> float:
     """(query, key) pairs one causal sequence scores: s^2/2, or s*w - w^2/2 when each query sees at
     most w keys (w < s)."""
@@ -128,6 +135,7 @@ class ModelSpec:
     model_extra_params: int | None = None  # positions, final norm, head bias; None: hidden (final norm)
     embedding_dim: int | None = None  # token embedding width when narrower than hidden (OPT-350m); None: hidden
     activation: str = ""  # as the config names it, for the description
+    mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers), training only
     notes: tuple[str, ...] = ()  # what the planner does not model about this model
 
     def __post_init__(self):
@@ -148,6 +156,7 @@ class ModelSpec:
         if self.sliding_window is not None:
             whole_number(f"model {self.name}: sliding_window", self.sliding_window, 1, MAX_SEQ_LEN)
         whole_number(f"model {self.name}: windowed_layers", self.windowed_layers, 0, self.layers)
+        whole_number(f"model {self.name}: mtp_layers", self.mtp_layers, 0, MAX_LAYERS)
         # every size is bounded above, but their products could still be absurd (and leave int64)
         if self.total_params > MAX_PARAMS:
             raise UsageError(f"model {self.name}: {self.total_params:.3g} parameters, more than the {MAX_PARAMS:.0e} modelled")
@@ -319,5 +328,45 @@ PRESETS: dict[str, ModelSpec] = {
         replace(_llama("deepseek-moe-16b", 2048, 28, 16, 16, 10944, 102400, 4096),
                 moe=MoESpec(num_experts=64, top_k=6, expert_ffn_hidden=1408, shared_ffn_hidden=2 * 1408,
                             dense_layers=1)),
+        # MoE models as their published config.json files describe them, exactly as commbench's config
+        # reader makes them (tests/fixtures/models/moe_presets.json holds the configs and their sources;
+        # tests/test_moe_presets.py checks the two agree)
+        # deepseek-ai/DeepSeek-V3 config.json (tests/fixtures/models/real/deepseek-v3, see its SOURCES.json
+        # entry)
+        ModelSpec(name='deepseek-v3', hidden=7168, layers=61, heads=128, kv_heads=128, ffn_hidden=18432,
+                  vocab=129280, moe=MoESpec(num_experts=256, top_k=8, expert_ffn_hidden=2048,
+                  shared_ffn_hidden=2048, dense_layers=3), max_seq_len=163840, mla=MLASpec(kv_lora_rank=512,
+                  qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536),
+                  layer_extra_params=14336, model_extra_params=7168, activation='silu', mtp_layers=1,
+                  notes=(mtp_note(1),)),
+        # Qwen/Qwen3-235B-A22B config.json; shape as reproduced by zyzshishui/slime
+        # scripts/models/qwen3-235B-A22B.sh (Megatron flags) and the Qwen3 model card (94 layers, 64/4
+        # heads, 128 experts, 8 active)
+        ModelSpec(name='qwen3-235b-a22b', hidden=4096, layers=94, heads=64, kv_heads=4, ffn_hidden=12288,
+                  vocab=151936, head_dim=128, moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden=1536),
+                  max_seq_len=40960, layer_extra_params=8448, model_extra_params=4096, activation='silu'),
+        # Qwen/Qwen3-30B-A3B config.json; shape as reproduced by zyzshishui/slime
+        # scripts/models/qwen3-30B-A3B.sh (Megatron flags)
+        ModelSpec(name='qwen3-30b-a3b', hidden=2048, layers=48, heads=32, kv_heads=4, ffn_hidden=6144,
+                  vocab=151936, head_dim=128, moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden=768),
+                  max_seq_len=40960, layer_extra_params=4352, model_extra_params=2048, activation='silu'),
+        # mistralai/Mixtral-8x22B-v0.1 config.json (transformers 4.40.0.dev0), as copied in two public test
+        # suites found by code search
+        ModelSpec(name='mixtral-8x22b', hidden=6144, layers=56, heads=48, kv_heads=8, ffn_hidden=16384,
+                  vocab=32000, moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden=16384),
+                  max_seq_len=65536, layer_extra_params=12288, model_extra_params=6144, activation='silu'),
+        # meta-llama/Llama-4-Maverick-17B-128E config.json text_config, as copied in a TensorRT-LLM unit
+        # test (LLAMA_4_MAVERICK_TWO_LAYER_CONFIG, num_hidden_layers reduced there from 48, restored here);
+        # the vision tower is not modelled
+        ModelSpec(name='llama4-maverick', hidden=5120, layers=48, heads=40, kv_heads=8, ffn_hidden=16384,
+                  vocab=202048, head_dim=128, moe=MoESpec(num_experts=128, top_k=1, expert_ffn_hidden=8192,
+                  shared_ffn_hidden=8192, dense_layers=24), max_seq_len=1048576, layer_extra_params=10240,
+                  model_extra_params=5120, activation='silu'),
+        # openai/gpt-oss-120b config.json (mxfp4 quantization_config left out), as copied in a public test
+        # suite found by code search
+        ModelSpec(name='gpt-oss-120b', hidden=2880, layers=36, heads=64, kv_heads=8, ffn_hidden=2880,
+                  vocab=201088, head_dim=64, moe=MoESpec(num_experts=128, top_k=4, expert_ffn_hidden=2880),
+                  max_seq_len=131072, sliding_window=128, windowed_layers=18, layer_extra_params=13760,
+                  model_extra_params=2880, activation='silu'),
     )
 }

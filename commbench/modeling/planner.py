@@ -20,8 +20,9 @@ import numpy as np
 from commbench.errors import UsageError
 from commbench.modeling.cluster import Cluster
 from commbench.modeling.comm import communication
+from commbench.modeling.compute import layer_compute
 from commbench.modeling.job import TrainingJob
-from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch
+from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch, check_moe_rules, layout_groups
 from commbench.modeling.ledger import LEDGER_ITEMS
 from commbench.modeling.limits import MAX_SIMULATED_OPS
 from commbench.modeling.memory import stage_layers
@@ -112,8 +113,8 @@ class Planner:
         return list(self.job.model.notes) + list(self.cluster.cost.warnings)
 
     # enumeration ---------------------------------------------------------------------------
-    def _shapes(self) -> list[tuple[int, int, int, int, int, int]]:
-        """(tp, pp, cp, dp, ep, vpp) combinations that divide the model and the cluster."""
+    def _shapes(self) -> list[tuple[int, ...]]:
+        """(tp, pp, cp, dp, ep, etp, vpp) combinations that divide the model and the cluster."""
         model, gpus = self.job.model, self.cluster.gpus
         experts = model.moe.num_experts if model.moe else 1
         shapes = []
@@ -125,8 +126,8 @@ class Planner:
                     shapes += self._shape(tp, pp, cp, experts)
         return shapes
 
-    def _shape(self, tp: int, pp: int, cp: int, experts: int) -> list[tuple[int, int, int, int, int, int]]:
-        """The (tp, pp, cp, dp, ep, vpp) shapes with these tp, pp, cp that the model and batch allow."""
+    def _shape(self, tp: int, pp: int, cp: int, experts: int) -> list[tuple[int, ...]]:
+        """The (tp, pp, cp, dp, ep, etp, vpp) shapes with these tp, pp, cp that the model and batch allow."""
         model = self.job.model
         dp = self.cluster.gpus // (tp * pp * cp)
         if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or pp > model.layers:
@@ -137,18 +138,26 @@ class Planner:
             return []
         chunks = model.layers // pp if model.layers % pp == 0 else 1
         vpps = [v for v in _divisors(chunks) if v <= self.space.max_vpp] if pp > 1 else [1]
-        eps = [e for e in _divisors(dp) if experts % e == 0] if model.moe else [1]
-        return [(tp, pp, cp, dp, ep, vpp) for ep in eps for vpp in vpps]
+        folds = self._expert_folds(tp * cp * dp, tp, experts) if model.moe else [(1, tp)]
+        return [(tp, pp, cp, dp, ep, etp, vpp) for ep, etp in folds for vpp in vpps]
+
+    def _expert_folds(self, folded: int, tp: int, experts: int) -> list[tuple[int, int]]:
+        """(ep, etp) pairs folded over tp*cp*dp ranks (parallel folding): ep divides the experts,
+        etp the expert width, and etp stays inside an NVLink domain (and a host: NVL72's 4)."""
+        width = self.job.model.moe.expert_ffn_hidden
+        limit = min(self.cluster.nvlink_domain, self.cluster.gpus_per_host)
+        etps = [e for e in _divisors(folded) if e <= limit and width % e == 0] or [1]
+        return [(ep, etp) for etp in etps for ep in _divisors(folded // etp) if experts % ep == 0]
 
     def enumerate(self) -> LayoutBatch:
-        shapes = np.array(self._shapes(), dtype=np.int64).reshape(-1, 6)
+        shapes = np.array(self._shapes(), dtype=np.int64).reshape(-1, 7)
         mbs_values = [2**k for k in range(int(math.log2(self.space.max_micro_batch)) + 1)]
         knobs = np.array(list(itertools.product(self.space.zero_stages, mbs_values,
                                                 [RECOMPUTE_MODES.index(r) for r in self.space.recompute])),
                          dtype=np.int64)
         rows = np.repeat(shapes, len(knobs), axis=0)
         tiled = np.tile(knobs, (len(shapes), 1))
-        tp, pp, cp, dp, ep, vpp = rows.T
+        tp, pp, cp, dp, ep, etp, vpp = rows.T
         zero, mbs, recompute = tiled.T
         per_step = self.job.global_batch // dp
         ok = (per_step % mbs == 0)
@@ -158,7 +167,7 @@ class Planner:
         ok &= (vpp == 1) | (m >= pp)
         group = np.where((vpp > 1) & (m % np.maximum(pp, 1) != 0), m, 0)
         ok &= simulated_ops(m, pp, vpp) <= MAX_SIMULATED_OPS  # a shortlisted layout is simulated op by op
-        cols = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero=zero, mbs=mbs, recompute=recompute,
+        cols = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, zero=zero, mbs=mbs, recompute=recompute,
                     sp=np.ones_like(tp), vpp_group=group)
         return LayoutBatch({name: col[ok] for name, col in cols.items()})
 
@@ -199,6 +208,7 @@ class Planner:
         self.check_pipeline(layout, self.job.global_batch // (layout.dp * layout.mbs))
         if self.job.model.heads % layout.tp:
             raise UsageError(f"tp={layout.tp} does not divide the {self.job.model.heads} attention heads")
+        check_moe_rules(layout, self.job.model.moe.num_experts if self.job.model.moe else None)
         screening = self.screen(LayoutBatch.from_layouts([layout]))
         result = simulate(self.step_model, layout, timeline=True)
         return result, None if screening.fits[0] else screening.memory_reason(0)
@@ -245,6 +255,24 @@ class Planner:
                  "ep_uniform_s": float(r.categories["ep"] * (1 - ep.skew_share[i])),
                  "skew_cost_s": float(r.categories["ep"] * ep.skew_share[i])} for i, r in enumerate(results)]
 
+    def moe_parts(self, layouts: list[Layout]) -> list[dict]:
+        """Per layout, the MoE layers' parts per micro-batch (router, permute, grouped GEMM and its
+        per-expert shape, shared experts, dropped tokens, dispatch and combine bytes and seconds per
+        tier) and where the expert groups sit; [] for a dense model."""
+        if not self.job.model.moe or not layouts:
+            return []
+        batch = LayoutBatch.from_layouts(layouts)
+        parts = layer_compute(self.job, batch, self.cluster.system.processor).moe
+        ep = communication(self.job, batch, self.cluster.cost, self.cluster.nvlink_domain).ep
+        model, options = self.job.model, self.job.moe_execution
+        return [{"layout": str(layout), "dense_layers": model.dense_layers, "moe_layers": model.moe_layers,
+                 "moe_layer": {**parts.to_dict(i, model.hidden), **_exchange_dict(ep.parts, i)},
+                 "execution": {"dispatcher": options.dispatcher, "dispatch_dtype": options.dispatch_dtype,
+                               "shared_expert_overlap": options.shared_expert_overlap,
+                               "a2a_overlap_1f1b": options.a2a_overlap, "capacity_factor": self.job.capacity_factor,
+                               "pad_to_capacity": options.pad_to_capacity},
+                 "placement": expert_placement(batch, self.cluster, i)} for i, layout in enumerate(layouts)]
+
     # reasons -----------------------------------------------------------------------------
     def _no_shape_reason(self) -> str:
         return (f"no layout of {self.cluster.gpus} GPUs divides global batch {self.job.global_batch}, "
@@ -259,6 +287,30 @@ class Planner:
         return (f"{self.job.model.name} does not fit on {self.cluster.gpus} GPUs of {screening.capacity / GB:.0f} GB: "
                 f"the leanest layout ({ev.batch.layout(leanest)}) {screening.memory_reason(leanest)}; its static "
                 f"state alone is {static / GB:.0f} GB, so even fully sharded it needs at least {gpus} GPUs")
+
+
+def _exchange_dict(parts: dict, i: int) -> dict:
+    """One layout's dispatch/combine entries (arrays over layouts picked at i; names kept)."""
+    def pick(value):
+        if isinstance(value, dict):
+            return {key: pick(v) for key, v in value.items()}
+        if isinstance(value, str):
+            return value
+        return float(value[i]) if np.ndim(value) else float(value)
+    picked = {key: pick(value) for key, value in parts.items() if key != "seconds"}
+    return {**picked, "exchange_s": pick(parts["seconds"])}
+
+
+def expert_placement(batch: LayoutBatch, cluster: Cluster, i: int) -> dict:
+    """Where one layout's expert groups sit: ranks per NVLink domain, domains spanned, and whether
+    the group stays inside one domain (the EP all-to-all then never leaves NVLink)."""
+    domain = cluster.nvlink_domain
+    groups = layout_groups(batch, domain)
+    out = {"nvlink_domain_gpus": domain}
+    for name in ("ep", "etp", "edp", "tpep"):
+        size, per_domain, domains = (int(g[i]) for g in groups[name])
+        out[name] = {"size": size, "ranks_per_domain": per_domain, "domains": domains, "inside_domain": domains == 1}
+    return out
 
 
 def explain(results: list[StepResult]) -> list[str]:

@@ -273,3 +273,42 @@ def expected_imbalance(routing: Routing, experts: int, ranks: int, placement: st
     if ranks <= 1:
         return 1.0
     return float(expected_shares(routing, experts, ranks, placement, seed).max() * ranks)
+
+
+@dataclass(frozen=True)
+class ExpertLoad:
+    """Expected routed load of one EP group, relative to a perfectly even router (arrays per layout).
+
+    hottest: token copies the busiest EP rank's experts process, over the even share (dropless: the
+    imbalance; with a capacity factor C each expert keeps at most C x its even share, or exactly that
+    when padded to capacity). kept: the share of token copies not dropped."""
+
+    hottest: np.ndarray
+    kept: np.ndarray
+
+    @property
+    def dropped(self) -> np.ndarray:
+        return 1.0 - self.kept
+
+
+def _one_group_load(routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool) -> tuple[float, float]:
+    if capacity is None and ranks <= 1:
+        return 1.0, 1.0  # one rank computes every copy (exactly: a normalised popularity may sum to 1 - 1e-16)
+    if routing.kind == "file" and routing.counts.ndim == 2 and routing.counts.shape == (ranks, ranks) != (ranks, experts):
+        return expected_imbalance(routing, experts, ranks), 1.0  # a rank x rank split: no per-expert view
+    popularity = (routing.counts.sum(axis=0) / routing.counts.sum() if routing.kind == "file" and routing.counts.ndim == 2
+                  else expert_popularity(routing, experts))
+    if capacity is not None:
+        popularity = np.full(experts, capacity / experts) if padded else np.minimum(popularity, capacity / experts)
+    per_rank = np.bincount(expert_owner(experts, ranks), weights=popularity, minlength=ranks)
+    return float(per_rank.max() * ranks), float(min(1.0, popularity.sum()))
+
+
+def expert_load(routing: str, experts: int, ep: np.ndarray, capacity: float | None = None,
+                padded: bool = False) -> ExpertLoad:
+    """ExpertLoad for each layout's EP size under the routing (one evaluation per distinct size).
+    One EP rank holding every expert still pays a capacity factor's padding or drops."""
+    parsed = parse_routing(routing)
+    sizes, which = np.unique(np.asarray(ep), return_inverse=True)
+    stats = np.array([_one_group_load(parsed, experts, int(n), capacity, padded) for n in sizes]).reshape(-1, 2)
+    return ExpertLoad(stats[which.reshape(-1), 0], stats[which.reshape(-1), 1])

@@ -27,6 +27,9 @@ if TYPE_CHECKING:  # the planner pulls in numpy and the step model; `commbench -
 
 # compute 10x slower while communication overlaps it is a broken measurement, not a slowdown
 MAX_SLOWDOWN = 10.0
+# a capacity factor beyond the expert count can only pad: no router sends an expert more than every token
+MAX_CAPACITY_FACTOR = 1024.0
+MOE_OVERLAPS = ("none", "shared-expert", "1f1b-a2a", "both")
 
 
 def _required(doc: str):
@@ -80,6 +83,19 @@ class PlanSpec:
         "MoE router skew pricing EP's all-to-alls: uniform | zipf:S | dirichlet:ALPHA | file:PATH "
         "(default: the model preset's documented default, else uniform)")
 
+    dispatcher: str = _with_default(
+        "MoE token dispatcher: alltoall (default), allgather, or flex (DeepEP: RDMA across nodes once per "
+        "node, NVLink inside)", "alltoall")
+    dispatch_dtype: str = _with_default("MoE dispatch element type: bf16 (default) or fp8 (DeepSeek-V3's recipe; "
+                                        "the combine stays bf16)", "bf16")
+    moe_overlap: str = _with_default(
+        "MoE communication overlap: none (default), shared-expert (shared experts beside the dispatch), "
+        "1f1b-a2a (one micro-batch's all-to-alls behind another's compute), or both", "none")
+    capacity_factor: float | None = _with_default(
+        "MoE expert capacity factor: token copies over it are dropped (default: dropless)")
+    pad_to_capacity: bool = _with_default("with --capacity-factor: every expert computes its full capacity "
+                                          "(--moe-pad-expert-input-to-capacity)", False)
+
     def __post_init__(self):
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
         for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN),
@@ -107,6 +123,31 @@ class PlanSpec:
             from commbench.modeling.routing import parse_routing
 
             parse_routing(self.routing)
+        self._check_moe_choices()
+
+    def _check_moe_choices(self) -> None:
+        from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS
+
+        for name, known in (("dispatcher", DISPATCHERS), ("dispatch_dtype", tuple(DISPATCH_DTYPES)),
+                            ("moe_overlap", MOE_OVERLAPS)):
+            if getattr(self, name) not in known:
+                raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
+        factor = self.capacity_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not (math.isfinite(factor) and 0 < factor <= MAX_CAPACITY_FACTOR)):
+            raise UsageError(f"{option('capacity_factor')} must be a number above 0 and at most "
+                             f"{MAX_CAPACITY_FACTOR:g}, not {factor!r}")
+        if self.pad_to_capacity and factor is None:
+            raise UsageError(f"{option('pad_to_capacity')} needs {option('capacity_factor')}")
+
+    def moe_execution(self):
+        """The job's MoEExecution from these options."""
+        from commbench.modeling.job import MoEExecution
+
+        return MoEExecution(dispatcher=self.dispatcher, dispatch_dtype=self.dispatch_dtype,
+                            shared_expert_overlap=self.moe_overlap in ("shared-expert", "both"),
+                            a2a_overlap=self.moe_overlap in ("1f1b-a2a", "both"),
+                            capacity_factor=self.capacity_factor, pad_to_capacity=self.pad_to_capacity)
 
     @staticmethod
     def doc(name: str) -> str:
@@ -152,7 +193,7 @@ def build_planner(spec: PlanSpec) -> Planner:
     job = TrainingJob(model, spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
                       execution=EXECUTIONS[spec.execution], routing=routing,
                       compute=checked_recipe(spec.compute_precision, system.processor),
-                      quantised_param_gather=spec.fp8_param_gather)
+                      quantised_param_gather=spec.fp8_param_gather, moe_execution=spec.moe_execution())
     return Planner(job, cluster)
 
 

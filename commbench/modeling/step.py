@@ -32,9 +32,15 @@ import numpy as np
 from commbench.modeling.cluster import Cluster
 from commbench.modeling.comm import CommCosts, communication
 from commbench.modeling.compute import LayerCompute, full_recompute_share, layer_compute
-from commbench.modeling.job import TrainingJob
+from commbench.modeling.job import MoEExecution, TrainingJob
 from commbench.modeling.layout import LayoutBatch
-from commbench.modeling.memory import heaviest_stage_memory, layers_per_chunk, micro_batches, stage_parameters
+from commbench.modeling.memory import (
+    expert_data_parallel,
+    heaviest_stage_memory,
+    layers_per_chunk,
+    micro_batches,
+    stage_parameters,
+)
 
 CATEGORIES = ("compute", "recompute", "slowdown", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
 
@@ -72,10 +78,12 @@ class OpCosts:
 
 
 def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Cluster, layers: np.ndarray,
-             tp_forward_overlap: bool = False) -> OpCosts:
+             tp_forward_overlap: bool = False, moe_execution: MoEExecution | None = None,
+             moe_share: float = 0.0) -> OpCosts:
     slow = {name: cluster.slowdown(group) for name, group in cc.groups.items()}
-    fwd = _layer_forward(lc, cc, slow, tp_forward_overlap)
-    bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap, layers)
+    ep_fwd, ep_bwd = _exposed_ep(lc, cc, slow, moe_execution or MoEExecution(), moe_share)
+    fwd = _layer_forward(lc, cc, slow, tp_forward_overlap, ep_fwd)
+    bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap, layers, ep_bwd)
     forward = {name: layers * value for name, value in fwd.items()}
     backward = {name: layers * value for name, value in bwd.items()}
     # the first layer's weights cannot be prefetched behind anything in the same op
@@ -103,10 +111,30 @@ def _forward_tp(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], ov
     return np.maximum(0.0, cc.tp.fwd - lc.fwd_gemm), slow["tp"] * np.minimum(cc.tp.fwd, lc.fwd_gemm)
 
 
-def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool) -> dict[str, np.ndarray]:
+def _exposed_ep(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], options: MoEExecution,
+                moe_share: float) -> tuple[tuple, tuple]:
+    """((exposed, slowdown) forward, the same backward) of the EP exchange per layer. Shared-expert
+    overlap hides it behind the MoE layer's shared experts; 1F1B A2A overlap (with two micro-batches
+    in flight) behind the other micro-batch's pass: the forward's behind a backward, and back."""
+    hidden_fwd = hidden_bwd = 0.0
+    if options.shared_expert_overlap and lc.moe is not None:
+        hidden_fwd, hidden_bwd = moe_share * lc.moe.shared[0], moe_share * lc.moe.shared[1]
+    if options.a2a_overlap and cc.ep.hideable is not None:
+        hidden_fwd = hidden_fwd + np.where(cc.ep.hideable, lc.backward, 0.0)
+        hidden_bwd = hidden_bwd + np.where(cc.ep.hideable, lc.forward, 0.0)
+    pairs = []
+    for seconds, hidden in ((cc.ep.fwd, hidden_fwd), (cc.ep.bwd, hidden_bwd)):
+        covered = np.minimum(seconds, hidden)
+        pairs.append((seconds - covered, slow["ep"] * covered))
+    return pairs[0], pairs[1]
+
+
+def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool,
+                   ep: tuple) -> dict[str, np.ndarray]:
     cp_exposed, cp_slowdown = _exposed_ring(lc, cc, slow)
     tp_exposed, tp_slowdown = _forward_tp(lc, cc, slow, tp_overlap)
-    fwd = {"compute": lc.forward, "tp": tp_exposed, "ep": cc.ep.fwd, "cp": cp_exposed, "slowdown": cp_slowdown + tp_slowdown}
+    fwd = {"compute": lc.forward, "tp": tp_exposed, "ep": ep[0], "cp": cp_exposed,
+           "slowdown": cp_slowdown + tp_slowdown + ep[1]}
     fwd_base = sum(fwd.values())
     fwd["dp"] = np.maximum(0.0, cc.zero3.fwd - fwd_base)
     fwd["slowdown"] = fwd["slowdown"] + slow["dp"] * np.minimum(cc.zero3.fwd, lc.forward)
@@ -114,7 +142,7 @@ def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray],
 
 
 def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray],
-                    tp_overlap: bool, layers) -> dict[str, np.ndarray]:
+                    tp_overlap: bool, layers, ep: tuple) -> dict[str, np.ndarray]:
     full = full_recompute_share(batch, layers)  # full recompute repeats the forward's blocking communication
     cp_f_exposed, cp_f_slow = _exposed_ring(lc, cc, slow)
     tp_f_exposed, tp_f_slow = _forward_tp(lc, cc, slow, tp_overlap)
@@ -123,9 +151,9 @@ def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: d
         "compute": lc.backward,
         "recompute": recompute,
         "tp": cc.tp.bwd_blocking + np.maximum(0.0, cc.tp.bwd_overlapped - lc.bwd_gemm) + full * tp_f_exposed,
-        "ep": cc.ep.bwd + full * cc.ep.fwd,
+        "ep": ep[0] + full * cc.ep.fwd,
         "cp": np.maximum(0.0, cc.cp.bwd - lc.bwd_attention) + full * cp_f_exposed,
-        "slowdown": (slow["tp"] * np.minimum(cc.tp.bwd_overlapped, lc.bwd_gemm)
+        "slowdown": (ep[1] + slow["tp"] * np.minimum(cc.tp.bwd_overlapped, lc.bwd_gemm)
                      + slow["cp"] * np.minimum(cc.cp.bwd, lc.bwd_attention) + full * (cp_f_slow + tp_f_slow)),
     }
     bwd_base = sum(bwd.values())
@@ -177,7 +205,7 @@ class StepModel:
         cc = communication(job, batch, cluster.cost, cluster.nvlink_domain)
         m = micro_batches(job, batch)
         ops = op_costs(batch, layer_compute(job, batch, proc, m), cc, cluster, layers_per_chunk(job, batch),
-                       job.execution.tp_forward_overlap)
+                       job.execution.tp_forward_overlap, job.moe_execution, job.model.moe_layers / job.model.layers)
         categories = self._pipeline_categories(batch, ops, cc, m)
         exposed, dp_overlap_slowdown = self._gradient_reduction(batch, ops, cc, m)
         categories["dp"] = categories["dp"] + exposed + cc.dp.param_gather
@@ -246,7 +274,7 @@ class StepModel:
 
     def _parameters_kept(self, batch: LayoutBatch, sharded_from_zero: int) -> np.ndarray:
         """Parameters of this rank's stage, split over its data-parallel (x context-parallel)
-        group from the given ZeRO stage on; experts over that group's share outside their EP group."""
+        group from the given ZeRO stage on; experts over their expert-data-parallel group."""
         dense, expert = stage_parameters(self.job, batch)
         sharded = batch.zero >= sharded_from_zero
-        return dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, batch.dp * batch.cp // batch.ep, 1)
+        return dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, expert_data_parallel(batch), 1)

@@ -6,7 +6,8 @@ from dash import Input, Output, State, callback, dcc, html
 from commbench.errors import CommbenchError, UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.hardware import load_processor, load_system
-from commbench.modeling.spec import PlanSpec
+from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS
+from commbench.modeling.spec import MOE_OVERLAPS, PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.data import safe_path
 from dashboard.figures.common import message_figure
@@ -45,6 +46,8 @@ SPEC_CONTROLS = {
     "plan-compute-precision": "compute_precision", "plan-fp8-param-gather": "fp8_param_gather",
     "plan-execution": "execution", "plan-processor": "processor", "plan-inter-network": "inter_network",
     "plan-slowdown": "slowdown", "plan-overlap-run": "overlap_run", "plan-top": "top", "plan-routing": "routing",
+    "plan-dispatcher": "dispatcher", "plan-dispatch-dtype": "dispatch_dtype", "plan-moe-overlap": "moe_overlap",
+    "plan-capacity-factor": "capacity_factor", "plan-pad-to-capacity": "pad_to_capacity",
 }
 LAYOUT_CONTROL = "plan-layout"  # evaluate one layout instead of ranking, as `commbench plan --layout` does
 
@@ -99,8 +102,25 @@ def _job_controls() -> list:
                                      clearable=False)),
         _control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
         _control("MoE routing", dcc.Input(id="plan-routing", type="text", debounce=True, placeholder="model's default")),
+        *_moe_controls(),
         control("or evaluate one layout", dcc.Input(id=LAYOUT_CONTROL, type="text", debounce=True,
-                                                    placeholder="e.g. tp=2,dp=8")),
+                                                    placeholder="e.g. tp=2,dp=8 or tp=2,dp=16,ep=32,etp=1")),
+    ]
+
+
+def _moe_controls() -> list:
+    """The MoE execution choices (commbench.modeling.job.MoEExecution), as plan's options."""
+    return [
+        _control("MoE dispatcher", _choice("plan-dispatcher", list(DISPATCHERS), PlanSpec.default("dispatcher"),
+                                           clearable=False)),
+        _control("MoE dispatch dtype", _choice("plan-dispatch-dtype", list(DISPATCH_DTYPES),
+                                               PlanSpec.default("dispatch_dtype"), clearable=False)),
+        _control("MoE overlap", _choice("plan-moe-overlap", list(MOE_OVERLAPS), PlanSpec.default("moe_overlap"),
+                                        clearable=False)),
+        _control("MoE capacity factor", _number("plan-capacity-factor", placeholder="dropless", fraction=True)),
+        _control("pad to capacity", _choice("plan-pad-to-capacity", [{"label": "no", "value": False},
+                                                                    {"label": "yes", "value": True}],
+                                            PlanSpec.default("pad_to_capacity"), clearable=False)),
     ]
 
 
@@ -170,7 +190,8 @@ def _request(*values) -> PlanRequest:
     for name, unset in (("bandwidth", PRESET_SOURCE), ("overlap_run", DEFAULTS)):
         chosen[name], stamp = _measured_run(chosen[name], unset)
         stamps.append(stamp)
-    for name in ("gpus_per_node", "nvlink_domain", "processor", "inter_network", "routing"):  # empty means the preset's
+    for name in ("gpus_per_node", "nvlink_domain", "processor", "inter_network", "routing",
+                 "capacity_factor"):  # empty means the preset's (the model's for the capacity factor)
         chosen[name] = chosen[name] or None
     store = results()
     chosen["model"] = _chosen_file(chosen["model"], model_names(), store.model_files(), "model")
@@ -178,6 +199,8 @@ def _request(*values) -> PlanRequest:
     chosen["routing"] = _chosen_routing(chosen["routing"])
     chosen["compute_precision"] = chosen["compute_precision"] or PlanSpec.default("compute_precision")
     chosen["fp8_param_gather"] = bool(chosen["fp8_param_gather"])  # the checklist's ["on"] or []
+    for name in ("dispatcher", "dispatch_dtype", "moe_overlap", "pad_to_capacity"):  # a cleared choice: the default
+        chosen[name] = PlanSpec.default(name) if chosen[name] is None else chosen[name]
     return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
 
 
