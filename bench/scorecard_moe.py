@@ -1,0 +1,170 @@
+"""Score the step model on published MoE training runs, reported per model family.
+
+Run: python bench/scorecard_moe.py [--out bench/RESULTS-moe.md]
+
+Rows: bench/published/moe_runs.csv, every MoE row (DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B,
+GPT-OSS-120B) of NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and
+performance-summary-archive.md in every commit of their git history (first appearance kept; the
+commit and the container heading are in the row). Separate from bench/scorecard.py's rows (another
+engineer's file): same calibration rule, own source.
+
+Calibration rule (bench/RESULTS-published.md): within the source, rows ordered by (gpus, id) and
+numbered from 0; odd positions calibrate, even are held out. Nothing of the step model is fitted
+to any of these rows; the calibration half only fits the constant-MFU baseline beside it.
+
+Each row is priced at its own layout by build_planner(PlanSpec(...)).evaluate_layout. What the
+tables do not say is assumed and listed in ASSUMED: etp=1 (Bridge's MoE recipes for fine-grained
+experts), the distributed optimizer (zero=1; FSDP rows zero=3), no recomputation, the alltoall
+dispatcher without overlap, FP8 on H100 as current scaling, 64 GPUs per NVL72 rack's NVLink domain
+when the GPU count is not a whole number of racks. DGX-B300 rows have no hardware preset: listed,
+not scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from commbench.errors import UsageError
+from commbench.modeling.layout import Layout
+from commbench.modeling.spec import PlanSpec, build_planner
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "bench" / "published" / "moe_runs.csv"
+RESULTS = ROOT / "bench" / "RESULTS-moe.md"
+SOURCE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md, every "
+          "commit of their history (mirror at 067f987df0, 2026-08-22)")
+HARDWARE = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
+PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
+ASSUMED = ("etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; alltoall dispatcher, no MoE "
+           "overlap; FP8 = current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72")
+
+
+def load_rows(path: Path = RUNS) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for name in ("gpus", "global_batch", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "ep"):
+            row[name] = int(row[name])
+        row["vp"] = 1 if row["vp"] in ("n/a", "") else int(row["vp"])
+        row["tokens_per_s_per_gpu"] = float(row["tokens_per_s_per_gpu"])
+    return rows
+
+
+def halves(rows: list[dict]) -> dict[str, str]:
+    ordered = sorted(rows, key=lambda r: (r["gpus"], r["id"]))
+    return {row["id"]: "calibration" if i % 2 else "held out" for i, row in enumerate(ordered)}
+
+
+def published_step(row: dict) -> float:
+    return row["global_batch"] * row["seq_len"] / (row["tokens_per_s_per_gpu"] * row["gpus"])
+
+
+def spec_of(row: dict) -> PlanSpec:
+    hardware = HARDWARE[row["system"]]
+    domain = 64 if hardware.endswith("nvl72") and row["gpus"] > 72 and row["gpus"] % 72 else None
+    return PlanSpec(model=row["model"], gpus=row["gpus"], global_batch=row["global_batch"], seq_len=row["seq_len"],
+                    hardware=hardware, nvlink_domain=domain, compute_precision=PRECISION[row["precision"]],
+                    execution="megatron-core", routing="uniform")
+
+
+def layout_of(row: dict) -> Layout:
+    dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
+    return Layout(dp=dp, tp=row["tp"], pp=row["pp"], vpp=row["vp"], cp=row["cp"], ep=row["ep"], etp=1,
+                  zero=3 if row["fsdp"] else 1, mbs=row["mbs"])
+
+
+def predict(row: dict) -> dict:
+    """The model's step for the row, or why it cannot be priced."""
+    if row["system"] not in HARDWARE:
+        return {"not_scored": f"no hardware preset for {row['system']}"}
+    try:
+        planner = build_planner(spec_of(row))
+        result, reason = planner.evaluate_layout(layout_of(row))
+    except UsageError as exc:
+        return {"not_scored": str(exc)}
+    flops = planner.job.model.model_flops_per_token(row["seq_len"]) * row["global_batch"] * row["seq_len"]
+    peak = planner.cluster.system.processor.peak_flops
+    return {"step_s": result.step_s, "fits": reason is None, "flops": flops, "peak": peak}
+
+
+def score(rows: list[dict]) -> tuple[list[dict], float]:
+    half = halves(rows)
+    records = []
+    for row in rows:
+        out = predict(row)
+        published = published_step(row)
+        record = {**row, "half": half[row["id"]], "published_s": published, **out}
+        if "step_s" in out:
+            record["error"] = out["step_s"] / published - 1
+            record["published_mfu"] = out["flops"] / (row["gpus"] * out["peak"] * published)
+        records.append(record)
+    calibration = [r for r in records if r["half"] == "calibration" and "step_s" in r]
+    # the baseline: step = FLOPs / (GPUs x peak x one MFU), the MFU the calibration half's median
+    mfus = sorted(r["published_mfu"] for r in calibration)
+    mfu = mfus[len(mfus) // 2] if mfus else float("nan")
+    for r in records:
+        if "step_s" in r:
+            r["baseline_error"] = r["flops"] / (r["gpus"] * r["peak"] * mfu) / r["published_s"] - 1
+    return records, mfu
+
+
+def stats(errors: list[float]) -> str:
+    if not errors:
+        return "no rows"
+    mape = sum(abs(e) for e in errors) / len(errors)
+    signed = sum(errors) / len(errors)
+    return f"MAPE {mape:.1%}, mean signed {signed:+.1%}, worst {max(errors, key=abs):+.1%} ({len(errors)} rows)"
+
+
+def report(records: list[dict], mfu: float) -> str:
+    lines = ["# MoE scorecard: the step model on Megatron-Bridge's published MoE runs", "",
+             f"Source: {SOURCE}. Command: `python bench/scorecard_moe.py`. Rows are published measurements "
+             f"(tokens/s/GPU turned into seconds per step through the row's global batch and sequence); "
+             f"the model is frozen for them (nothing fitted); assumed where the tables are silent: {ASSUMED}.",
+             "", f"Constant-MFU baseline: MFU {mfu:.1%} (median of the calibration half's published MFUs, "
+             f"PaLM FLOPs over each preset's BF16 peak).", "",
+             "| family | half | model | baseline |", "|---|---|---|---|"]
+    by_family = defaultdict(list)
+    for r in records:
+        if "step_s" in r:
+            by_family[r["model"]].append(r)
+    for family in sorted(by_family):
+        for half in ("held out", "calibration"):
+            chosen = [r for r in by_family[family] if r["half"] == half]
+            lines.append(f"| {family} | {half} | {stats([r['error'] for r in chosen])} "
+                         f"| {stats([r['baseline_error'] for r in chosen])} |")
+    for half in ("held out", "calibration"):
+        chosen = [r for rs in by_family.values() for r in rs if r["half"] == half]
+        lines.append(f"| all | {half} | {stats([r['error'] for r in chosen])} | "
+                     f"{stats([r['baseline_error'] for r in chosen])} |")
+    lines += ["", "| row | half | published s | model s | model error | baseline error | fits |", "|---|---|---|---|---|---|---|"]
+    for r in records:
+        if "step_s" in r:
+            lines.append(f"| {r['id']} | {r['half']} | {r['published_s']:.2f} | {r['step_s']:.2f} | {r['error']:+.1%} "
+                         f"| {r['baseline_error']:+.1%} | {'yes' if r['fits'] else 'no'} |")
+        else:
+            lines.append(f"| {r['id']} | {r['half']} | {r['published_s']:.2f} | not scored: {r['not_scored']} | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=RUNS)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    records, mfu = score(load_rows(args.runs))
+    text = report(records, mfu)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(args.out)
+    print(text.split("\n\n| row")[0])
+    return 0 if not math.isnan(mfu) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
