@@ -3,8 +3,9 @@
 Memory is the static training state, before activations:
   parameters (bf16) 2 B + gradients (bf16) 2 B + Adam 12 B (fp32 master 4, m 4, v 4) = 16 B/param
 with --bytes 12 for the variant without an fp32 master copy and --bytes 18 for fp32 main
-gradients (Megatron). 7e9 parameters -> 14 + 14 + 84 = 112 GB (decimal GB). The seeds quote
-16-20 B/param; the GPU count is also given at their upper bound, 20 (175e9 -> 3.5 TB -> 44 x 80 GB).
+gradients (Megatron). 7e9 parameters -> 14 + 14 + 84 = 112 GB (decimal GB). The seeds (the
+project's source documents on distributed training, in ../shared/seeds/: why it is needed, the memory
+ledger, communication, parallel strategies) quote 16-20 B/param; the GPU count is also given at their upper bound, 20 (175e9 -> 3.5 TB -> 44 x 80 GB).
 
 Compute is C = 6 * P * D FLOPs (2 forward + 4 backward per parameter per token). The time on
 one GPU is C / (peak * MFU), and on N GPUs that divided by N (ideal scaling). Without --gpu the
@@ -107,7 +108,8 @@ def _print(report: dict) -> None:
                   f"at least {report['min_gpus_for_static_state']} x {report['gpu']['memory_bytes'] / 1e9:g} GB GPUs "
                   f"just to hold it fully sharded, before activations")
     upper = report["seed_upper_bound"]
-    console.print(f"at the seeds' upper bound of {upper['bytes_per_param']} B/param: "
+    console.print("at the mixed-precision Adam figure the seeds (commbench's source documents) give as the "
+                  f"upper bound of {upper['bytes_per_param']} B/param: "
                   f"at least {upper['min_gpus']} GPUs")
     one, many = report["one_gpu"], report["n_gpus"]
     console.print(f"\ncompute: C = 6 P D = 6 x {_num(report['params'])} x {_num(report['tokens'])} = {_num(report['flops'])} FLOPs")
