@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench.measure.linkhealth import TcpCounters, read_tcp_counters, retransmit_percent
-from commbench.measure.pairwise import flag_outliers, suspects
+from commbench.analysis.pairwise import flag_outliers, retransmit_percent, suspects
+from commbench.measure.linkhealth import TcpCounters, read_tcp_counters
 
 SNMP_TEXT = """Ip: Forwarding DefaultTTL InReceives
 Ip: 1 64 1000

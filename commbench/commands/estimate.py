@@ -87,8 +87,9 @@ def _num(value: float) -> str:
 
 
 def _print(report: dict) -> None:
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     mem = report["memory"]
     table = Table(title=f"Static training memory for {_num(report['params'])} parameters", title_justify="left")

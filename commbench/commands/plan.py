@@ -265,8 +265,9 @@ def _print_header(planner, warnings) -> None:
 
 
 def _print_results(results, title: str) -> None:
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     table = Table(title=title, title_justify="left")
     for column in ("#", "layout", "tokens/s", "MFU", "step s", "GB/GPU", "largest costs beyond compute"):
@@ -294,8 +295,9 @@ def _print_stages(result) -> None:
     stage's share of the step."""
     if result.layout.pp == 1:
         return
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     table = Table(title=f"Pipeline stages (largest memory: stage {result.memory_stage}; most work: stage "
                         f"{result.pacing_stage}). GB: total per GPU; GB alloc: the allocator's peak; share: of the "
@@ -314,8 +316,9 @@ def _print_stages(result) -> None:
 
 
 def _print_breakdown(result) -> None:
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     table = Table(title="Step time, memory per GPU and bytes sent per step", title_justify="left")
     for column in ("category", "seconds", "share", "memory item", "GB", "parallelism", "GB sent"):
@@ -334,7 +337,6 @@ def _print_breakdown(result) -> None:
 
 def _print_ranking(planner, ranking, warnings) -> None:
     from commbench import terminal
-
     from commbench.modeling.planner import explain
 
     _print_header(planner, warnings)

@@ -134,8 +134,9 @@ def _print_answers(table: BandwidthTable, sizes: list[int], form: str) -> None:
     if form == "csv":
         _write_csv(rows)
         return
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     view = Table(title=f"Time per collective, {table.source}", title_justify="left")
     for name in ("op", "scope", "ranks", "dtype", "size", "time (us)", "statistic", "busbw (GB/s)", "how"):
@@ -149,8 +150,9 @@ def _print_answers(table: BandwidthTable, sizes: list[int], form: str) -> None:
 
 
 def _print_text(table: BandwidthTable) -> None:
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     console = terminal.console()
     console.print(f"Bandwidth table of {table.source}: {len(table.items)} entries, "

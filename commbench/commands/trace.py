@@ -86,8 +86,9 @@ def _trace_paths(args) -> list[str]:
 
 
 def _print_figures(result: dict) -> None:
-    from commbench import terminal
     from rich.table import Table
+
+    from commbench import terminal
 
     console = terminal.console()
     for rank in result["ranks"]:

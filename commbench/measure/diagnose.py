@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from commbench.analysis.pairwise import retransmit_percent
 from commbench.data.rundir import new_run_id, utc_now
 from commbench.diagnose import scheduler
 from commbench.diagnose.config import DiagnoseConfig
@@ -46,7 +47,6 @@ from commbench.measure.launch import RankEnv
 from commbench.measure.linkhealth import (
     moves_data_over_tcp,
     read_tcp_counters,
-    retransmit_percent,
 )
 from commbench.topology import node_name
 

@@ -49,15 +49,3 @@ def read_tcp_counters(path: Path = SNMP) -> TcpCounters | None:
         return TcpCounters(int(fields["OutSegs"]), int(fields["RetransSegs"]))
     except (KeyError, ValueError):
         return None
-
-
-def retransmit_percent(segments_sent: int, retransmitted: int) -> float | None:
-    """Share of the sent segments that were re-sent, in percent (None when nothing was sent)."""
-    return 100.0 * retransmitted / segments_sent if segments_sent > 0 else None
-
-
-def record_retransmit_pct(record: dict) -> float | None:
-    """retransmit_percent of a pairwise record's TCP counters; None when the record has none."""
-    if record.get("tcp_segments_sent") is None or record.get("tcp_retransmits") is None:
-        return None
-    return retransmit_percent(record["tcp_segments_sent"], record["tcp_retransmits"])

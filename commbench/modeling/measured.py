@@ -30,7 +30,6 @@ import numpy as np
 from commbench.data.bandwidth_table import BandwidthTable, Entry
 from commbench.modeling.network import CollectiveCost, Placement, busbw_factor, hierarchical_time
 
-
 MEASURED = "measured rows"
 PRESET = "the preset network (not in the run)"
 

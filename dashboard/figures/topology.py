@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from commbench.measure.linkhealth import record_retransmit_pct
+from commbench.analysis.pairwise import record_retransmit_pct
 from commbench.topology.model import LINK_LEGEND, ClusterTopology, Gpu, Nic, NodeTopology
 from commbench.topology.rates import network_kind
 from dashboard.figures.common import message_figure
