@@ -65,3 +65,13 @@ def test_a_default_changed_in_the_config_changes_the_help():
     text = " ".join(parser.format_help().split())
     assert "largest size (default 1G)" in text and "timed iterations (default adaptive)" in text
     assert parser.parse_args([]).max_bytes == 1 << 30 and parser.parse_args(["--iters", "3"]).iters == "3"
+
+
+def test_estimate_offers_every_precision_of_the_model():
+    """estimate --bytes lists the modelling layer's precisions, fp32 included, not a copy of them."""
+    from commbench.modeling.job import PRECISIONS
+
+    parser = build_parser(only="estimate")
+    sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    option = next(a for a in sub.choices["estimate"]._actions if "--bytes" in a.option_strings)
+    assert tuple(option.choices) == tuple(PRECISIONS) and "fp32" in option.choices

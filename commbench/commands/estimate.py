@@ -3,9 +3,10 @@
 Memory is the static training state, before activations:
   parameters (bf16) 2 B + gradients (bf16) 2 B + Adam 12 B (fp32 master 4, m 4, v 4) = 16 B/param
 with --bytes 12 for the variant without an fp32 master copy and --bytes 18 for fp32 main
-gradients (Megatron). 7e9 parameters -> 14 + 14 + 84 = 112 GB (decimal GB). The seeds (the
-project's source documents on distributed training, in ../shared/seeds/: why it is needed, the memory
-ledger, communication, parallel strategies) quote 16-20 B/param; the GPU count is also given at their upper bound, 20 (175e9 -> 3.5 TB -> 44 x 80 GB).
+gradients (Megatron), --bytes fp32 for plain fp32 training. 7e9 parameters -> 14 + 14 + 84 = 112 GB
+(decimal GB). The seeds (the project's source documents on distributed training, in
+../shared/seeds/: why it is needed, the memory ledger, communication, parallel strategies) quote
+16-20 B/param; the GPU count is also given at their upper bound, 20 (175e9 -> 3.5 TB -> 44 x 80 GB).
 
 Compute is C = 6 * P * D FLOPs (2 forward + 4 backward per parameter per token). The time on
 one GPU is C / (peak * MFU), and on N GPUs that divided by N (ideal scaling). Without --gpu the
@@ -22,6 +23,7 @@ import argparse
 import json
 
 from commbench.errors import UsageError
+from commbench.modeling.job import PRECISIONS
 
 HELP = "memory ledger (16 B/param), C = 6PD and training time for a model size"
 
@@ -34,14 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", help="processor preset for peak FLOP/s and memory (a100, h100, h200); default: 1e15 FLOP/s, 80 GB")
     parser.add_argument("--gpus", type=int, default=1024, help="N for the time on N GPUs (default 1024)")
     parser.add_argument("--mfu", type=float, default=0.5, help="model FLOPs utilisation (default 0.5)")
-    parser.add_argument("--bytes", choices=("16", "12", "18"), default="16", help="bytes per parameter variant (default 16)")
+    parser.add_argument("--bytes", choices=tuple(PRECISIONS), default="16",
+                        help="bytes per parameter variant: " + "; ".join(f"{name}: {p.name}" for name, p in PRECISIONS.items())
+                        .replace("%", "%%") + " (default 16)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def build_report(args) -> dict:
     from commbench.modeling.compute import SECONDS_PER_YEAR, training_flops, training_seconds
     from commbench.modeling.hardware import load_processor
-    from commbench.modeling.job import PRECISIONS
     from commbench.modeling.limits import MAX_GPUS, MAX_PARAMS, MAX_TOKENS, MIN_MFU, finite_number, whole_number
     from commbench.modeling.memory import SEED_UPPER_BYTES_PER_PARAM, min_gpus_to_hold, static_ledger
 
