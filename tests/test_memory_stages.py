@@ -234,3 +234,22 @@ def test_recompute_modules_and_block_method_as_megatron_names_them():
         parse_layout("tp=2,dp=4,recompute=selective,recompute_modules=attention", 8)
     with pytest.raises(UsageError, match="needs recompute=full"):
         parse_layout("tp=2,dp=4,recompute=selective,recompute_layers=2", 8)
+
+
+def test_an_explicit_pipeline_layout_string_as_megatron_core_reads_it(capsys):
+    """--pipeline-model-parallel-layout: '|' between virtual stages, rank r holds entries r, r+pp, ...;
+    each rank's ledger and step share follow its own layers."""
+    out = plan_json(capsys, "tp=2,pp=4,vpp=2,dp=2,mbs=1,pp_layout=Et*3|(t*4|)*6t*5L", gpus=16)
+    assert [s["layers"] for s in out["stages"]] == [3 + 4, 4 + 4, 4 + 4, 4 + 5]
+    assert "pp_layout=Et*3|(t*4|)*6t*5L" in out["layout"]
+    out = plan_json(capsys, "tp=2,pp=4,dp=2,mbs=1,pp_layout=Et*6|t*9|t*9|t*8L", gpus=16)
+    shares = [s["step_share"] for s in out["stages"]]
+    assert [s["layers"] for s in out["stages"]] == [6, 9, 9, 8] and shares[0] < shares[1]
+    assert out["stages"][0]["memory_bytes"]["parameters"] < out["stages"][1]["memory_bytes"]["parameters"]
+    for bad, message in (("pp=4,dp=4,pp_layout=Et*6|t*9|t*9|t*9L", "places 33 decoder layers"),
+                         ("pp=4,dp=4,pp_layout=t*8|t*8|t*8|t*8", "must open with the embedding E"),
+                         ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8L", "3 stages, not pp x vpp = 4"),
+                         ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8|t*7mL", "MTP layers are not modelled")):
+        assert cli.main(["plan", "--model", "llama2-7b", "--gpus", "16", "--global-batch", "16", "--seq-len", "4096",
+                         "--layout", bad]) == 2
+        assert message in capsys.readouterr().err, bad

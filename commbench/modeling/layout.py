@@ -18,6 +18,7 @@ The unit is the NVLink domain (System.nvlink_domain), not the host: on a DGX the
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -63,6 +64,8 @@ class Layout:
     # full recompute by Megatron's block method: layers of each model chunk recomputed
     # (--recompute-method block --recompute-num-layers N); 0: every layer (uniform)
     recompute_layers: int = 0
+    # an explicit split (--pipeline-model-parallel-layout, without commas): "Et*3|t*4|t*4|t*3L"
+    pp_layout: str = ""
 
     def __post_init__(self):
         if self.etp is None:
@@ -73,6 +76,8 @@ class Layout:
             whole_number(f"layout: {name}", getattr(self, name), 0, MAX_LAYERS)
         self._check_split()
         self._check_recompute()
+        if self.pp_layout:
+            self._check_pp_layout()
         if self.zero > 3:
             raise UsageError("layout: zero must be 0, 1, 2 or 3")
         if self.recompute not in RECOMPUTE_MODES:
@@ -101,6 +106,19 @@ class Layout:
         if self.vpp_group and self.vpp_group < self.pp:
             raise UsageError(f"layout: vpp_group={self.vpp_group} must be at least pp={self.pp} (Megatron-Core's "
                              f"microbatch group per virtual stage ranges over [pp, micro-batches])")
+
+    def _check_pp_layout(self) -> None:
+        chunks = pipeline_layout_chunks(self.pp_layout)
+        if len(chunks) != self.pp * self.vpp:
+            raise UsageError(f"layout: pp_layout has {len(chunks)} stages, not pp x vpp = {self.pp * self.vpp} "
+                             f"(Megatron-Core derives vpp from its length over pp)")
+        if self.pp_first or self.pp_last or self.pp_embedding or self.pp_loss:
+            raise UsageError("layout: pp_layout names every stage; leave out pp_first, pp_last, pp_embedding, pp_loss")
+
+    def stage_layer_counts(self) -> list[int]:
+        """Decoder layers of each pipeline rank under pp_layout (its chunks are entries r, r+pp, ...)."""
+        chunks = pipeline_layout_chunks(self.pp_layout)
+        return [sum(chunks[r::self.pp]) for r in range(self.pp)]
 
     def _check_recompute(self) -> None:
         unknown = [name for name in self.recompute_modules.split("+") if name and name not in RECOMPUTE_MODULES]
@@ -131,6 +149,7 @@ class Layout:
         parts += [f"{name}={getattr(self, name)}" for name in _SPLIT_FIELDS if getattr(self, name)]
         parts += [f"{name}=1" for name in _SPLIT_FLAGS if getattr(self, name)]
         parts += [f"recompute_modules={self.recompute_modules}"] * bool(self.recompute_modules)
+        parts += [f"pp_layout={self.pp_layout}"] * bool(self.pp_layout)
         return ",".join(parts + ["sp=0"] * (self.tp > 1 and not self.sp))
 
 
@@ -150,6 +169,28 @@ def check_moe_rules(layout: Layout, experts: int | None) -> None:
                          f"MoELayer refuses to train with tensor parallelism without it)")
 
 
+def pipeline_layout_chunks(text: str) -> list[int]:
+    """Decoder layers of each virtual stage of a Megatron-Core --pipeline-model-parallel-layout string
+    ('|' between stages; E embedding, t decoder layer, L loss; x*n and (...)*n repeat), checked by its
+    rules: E opens the first stage and L closes the last, each exactly once. MTP layers (m) are refused."""
+    expanded = text
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        # bounded before it is built: a typo's repeat count must not fill the memory
+        grown = sum(len(m.group(1)) * int(m.group(2)) for m in re.finditer(pattern, expanded))
+        if grown > 4 * MAX_LAYERS:
+            raise UsageError(f"layout: pp_layout {text!r} unrolls to more than {4 * MAX_LAYERS:,} symbols")
+        expanded = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), expanded)
+    if set(expanded) - set("EtL|"):
+        bad = sorted(set(expanded) - set("EtL|"))
+        raise UsageError(f"layout: pp_layout {text!r}: only E, t, L, '|', x*n and (...)*n are understood"
+                         + (f" (not {', '.join(bad)}; MTP layers are not modelled)" if bad else ""))
+    flat = expanded.replace("|", "")
+    if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
+        raise UsageError(f"layout: pp_layout {text!r} must open with the embedding E and close with the loss L, "
+                         f"each once (Megatron-Core's rule)")
+    return [stage.count("t") for stage in expanded.split("|")]
+
+
 def parse_layout(text: str, gpus: int | None = None) -> Layout:
     """'tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective' -> Layout; dp may be left out when gpus is known."""
     values: dict = {}
@@ -161,6 +202,8 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
         value = value.strip().lower()
         if key in ("recompute", "recompute_modules"):
             values[key] = value
+        elif key == "pp_layout":
+            values[key] = item.partition("=")[2].strip()  # its letters are case-sensitive (E, t, L)
         elif key in ("sp", *_SPLIT_FLAGS):
             values[key] = value in ("1", "true", "yes", "on")
         else:
@@ -182,14 +225,18 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
 class LayoutBatch:
     """Many layouts as parallel int arrays (recompute as 0/1/2), so costs are computed at once."""
 
-    def __init__(self, columns: dict[str, np.ndarray]):
+    def __init__(self, columns: dict[str, np.ndarray], pp_layouts: list[str] | None = None):
         self.columns = {name: np.asarray(col, dtype=np.int64) for name, col in columns.items()}
         rows = len(self.columns["dp"])
+        # explicit pipeline layouts (Layout.pp_layout), one per row ("" where none)
+        self.pp_layouts = list(pp_layouts) if pp_layouts is not None else [""] * rows
+        self.stage_counts = self._stage_counts() if any(self.pp_layouts) else None
         for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):  # an even split unless the columns say otherwise
             self.columns.setdefault(name, np.zeros(rows, dtype=np.int64))
         # selective recompute without modules named: Megatron's default, the attention core
         self.columns.setdefault("recompute_mask", np.where(self.columns["recompute"] == 1, 1, 0))
         self.columns.setdefault("etp", self.columns["tp"])  # Megatron-Core's default: etp = tp
+        self.columns.setdefault("pp_layout_chunk", np.zeros(rows, dtype=np.int64))
         for name, col in self.columns.items():
             setattr(self, name, col)
 
@@ -202,7 +249,24 @@ class LayoutBatch:
         for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):
             columns[name] = [int(row[name]) for row in rows]
         columns["recompute_mask"] = [layout.recompute_mask for layout in layouts]
-        return cls(columns)
+        columns["pp_layout_chunk"] = [max(pipeline_layout_chunks(layout.pp_layout)) if layout.pp_layout else 0
+                                      for layout in layouts]
+        return cls(columns, [layout.pp_layout for layout in layouts])
+
+    def _stage_counts(self) -> np.ndarray:
+        """(rows, largest pp) decoder layers of each stage under the rows' explicit layouts (-1: none)."""
+        counts = np.full((len(self.pp_layouts), int(self.columns["pp"].max())), -1, dtype=np.int64)
+        for row, text in enumerate(self.pp_layouts):
+            if text:
+                pp = int(self.columns["pp"][row])
+                chunks = pipeline_layout_chunks(text)
+                counts[row, :pp] = [sum(chunks[r::pp]) for r in range(pp)]
+        return counts
+
+    def repeat_row(self, row: int, times: int) -> LayoutBatch:
+        """Layout `row` `times` over (to price its stages side by side)."""
+        return LayoutBatch({name: np.repeat(col[row:row + 1], times) for name, col in self.columns.items()},
+                           [self.pp_layouts[row]] * times)
 
     def __len__(self) -> int:
         return len(self.dp)
@@ -213,7 +277,7 @@ class LayoutBatch:
         mask = int(self.recompute_mask[i])
         modules = "+".join(name for bit, name in enumerate(RECOMPUTE_MODULES) if mask >> bit & 1)
         return Layout(**values, **flags, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]),
-                      recompute_modules="" if modules in ("", "core_attn") else modules)
+                      recompute_modules="" if modules in ("", "core_attn") else modules, pp_layout=self.pp_layouts[i])
 
     @property
     def seq_parallel(self) -> np.ndarray:

@@ -120,13 +120,20 @@ def stage_layers(job: TrainingJob, batch: LayoutBatch, stage) -> np.ndarray:
     counted = layers + batch.pp_embedding + batch.pp_loss
     even = counted // p + (stage < counted % p)
     even = even - batch.pp_embedding * is_first - batch.pp_loss * is_last
-    return np.where((first > 0) | (last > 0), uneven, even)
+    split = np.where((first > 0) | (last > 0), uneven, even)
+    if batch.stage_counts is None:
+        return split
+    explicit = batch.stage_counts[np.arange(len(batch)), np.clip(stage, 0, batch.stage_counts.shape[1] - 1)]
+    return np.where(explicit >= 0, explicit, split)
 
 
 def layers_per_chunk(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     """Layers of the busiest model chunk; uneven splits pace the pipeline by the larger chunk."""
     busiest = np.maximum(np.maximum(stage_layers(job, batch, 0), stage_layers(job, batch, batch.pp - 1)),
                          stage_layers(job, batch, np.minimum(1, batch.pp - 1)))
+    if batch.stage_counts is not None:  # an explicit layout: its largest stage and its largest chunk
+        busiest = np.where(batch.pp_layout_chunk > 0, batch.stage_counts.max(axis=1), busiest)
+        return np.where(batch.pp_layout_chunk > 0, batch.pp_layout_chunk, -(-busiest // batch.vpp))
     return -(-busiest // batch.vpp)
 
 
@@ -413,7 +420,7 @@ def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray
 def stages_memory(job: TrainingJob, batch: LayoutBatch, row: int) -> list[tuple[dict[str, float], str]]:
     """Every pipeline stage of layout `row`, first to last: its ledger and the moment of its peak."""
     p = int(batch.pp[row])
-    one = LayoutBatch({name: np.repeat(col[row:row + 1], p) for name, col in batch.columns.items()})
+    one = batch.repeat_row(row, p)
     ledger, moment = stage_memory(job, one, np.arange(p))
     return [({name: float(value[i]) for name, value in ledger.items()}, PEAK_MOMENTS[int(moment[i])])
             for i in range(p)]

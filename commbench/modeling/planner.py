@@ -217,7 +217,12 @@ class Planner:
         """Megatron-Core's rules on the pipeline split and the interleaved schedule, each refusal naming
         its rule (transformer_block.get_num_layers_to_build, schedules.py)."""
         layers, p, v = self.job.model.layers, layout.pp, layout.vpp
-        if layout.pp_first or layout.pp_last:
+        if layout.pp_layout:
+            counted = sum(layout.stage_layer_counts())
+            if counted != layers:
+                raise UsageError(f"layout {layout}: pp_layout places {counted} decoder layers, the model has {layers} "
+                                 f"(Megatron-Core's rule)")
+        elif layout.pp_first or layout.pp_last:
             left = p - bool(layout.pp_first) - bool(layout.pp_last)
             rest = layers - layout.pp_first - layout.pp_last
             if rest < 0 or (left == 0 and rest) or (left and rest % left):
@@ -232,7 +237,8 @@ class Planner:
             return
         batch = LayoutBatch.from_layouts([layout])
         stage_counts = {int(n) for n in stage_layers(self.job, batch, np.arange(p)[:, None])[:, 0]}
-        if any(n % v for n in stage_counts) and (layout.pp_first or layout.pp_last or layers % p == 0):
+        if not layout.pp_layout and any(n % v for n in stage_counts) and (layout.pp_first or layout.pp_last
+                                                                           or layers % p == 0):
             raise UsageError(f"layout {layout}: every stage's layers ({sorted(stage_counts)}) must be divisible by "
                              f"vpp={v} (Megatron-Core's rule)")
         group = layout.vpp_group or p
