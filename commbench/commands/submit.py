@@ -46,8 +46,10 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from commbench.data.rundir import utc_now
+from commbench.diagnose import report as diagnosis_report
 from commbench.errors import CommbenchError, UsageError
 from commbench.measure import slurm
 from commbench.scopes import in_order
@@ -236,9 +238,10 @@ def _parse_job_options(name: str, command_module, options: list[str]) -> argpars
     --out and --nproc default to _UNSET, so a caller can tell that the user gave one."""
     parser = _RaisingParser(prog=f"commbench {name}", add_help=False)
     command_module.add_arguments(parser)
-    parser.set_defaults(out=_UNSET, nproc=_UNSET)
+    # --out is stored as `out_dir` by the commands whose options come from a config (run, diagnose)
+    parser.set_defaults(out=_UNSET, out_dir=_UNSET, nproc=_UNSET)
     parsed = parser.parse_args(options)
-    if parsed.out is not _UNSET:
+    if parsed.out is not _UNSET or parsed.out_dir is not _UNSET:
         raise UsageError(f"give the results folder to submit (--out before --), not to {name}")
     return parsed
 
@@ -369,7 +372,7 @@ def _report_diagnosis(job_dir: Path, ended: str, submission: slurm.Submission, s
         _print_log_tail(submission, status)
         raise CommbenchError(f"{ended} but left no diagnosis run directory in {job_dir}")
     print(ended)
-    for line in diagnosis_summary_lines(*found):
+    for line in diagnosis_report.summary_lines(*found):
         print(line)
     return 0
 
@@ -379,37 +382,17 @@ def _print_diagnosis_if_any(job_dir: Path) -> None:
     found = _latest_diagnosis(job_dir)
     if found is not None:
         print("the job failed, but its diagnosis was written:")
-        for line in diagnosis_summary_lines(*found):
+        for line in diagnosis_report.summary_lines(*found):
             print(line)
 
 
-def _latest_diagnosis(job_dir: Path) -> tuple[Path, dict] | None:
+def _latest_diagnosis(job_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest diagnose run directory in the job's folder and its report (None if there is none)."""
     from commbench.data.rundir import list_runs
     from commbench.diagnose.report import DIAGNOSE_FILE, load_report
 
     runs = [run for run in list_runs(job_dir) if (run / DIAGNOSE_FILE).is_file()]
     return (runs[-1], load_report(runs[-1])) if runs else None
-
-
-def diagnosis_summary_lines(run_dir: Path, report: dict) -> list[str]:
-    """Nodes to drain and why, links to inspect, rounds, the scheduler actions taken (diagnose --drain,
-    --resume, --slurm-plan) and the exclude list in hostlist syntax."""
-    def reasons(item: dict) -> str:
-        return ", ".join(item.get("reasons", [])) or "?"
-
-    drain = [f"{item['node']} ({reasons(item)})" for item in report["drain"]]
-    links = [f"{' <-> '.join(item['link'])} ({reasons(item)})" for item in report["links"]]
-    return [
-        f"diagnosis: {run_dir}",
-        f"{report['nodes']} nodes, {report['rounds']} concurrent rounds, {report['group_tests']} group tests "
-        f"({report['source']})",
-        f"nodes to drain: {'; '.join(drain) or 'none'}",
-        f"links to inspect: {'; '.join(links) or 'none'}",
-        f"good nodes: {report['good'] or '(none)'}",
-        *(f"actions: {row.get('verb', '?')} {row.get('node', '?')} {row['result']}" for row in report.get("actions") or []),
-        f"# exclude: {report['exclude']}",
-    ]
 
 
 def _latest_run(job_dir: Path):

@@ -111,6 +111,27 @@ def straggler_lines(screen: dict[str, Any] | None) -> list[str]:
             + ("; ".join(found) if found else "none")]
 
 
+def summary_lines(run_dir: Path, report: dict[str, Any]) -> list[str]:
+    """Nodes to drain and why, links to inspect, rounds, the scheduler actions taken (diagnose --drain,
+    --resume, --slurm-plan) and the exclude list in hostlist syntax: what `submit --diagnose --wait`
+    prints when the job ends."""
+    def reasons(item: dict[str, Any]) -> str:
+        return ", ".join(item.get("reasons", [])) or "?"
+
+    drain = [f"{item['node']} ({reasons(item)})" for item in report["drain"]]
+    links = [f"{' <-> '.join(item['link'])} ({reasons(item)})" for item in report["links"]]
+    return [
+        f"diagnosis: {run_dir}",
+        f"{report['nodes']} nodes, {report['rounds']} concurrent rounds, {report['group_tests']} group tests "
+        f"({report['source']})",
+        f"nodes to drain: {'; '.join(drain) or 'none'}",
+        f"links to inspect: {'; '.join(links) or 'none'}",
+        f"good nodes: {report['good'] or '(none)'}",
+        *(f"actions: {row.get('verb', '?')} {row.get('node', '?')} {row['result']}" for row in report.get("actions") or []),
+        f"# exclude: {report['exclude']}",
+    ]
+
+
 def save_run(report: dict[str, Any], out_dir: str | Path, args: dict[str, Any], synthetic: bool, note: str, backend: str = "model",
              run_id: str | None = None) -> Path:
     """A run directory of kind "diagnose": run.json and the whole report in diagnose.json. `backend`:
