@@ -135,11 +135,17 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _stop(procs, signal.SIGTERM)
         _wait_all(procs, grace_s)
-        raise CommbenchError("terminated (SIGTERM): ranks stopped, the run directory keeps the rows measured so "
-                             "far", exit_code=128 + signal.SIGTERM) from None
+        raise Terminated("terminated (SIGTERM): ranks stopped, the run directory keeps the rows measured so "
+                         "far") from None
     finally:
         _stop(procs, signal.SIGKILL)
         signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(CommbenchError):
+    """The local launcher was sent SIGTERM and stopped its ranks (exit 143)."""
+
+    exit_code = 128 + signal.SIGTERM
 
 
 class _Terminated(Exception):

@@ -195,7 +195,7 @@ class _TerminateWatch:
         run = self.run
         if run is not None and not run.finished:  # a run already finished keeps what it says
             run._finish(False, TERMINATED_REASON)
-            if run.session.rank == 0:
+            if run.session.rank == 0 and run.session.env.launcher != "commbench":  # our launcher says it itself
                 print(f"commbench {run.driver.command}: terminated (SIGTERM); the run directory keeps the rows "
                       "measured so far", file=sys.stderr, flush=True)
         exit_now(128 + signal.SIGTERM)

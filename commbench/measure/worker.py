@@ -18,6 +18,7 @@ from commbench.measure.launch import (
     WORKER_CONFIG_ENV,
     WORKER_DRIVER_ENV,
     RankEnv,
+    Terminated,
     check_local_launch,
     detect_rank_env,
     require_launched,
@@ -63,20 +64,24 @@ def launch_driver(name: str, cfg: RunConfig, nproc: int | None) -> int:
     cfg.check_moe_ranks(nproc)
     prepare_output_folder(cfg.out_dir)  # the last check, so a refused run leaves no folder behind
     cfg.run_id = cfg.run_id or new_run_id()  # chosen here, so an interrupt can say where the rows are
+    run_dir = Path(cfg.out_dir) / cfg.run_id
     try:
         return spawn_local(nproc, cfg.to_json(), name)
     except KeyboardInterrupt:
-        raise Interrupted(interrupted_line(Path(cfg.out_dir) / cfg.run_id)) from None
+        raise Interrupted(stopped_line("interrupted", run_dir)) from None
+    except Terminated as exc:
+        raise Interrupted(stopped_line("terminated (SIGTERM)", run_dir), exit_code=exc.exit_code) from None
 
 
-def interrupted_line(run_dir: Path) -> str:
+def stopped_line(how: str, run_dir: Path) -> str:
     """'interrupted: 12 of 40 rows kept in results/ID', read from what rank 0 left in the run directory."""
     try:
-        reason = load_run(run_dir).info.reason or ""
+        run = load_run(run_dir)
     except CommbenchError:
-        return f"interrupted before the first row: nothing kept ({run_dir} was not written)"
-    kept = reason.removeprefix(INTERRUPTED_PREFIX) if reason.startswith(INTERRUPTED_PREFIX) else "the rows measured"
-    return f"interrupted: {kept} kept in {run_dir}"
+        return f"{how} before the first row: nothing kept ({run_dir} was not written)"
+    reason = run.info.reason or ""
+    kept = reason.removeprefix(INTERRUPTED_PREFIX) if reason.startswith(INTERRUPTED_PREFIX) else f"{len(run.records)} rows"
+    return f"{how}: {kept} kept in {run_dir}"
 
 
 def main() -> int:
