@@ -41,7 +41,7 @@ from commbench.modeling.kernels import (
     gemm_forward_backward,
     gemm_seconds,
 )
-from commbench.modeling.layout import LayoutBatch
+from commbench.modeling.layout import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE, LayoutBatch
 from commbench.modeling.moe import MoECompute, moe_compute
 from commbench.modeling.recipes import cast_bytes_per_element
 
@@ -102,12 +102,12 @@ class LayerCompute:
         (core_attn: the attention core; mlp: the MLP's GEMMs; layernorm: the norms' passes; moe_act:
         the experts' activation function; mla_up_proj: MLA's up-projections), or the whole layer
         (full; Megatron's block method: recompute_layers of each chunk's chunk_layers)."""
-        mask = np.where(batch.recompute == 1, batch.recompute_mask, 0)
+        mask = np.where(batch.recompute == SELECTIVE_RECOMPUTE, batch.recompute_mask, 0)
         share = self.shares
         parts = (self.fwd_attention, self.fwd_gemm * share.get("mlp", 0.0), self.fwd_elementwise * share.get("layernorm", 0.0),
                  self.fwd_elementwise * share.get("moe_act", 0.0), self.fwd_gemm * share.get("mla_up_proj", 0.0))
         selective = sum((mask >> bit & 1) * part for bit, part in enumerate(parts))
-        return np.select([batch.recompute == 1, batch.recompute == 2],
+        return np.select([batch.recompute == SELECTIVE_RECOMPUTE, batch.recompute == FULL_RECOMPUTE],
                          [selective, self.forward * full_recompute_share(batch, chunk_layers)], 0.0)
 
 
@@ -115,7 +115,7 @@ def full_recompute_share(batch: LayoutBatch, chunk_layers) -> np.ndarray:
     """Share of a chunk's layers full recompute repeats: all (uniform), or Megatron's block method's
     recompute_layers of them; 0 without full recompute."""
     block = np.where(batch.recompute_layers > 0, np.minimum(batch.recompute_layers, chunk_layers) / np.maximum(chunk_layers, 1), 1.0)
-    return np.where(batch.recompute == 2, block, 0.0)
+    return np.where(batch.recompute == FULL_RECOMPUTE, block, 0.0)
 
 
 def recompute_shares(job: TrainingJob, batch: LayoutBatch, hidden_passes: float, mlp_width) -> dict:

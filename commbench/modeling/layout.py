@@ -27,6 +27,8 @@ from commbench.errors import UsageError
 from commbench.modeling.limits import MAX_GPUS, MAX_LAYERS, whole_number
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+# a batch of layouts holds the mode as its index in RECOMPUTE_MODES (LayoutBatch.recompute)
+SELECTIVE_RECOMPUTE, FULL_RECOMPUTE = RECOMPUTE_MODES.index("selective"), RECOMPUTE_MODES.index("full")
 # Megatron-Core's --recompute-modules for selective recompute (bit i of the batch's recompute_mask);
 # selective with none named is its default, core_attn
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "mla_up_proj")

@@ -58,7 +58,7 @@ import math
 import numpy as np
 
 from commbench.modeling.job import Precision, TrainingJob
-from commbench.modeling.layout import LayoutBatch
+from commbench.modeling.layout import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE, LayoutBatch
 from commbench.modeling.ledger import (
     ALLOCATOR_ITEMS,
     CUBLAS_WORKSPACE,
@@ -202,10 +202,10 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
         sbh * wide * 2 * _expert_activation_width(job) / h / t,  # moe_act: the experts' activation outputs
         sbh * wide * 2 * (model.q_dim + model.kv_dim + model.v_dim) / h / t if model.mla else 0.0,  # mla_up_proj
     )
-    mask = np.where(recompute == 1, batch.recompute_mask, 0)
+    mask = np.where(recompute == SELECTIVE_RECOMPUTE, batch.recompute_mask, 0)
     selective = kept + dropped[0] - sum((mask >> bit & 1) * part for bit, part in enumerate(dropped))
     layer_input = 2 * wide * sbh * replicated
-    return np.where(recompute == 2, layer_input, selective)
+    return np.where(recompute == FULL_RECOMPUTE, layer_input, selective)
 
 
 def _expert_activation_width(job: TrainingJob) -> float:
@@ -254,7 +254,7 @@ def per_layout_terms(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarr
     """The ledger's terms that do not depend on the stage, computed once for all stages priced."""
     # a quantised recipe keeps the linear layers' inputs in its narrower format
     saved_quantised = quantised_activation_saving(job, batch)
-    kept = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == 2, 0.0, saved_quantised)
+    kept = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == FULL_RECOMPUTE, 0.0, saved_quantised)
     return {"micro_batches": micro_batches(job, batch), "per_layer": kept,
             # full recompute rebuilds one layer's activations at a time during backward
             "rebuilt": activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised,
@@ -289,11 +289,11 @@ def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None
     items["param_gather"] = _param_gather(job, batch, dense, expert, layers)
     chunk_layers = layers / batch.vpp
     # Megatron's block method recomputes the first recompute_layers layers of each chunk; the rest keep everything
-    block = (batch.recompute == 2) & (batch.recompute_layers > 0)
+    block = (batch.recompute == FULL_RECOMPUTE) & (batch.recompute_layers > 0)
     recomputed = np.where(block, np.minimum(batch.recompute_layers, chunk_layers), chunk_layers)
     per_chunk = recomputed * terms["per_layer"] + (chunk_layers - recomputed) * terms["rebuilt"]
     items["activations"] = per_chunk * chunks
-    items["recompute_buffer"] = np.where((batch.recompute == 2) & (layers > 0), terms["rebuilt"], 0.0)
+    items["recompute_buffer"] = np.where((batch.recompute == FULL_RECOMPUTE) & (layers > 0), terms["rebuilt"], 0.0)
     items["logits"] = np.where(stage == batch.pp - 1, terms["logits"], 0.0)
     items["attention_workspace"] = np.where(layers > 0, terms["attention_workspace"], 0.0)
     items["gemm_workspace"] = np.full(len(batch), _gemm_workspace(job))
