@@ -217,6 +217,7 @@ class TopologySource:
     key: str  # "run:<run key>" or "file:<file key>"
     label: str
     gpus: int
+    measured: bool = False  # a run measured here (a file, an import or a synthetic run is not)
 
 
 class ResultsStore:
@@ -325,7 +326,7 @@ class ResultsStore:
     # topologies ---------------------------------------------------------------------------
     def topology_sources(self) -> list[TopologySource]:
         sources = [
-            TopologySource(f"run:{e.key}", f"{e.label} (run)", _gpu_count(e.info["topology"]))
+            TopologySource(f"run:{e.key}", f"{e.label} (run)", _gpu_count(e.info["topology"]), e.measured)
             for e in self.usable() if e.info.get("topology")
         ]
         for path in sorted(self.root.glob(f"*{TOPOLOGY_SUFFIX}")) + sorted(self.root.glob(f"*/*{TOPOLOGY_SUFFIX}")):

@@ -8,26 +8,78 @@ ingest <results folder>` puts it by default when run from the folder above).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from commbench.analysis.compare import compare_runs
 from commbench.analysis.history import attach_change_points, load_series
 from commbench.analysis.runs import read_run
+from commbench.data.samples import row_key
 from commbench.data.store import open_read_only, query, read_actions
-from dashboard.data import database_for  # the History pages find the database here too
+from dashboard.data import RunEntry, database_for  # the History pages find the database here too
 
+# the points History could draw: one per run and row, counted per (cluster, op, size, scope), as load_series reads them
 CHOICES_SQL = """
-SELECT DISTINCT r.cluster, rec.op, rec.size_bytes, rec.scope
+SELECT r.cluster, rec.op, rec.size_bytes, rec.scope, count(*) AS points
 FROM runs r JOIN records rec USING (run_id)
 WHERE r.kind IN ('sweep', 'import') AND NOT rec.in_place
+GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4
 """
+# Compare's default pair is looked for among this many newest runs (each is read to match rows)
+PAIR_SEARCH_RUNS = 12
+
+
+class HistoryRow(NamedTuple):
+    cluster: str
+    op: str
+    size: int
+    scope: str
+    points: int
+
+
+def history_rows(db: Path) -> list[HistoryRow]:
+    """Every (cluster, op, size, scope) the database has a history of, with its number of points."""
+    return [HistoryRow(*row) for row in query(db, CHOICES_SQL)[1]]
 
 
 def history_choices(db: Path) -> dict[str, list]:
     """Clusters, ops, sizes and scopes present in the database (each sorted)."""
-    _, rows = query(db, CHOICES_SQL)
-    return {"cluster": sorted({row[0] for row in rows}), "op": sorted({row[1] for row in rows}),
-            "size": sorted({row[2] for row in rows}), "scope": sorted({row[3] for row in rows})}
+    rows = history_rows(db)
+    return {"cluster": sorted({row.cluster for row in rows}), "op": sorted({row.op for row in rows}),
+            "size": sorted({row.size for row in rows}), "scope": sorted({row.scope for row in rows})}
+
+
+def busiest_row(rows: list[HistoryRow], cluster: str | None = None, op: str | None = None) -> HistoryRow | None:
+    """The row with the most points (of this cluster and op, when given); ties go to all_reduce, then the
+    larger size: the view History opens on, so that it always has points."""
+    chosen = [row for row in rows if cluster in (None, row.cluster) and op in (None, row.op)]
+    return max(chosen, key=lambda row: (row.points, row.op == "all_reduce", row.size), default=None)
+
+
+def sizes_of(rows: list[HistoryRow], cluster: str | None, op: str | None) -> list[int]:
+    """The sizes some run of this cluster measured for this op: the only ones History offers."""
+    return sorted({row.size for row in rows if row.cluster == cluster and row.op == op})
+
+
+def scopes_of(rows: list[HistoryRow], cluster: str | None, op: str | None, size: int | None) -> list[str]:
+    return sorted({row.scope for row in rows if (row.cluster, row.op, row.size) == (cluster, op, size)})
+
+
+def comparable_pair(entries: list[RunEntry]) -> tuple[str, str] | None:
+    """(A, B) keys of the two newest runs that can be compared: same backend, same set of ops, and at
+    least one row in common; B is the newer. entries: newest first. None when no such pair exists."""
+    shapes = [(entry, _shape(entry)) for entry in entries[:PAIR_SEARCH_RUNS] if entry.ok]
+    for position, (newer, (backend, ops, rows)) in enumerate(shapes):
+        for older, (other_backend, other_ops, other_rows) in shapes[position + 1:]:
+            if backend == other_backend and ops == other_ops and rows & other_rows:
+                return older.key, newer.key
+    return None
+
+
+def _shape(entry: RunEntry) -> tuple[str | None, frozenset, frozenset]:
+    records = entry.run.records if entry.run else []
+    return (entry.info.get("backend"), frozenset(record.get("op") for record in records),
+            frozenset(row_key(record) for record in records))
 
 
 def history_series(db: Path, cluster: str, op: str, size_bytes: int, scope: str | None) -> list[dict]:

@@ -6,6 +6,15 @@ from dash import dash_table, html
 
 from dashboard.data import RunEntry
 
+# the style of a figure hidden because there is nothing to draw: an empty state is one sentence, not a blank frame
+HIDDEN = {"display": "none"}
+SHOWN: dict = {}
+
+
+def empty_state(text: str, element_id: str) -> html.P:
+    """The one sentence a page shows where it has nothing to draw."""
+    return html.P(text, id=element_id, className="empty-state")
+
 
 def notices(messages: list[str], kind: str = "warning") -> html.Div:
     """A box listing messages (kind "error" or "warning"); nothing when there are none."""

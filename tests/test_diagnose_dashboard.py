@@ -51,16 +51,19 @@ def test_the_verdict_table_lists_drains_and_links(entry):
 
 def test_the_page_draws_a_large_diagnosis_with_only_the_nodes_that_did_not_pass(tmp_path):
     from dashboard.app import create_app, results
+    from dashboard.ui import HIDDEN, SHOWN
 
     assert main(["diagnose", "--simulate", "600", "--faults", "3", "--out", str(tmp_path)]) == 0
     app = create_app(tmp_path)
     import dashboard.pages.diagnose as page  # registers itself: only once an app exists
     with app.server.test_request_context():
         [entry] = results().usable(("diagnose",))
-        _, _, rows, nodes, _, rounds = page.draw(entry.key)
+        _, _, rows, nodes, _, rounds, shown = page.draw(entry.key)
         assert len(rows) == 3 and sum(len(trace.x) for trace in nodes.data) == 600
         assert 0 < len(rounds.data[0].x) < 600  # healthy nodes that passed every round are left out
-        assert "no diagnose run" in page.draw(None)[3].layout.annotations[0].text
+        assert shown == SHOWN
+        empty = page.draw(None)  # no report: one sentence, and the figures hidden rather than drawn blank
+        assert empty[0].children == page.NO_REPORT and empty[6] == HIDDEN
 
 
 def test_the_page_lists_the_scheduler_actions_of_the_store(tmp_path):

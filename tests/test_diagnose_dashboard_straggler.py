@@ -120,7 +120,7 @@ def test_the_page_shows_the_straggler_verdict_and_chart():
     import dashboard.pages.diagnose as page  # registers itself: only once an app exists
     with app.server.test_request_context():
         [entry] = results().usable(("diagnose",))
-        summary, _, _, _, stragglers, _ = page.draw(entry.key)
+        summary, _, _, _, stragglers, _, _ = page.draw(entry.key)
         verdict = next(p for p in summary.children if getattr(p, "id", None) == "dg-straggler-verdict")
         assert verdict.children == straggler_verdict(entry.diagnosis)
         assert threshold_lines(stragglers) == [STRAGGLER_RATIO] and len(stragglers.data) == 1

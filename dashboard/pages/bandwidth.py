@@ -32,7 +32,7 @@ def layout(**_query):
         html.P("Bandwidth against message size (log-log), one curve per run, scope and group size; dashed lines are "
                "the fitted model time = latency + size / bandwidth, dotted lines the nominal link rate. Hover a point "
                "for its exact figures.", className="lead"),
-        dcc.Store(id="bw-start"),
+        dcc.Store(id="bw-start", data=next((e.key for e in entries if e.measured), None)),
         html.Div([
             control("runs", dcc.Dropdown(id="bw-runs", options=run_options(entries), multi=True,
                                           placeholder="pick one or more runs"), wide=True),
@@ -71,11 +71,12 @@ def layout(**_query):
 
 @callback(Output("bw-runs", "value"), Input("bw-start", "data"), State(SELECTION_STORE, "data"),
           State("bw-runs", "options"))
-def start_from_selection(_start, selected, options):
-    """The runs ticked on the Runs page, else the newest measured run."""
+def start_from_selection(newest_measured, selected, options):
+    """The runs ticked on the Runs page, else the newest run measured here (not imported, not synthetic),
+    else the newest run."""
     available = [option["value"] for option in options]
     chosen = [key for key in selected or [] if key in available]
-    return chosen or available[:1]
+    return chosen or ([newest_measured] if newest_measured in available else available[:1])
 
 
 @callback(Output("bw-op", "options"), Output("bw-op", "value"), Output("bw-scopes", "options"),

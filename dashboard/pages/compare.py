@@ -5,7 +5,7 @@ from dash import Input, Output, callback, dcc, html
 
 from dashboard.app import results
 from dashboard.figures.history import compare_figure, compare_rows
-from dashboard.fleet import comparison
+from dashboard.fleet import comparable_pair, comparison
 from dashboard.ui import columns_of, control, data_table, notices, page_heading, run_options
 
 dash.register_page(__name__, path="/compare", name="Compare", order=6, title="commbench · compare")
@@ -16,7 +16,7 @@ KINDS = ("sweep", "import")
 def layout(a: str | None = None, b: str | None = None, **_query):
     entries = results().usable(KINDS)
     keys = [entry.key for entry in entries]
-    first, second = (keys[1], keys[0]) if len(keys) > 1 else (None, None)  # newest first: B the newest
+    first, second = comparable_pair(entries) or (None, None)  # the newest pair sharing rows: B the newer
     return html.Div(page_heading("Compare", "Run B against run A, per row: the change in busbw with a 95% bootstrap "
                                  "interval from the per-iteration samples, and a verdict that needs both "
                                  "significance (Benjamini-Hochberg q < 0.05) and a material change (over 5%). "
@@ -43,6 +43,10 @@ def draw_comparison(key_a, key_b):
         return compare_figure({"rows": []}), [], [], notices(["pick two runs"])
     result = comparison(results().entry(key_a).path, results().entry(key_b).path)
     rows = compare_rows(result)
+    if not rows:
+        return compare_figure(result), [], [], html.P(
+            f"{key_b} and {key_a} share no row (op, scope, group size, size and dtype): pick two runs of the "
+            "same sweep.", id="cmp-summary")
     flagged = sum(row["verdict"] in ("slower", "faster") for row in rows)
     summary = html.P([html.B("what differs: "), "; ".join(result["differences"]) or "nothing recorded in run.json",
                       html.Br(), f"{flagged} of {len(rows)} rows changed significantly and materially"],

@@ -1,12 +1,12 @@
 """History: one row's busbw over a cluster's runs, from the results database, with change points."""
 
 import dash
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, State, callback, dcc, html
 
 from commbench.units import format_size
 from dashboard.app import results
 from dashboard.figures.history import history_figure
-from dashboard.fleet import database_for, history_choices, history_series, link_for
+from dashboard.fleet import busiest_row, database_for, history_rows, history_series, link_for, scopes_of, sizes_of
 from dashboard.ui import control, notices, page_heading
 
 dash.register_page(__name__, path="/history", name="History", order=5, title="commbench · history")
@@ -24,18 +24,21 @@ def layout(**_query):
         return html.Div(heading + [notices([f"no results database: run `commbench db ingest {results().root}` "
                                             f"(it writes {results().root / 'commbench.duckdb'} when run there with "
                                             "--db) or set COMMBENCH_DB"])])
-    choices = history_choices(db)
+    rows = history_rows(db)
+    start = busiest_row(rows)  # the row with the most points: the page never opens on an empty history
+    if start is None:
+        return html.Div(heading + [html.P(f"{db} holds no sweep or import yet: run `commbench db ingest "
+                                          f"{results().root}`.", id="hist-empty")])
     return html.Div(heading + [
         html.Div([
-            control("cluster", dcc.Dropdown(id="hist-cluster", options=choices["cluster"],
-                                            value=(choices["cluster"] or [None])[0], clearable=False)),
-            control("op", dcc.Dropdown(id="hist-op", options=choices["op"], value=_first(choices["op"], "all_reduce"),
+            control("cluster", dcc.Dropdown(id="hist-cluster", options=sorted({row.cluster for row in rows}),
+                                            value=start.cluster, clearable=False)),
+            control("op", dcc.Dropdown(id="hist-op", options=sorted({row.op for row in rows}), value=start.op,
                                        clearable=False)),
-            control("size", dcc.Dropdown(id="hist-size", options=[{"label": format_size(size), "value": size}
-                                                                  for size in choices["size"]],
-                                         value=(choices["size"] or [None])[-1], clearable=False)),
-            control("scope", dcc.Dropdown(id="hist-scope", options=[ALL_SCOPES] + choices["scope"], value=ALL_SCOPES,
-                                          clearable=False)),
+            control("size", dcc.Dropdown(id="hist-size", options=_size_options(sizes_of(rows, start.cluster, start.op)),
+                                         value=start.size, clearable=False)),
+            control("scope", dcc.Dropdown(id="hist-scope", value=start.scope, clearable=False,
+                                          options=[ALL_SCOPES, *scopes_of(rows, start.cluster, start.op, start.size)])),
         ], className="controls"),
         dcc.Graph(id="hist-figure"),
         html.Div(id="hist-changes"),
@@ -43,8 +46,29 @@ def layout(**_query):
     ])
 
 
-def _first(options: list, preferred: str):
-    return preferred if preferred in options else (options or [None])[0]
+def _size_options(sizes: list[int]) -> list[dict]:
+    return [{"label": format_size(size), "value": size} for size in sizes]
+
+
+@callback(Output("hist-size", "options"), Output("hist-size", "value"), Input("hist-cluster", "value"),
+          Input("hist-op", "value"), State("hist-size", "value"), prevent_initial_call=True)
+def offer_sizes(cluster, op, size):
+    """Only the sizes this cluster measured for this op; the chosen one kept when it is among them, else
+    the size with the most points."""
+    rows = history_rows(database_for(results().root))
+    sizes = sizes_of(rows, cluster, op)
+    if size not in sizes:
+        busiest = busiest_row(rows, cluster, op)
+        size = busiest.size if busiest else None
+    return _size_options(sizes), size
+
+
+@callback(Output("hist-scope", "options"), Output("hist-scope", "value"), Input("hist-size", "value"),
+          State("hist-cluster", "value"), State("hist-op", "value"), State("hist-scope", "value"),
+          prevent_initial_call=True)
+def offer_scopes(size, cluster, op, scope):
+    scopes = scopes_of(history_rows(database_for(results().root)), cluster, op, size)
+    return [ALL_SCOPES, *scopes], scope if scope in scopes else ALL_SCOPES
 
 
 @callback(Output("hist-figure", "figure"), Output("hist-changes", "children"),

@@ -31,12 +31,14 @@ from dashboard.planning import (
     precision_names,
     processor_names,
 )
-from dashboard.ui import columns_of, control, data_table, notices, page_heading
+from dashboard.ui import HIDDEN, SHOWN, columns_of, control, data_table, empty_state, notices, page_heading
 
 dash.register_page(__name__, path="/planner", name="Planner", order=4, title="commbench · planner")
 
 BANDWIDTH_KINDS = ("sweep", "import", "pairwise", "overlap")
 PRESET_SOURCE = "preset"  # the "bandwidth from" choice that prices from the hardware preset's figures
+NO_PROCESSOR = ("Give a processor above (the processor-HOST.json `commbench calibrate` writes) to compare its "
+                "GEMM rates with the hardware preset's.")
 DEFAULTS = "defaults"  # the "slowdown from" choice that leaves the step model's default factors
 # the controls, in the order the callbacks receive them, and the PlanSpec field each one sets
 SPEC_CONTROLS = {
@@ -65,7 +67,8 @@ def layout(**_query):
         html.Div([dcc.Graph(id="plan-breakdown"), dcc.Graph(id="plan-memory")], className="grid2"),
         dcc.Graph(id="plan-timeline"),
         dcc.Graph(id="plan-stages"),
-        dcc.Graph(id="plan-gemm"),
+        dcc.Graph(id="plan-gemm", style=HIDDEN),
+        empty_state(NO_PROCESSOR, "plan-gemm-empty"),
     ])
 
 
@@ -262,14 +265,15 @@ def simulate_chosen(selected, *controls):
             stage_memory_figure(chosen.to_dict(), view.capacity_bytes))
 
 
-@callback(Output("plan-gemm", "figure"), Input("plan-processor", "value"), Input("plan-hardware", "value"))
+@callback(Output("plan-gemm", "figure"), Output("plan-gemm", "style"), Output("plan-gemm-empty", "children"),
+          Input("plan-processor", "value"), Input("plan-hardware", "value"))
 def compare_gemm_rates(processor, hardware):
-    """A processor given (e.g. the JSON `commbench calibrate` wrote) against the hardware preset's."""
+    """A processor given (e.g. the JSON `commbench calibrate` wrote) against the hardware preset's; without
+    one (or with one that cannot be read), one sentence in place of the figure."""
     if not processor:
-        return message_figure("Give a processor (the file `commbench calibrate` writes) to compare its GEMM rates "
-                              "with the preset's.")
+        return {}, HIDDEN, NO_PROCESSOR
     try:
         chosen = _chosen_file(processor, processor_names(), results().processor_files(), "processor")
-        return gemm_surface_figure(load_processor(chosen), load_system(hardware).processor)
+        return gemm_surface_figure(load_processor(chosen), load_system(hardware).processor), SHOWN, None
     except CommbenchError as exc:
-        return message_figure(str(exc))
+        return {}, HIDDEN, str(exc)

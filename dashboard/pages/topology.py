@@ -47,14 +47,19 @@ def layout(**_query):
 @callback(Output("topo-source", "value"), Input("topo-start", "data"), State(SELECTION_STORE, "data"),
           State("topo-source", "options"))
 def start_from_selection(_start, selected, options):
-    """A ticked run that recorded a topology, else the source with the most GPUs."""
+    """A ticked run that recorded a topology, else the newest run measured here (sources list runs newest
+    first), else the source with the most GPUs."""
     values = [option["value"] for option in options]
     for key in selected or []:
         if f"run:{key}" in values:
             return f"run:{key}"
     if not options:
         return None
-    gpus = {s.key: s.gpus for s in results().topology_sources()}
+    sources = [s for s in results().topology_sources() if s.key in values]
+    measured = [s.key for s in sources if s.measured]
+    if measured:
+        return measured[0]
+    gpus = {s.key: s.gpus for s in sources}
     return max(values, key=lambda value: gpus.get(value, 0))
 
 
