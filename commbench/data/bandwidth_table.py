@@ -223,7 +223,7 @@ class Entry:
 
 @dataclass
 class BandwidthTable:
-    """Every measured curve of a run, keyed by (op, scope, group size, dtype, direction).
+    """Every measured curve of a run, keyed by (op, scope, group size, dtype, direction, routing).
 
     world_size and nodes describe the run's layout, so a "world" entry can be placed:
     placement() turns a scope and group size into (ranks per node, nodes).

@@ -92,7 +92,7 @@ PRESET_DIR = Path(__file__).parent / "presets"
 @dataclass(frozen=True)
 class Processor:
     name: str
-    peak_flops: float  # dense BF16 tensor-core FLOP/s
+    peak_flops: float  # the JSON's peak_flops_bf16: dense bf16 tensor-core FLOP/s on a GPU, fp32 on a CPU
     memory_bytes: float
     memory_bandwidth: float  # HBM bytes/s
     gemm_curve: tuple[tuple[float, float], ...]  # (FLOPs of one GEMM, fraction of peak)
