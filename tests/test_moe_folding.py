@@ -178,3 +178,14 @@ def test_flex_dispatch_sends_a_token_once_per_remote_node():
     assert dispatch["inter_domain_bytes"] == pytest.approx(2048 * 7168 * 2 * remote)
     assert dispatch["intra_domain_bytes"] == pytest.approx(2048 * 8 * 7168 * 2)
     assert dispatch["seconds"] == max(dispatch["inter_domain_seconds"], dispatch["intra_domain_seconds"])
+
+
+def test_the_memory_ledger_holds_one_moe_layers_dispatch_buffers():
+    # Qwen3-235B, tp=2, ep=8, etp=2, uniform: 2048 tokens x 8 copies out, 2 x that in after the ETP
+    # gather, dispatch and combine each, 4096 wide in bf16
+    planner = build_planner(PlanSpec(model="qwen3-235b-a22b", gpus=256, global_batch=512, seq_len=4096,
+                                     routing="uniform"))
+    result, _ = planner.evaluate_layout(parse_layout("tp=2,pp=8,ep=8,etp=2", 256))
+    assert result.memory["moe_dispatch"] == 2 * 2 * 4096 * (2048 * 8 + 2 * 2048 * 8)
+    dense = build_planner(PlanSpec(model="llama2-7b", gpus=8, global_batch=64, seq_len=4096))
+    assert dense.evaluate_layout(parse_layout("dp=8", 8))[0].memory["moe_dispatch"] == 0

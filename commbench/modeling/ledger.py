@@ -45,6 +45,9 @@ LEDGER = (
     LedgerItem("attention_workspace", True, "unfused attention: one layer's raw b*heads*s*S/t scores before the "
                "softmax; FlashAttention-2's backward: its fp32 dq accumulator (b*s*q_dim/t x 4 bytes, "
                "flash_attn csrc flash_api.cpp mha_bwd)"),
+    LedgerItem("moe_dispatch", True, "one MoE layer in flight: the token dispatcher's send and receive buffers "
+               "(k x kept x the rank's tokens out; the busiest rank's received copies in, after the ETP gather) "
+               "and the combine's of the same sizes, in the activation dtype"),
     LedgerItem("gemm_workspace", True, "cuBLAS workspace 32 MiB per GEMM stream (NVIDIA's cuBLAS docs, "
                "cublasSetWorkspace: 32 MiB recommended on Hopper and later; 4 MiB before, so A100 is over by 28 MiB) "
                "on the compute stream, plus Transformer Engine's own 32 MiB with megatron-core"),
@@ -62,7 +65,6 @@ OUTSIDE_ITEMS = tuple(item.name for item in LEDGER if not item.inside_allocator)
 # what the ledger does not price yet: `plan --help` lists these
 NOT_MODELLED = {
     "fp8_scales": "the quantised recipes' scale tensors and amax histories (small beside the copies)",
-    "moe_dispatch": "MoE permutation and token-dispatch buffers (the MoE issue adds them)",
     "activation_offloading": "Megatron's activation offloading to host memory (--cpu-offloading and its fine-grained "
                              "variant): the ledger keeps every activation on the device",
     "fused_cross_entropy": "--cross-entropy-loss-fusion: the ledger keeps the unfused fp32 copy of the logits",

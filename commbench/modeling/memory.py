@@ -72,6 +72,7 @@ from commbench.modeling.ledger import (
     PEAK_MOMENTS,
     TE_WORKSPACE,
 )
+from commbench.modeling.routing import expert_load
 
 # The seeds put static state at "16-20 B/param": the 16 itemised below plus headroom they do not
 # itemise. Their "175B needs 3.5 TB, at least 44 x 80 GB GPUs" is this upper bound (175e9 x 20).
@@ -258,7 +259,21 @@ def per_layout_terms(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarr
     return {"micro_batches": micro_batches(job, batch), "per_layer": kept,
             # full recompute rebuilds one layer's activations at a time during backward
             "rebuilt": activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised,
-            "logits": logits_bytes(job, batch), "attention_workspace": _attention_workspace(job, batch)}
+            "logits": logits_bytes(job, batch), "attention_workspace": _attention_workspace(job, batch),
+            "moe_dispatch": moe_dispatch_bytes(job, batch)}
+
+
+def moe_dispatch_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
+    """One MoE layer's dispatch and combine buffers on the busiest rank (ledger item moe_dispatch)."""
+    model = job.model
+    if not model.moe:
+        return np.zeros(len(batch))
+    load = expert_load(job.routing, model.moe.num_experts, batch.ep, job.capacity_factor,
+                       job.moe_execution.pad_to_capacity)
+    local = batch.mbs * job.seq_len / (batch.cp * batch.tp)
+    copies = model.moe.top_k * job.expert_load * local
+    sent, received = copies * load.kept, copies * batch.etp * load.hottest
+    return 2.0 * job.activation_bytes * model.hidden * (sent + received)
 
 
 def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None = None
@@ -296,6 +311,7 @@ def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None
     items["recompute_buffer"] = np.where((batch.recompute == FULL_RECOMPUTE) & (layers > 0), terms["rebuilt"], 0.0)
     items["logits"] = np.where(stage == batch.pp - 1, terms["logits"], 0.0)
     items["attention_workspace"] = np.where(layers > 0, terms["attention_workspace"], 0.0)
+    items["moe_dispatch"] = np.where(layers > 0, terms["moe_dispatch"], 0.0)
     items["gemm_workspace"] = np.full(len(batch), _gemm_workspace(job))
     return _at_peak(job, batch, items, chunks < m * batch.vpp)
 
