@@ -38,7 +38,7 @@ def large_size_spread(run_dirs: list[Path], min_size: int) -> float:
             if r["size_bytes"] >= min_size:
                 times[(r["op"], r["in_place"], r["size_bytes"])].append(r["time_us"])
     spreads = [(max(t) - min(t)) / statistics.median(t) for t in times.values() if len(t) > 1]
-    return statistics.median(spreads)
+    return statistics.median(spreads) if spreads else float("nan")  # one repeat: no spread to show
 
 
 def main() -> None:
