@@ -137,7 +137,7 @@ def test_processor_from_a_json_file(tmp_path):
     loaded = load_processor(str(path))
     assert loaded.name == "measured device"
     assert loaded.gemm_curve == load_processor("h100").gemm_curve
-    with pytest.raises(UsageError, match="not found"):
+    with pytest.raises(UsageError, match="no such file"):
         load_processor(str(tmp_path / "missing.json"))
     path.write_text("{}")
     with pytest.raises(UsageError, match="not a processor"):
