@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -160,3 +161,17 @@ def test_layout_string_round_trips():
     layout = parse_layout("tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective", 64)
     assert layout == Layout(dp=2, tp=8, pp=4, zero=1, recompute="selective")
     assert parse_layout(str(layout), 64) == layout
+
+
+@pytest.mark.parametrize("model, gpus, seq, text, refusal", [
+    # 12 divides mixtral-8x22b's 48 heads but neither divides its 8 KV heads nor is a multiple of them
+    ("mixtral-8x22b", 24, 4096, "tp=12,dp=2", "KV heads"),
+    # the load-balanced ring cuts the sequence into 2*cp chunks: 4097 tokens do not split into 4
+    ("llama3-8b", 8, 4097, "cp=2,dp=4", "2*cp"),
+])
+def test_evaluate_layout_refuses_what_the_search_refuses(model, gpus, seq, text, refusal):
+    p = planner(model, gpus, 64, seq)
+    layout = parse_layout(text, gpus)
+    assert p._shape(layout.tp, layout.pp, layout.cp, 1) == []  # the search never produces it
+    with pytest.raises(UsageError, match=re.escape(refusal)):
+        p.evaluate_layout(layout)

@@ -130,16 +130,28 @@ class Planner:
         """The (tp, pp, cp, dp, ep, etp, vpp) shapes with these tp, pp, cp that the model and batch allow."""
         model = self.job.model
         dp = self.cluster.gpus // (tp * pp * cp)
-        if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or pp > model.layers:
-            return []
-        if cp > 1 and self.job.seq_len % (2 * cp):  # the load-balanced ring splits the sequence in 2*cp
-            return []
-        if self.job.global_batch % dp:
+        if self.shape_refusal(tp, pp, cp, dp) is not None:
             return []
         chunks = model.layers // pp if model.layers % pp == 0 else 1
         vpps = [v for v in _divisors(chunks) if v <= self.space.max_vpp] if pp > 1 else [1]
         folds = self._expert_folds(tp * cp * dp, tp, experts) if model.moe else [(1, tp)]
         return [(tp, pp, cp, dp, ep, etp, vpp) for ep, etp in folds for vpp in vpps]
+
+    def shape_refusal(self, tp: int, pp: int, cp: int, dp: int) -> str | None:
+        """Why the model and batch cannot take this tp, pp, cp, dp, or None: the one check the search
+        and evaluate_layout (--layout) share, so --layout refuses what the search never produces."""
+        model, job = self.job.model, self.job
+        if model.heads % tp:
+            return f"tp={tp} does not divide the {model.heads} attention heads"
+        if model.kv_heads % tp and tp % model.kv_heads:
+            return f"tp={tp} neither divides the {model.kv_heads} KV heads nor is a multiple of them"
+        if pp > model.layers:
+            return f"pp={pp} is more stages than the model's {model.layers} layers"
+        if cp > 1 and job.seq_len % (2 * cp):  # the load-balanced ring splits the sequence in 2*cp
+            return f"cp={cp}: the sequence of {job.seq_len} does not split into 2*cp = {2 * cp} equal chunks"
+        if job.global_batch % dp:
+            return f"global batch {job.global_batch} is not a multiple of dp={dp}"
+        return None
 
     def _expert_folds(self, folded: int, tp: int, experts: int) -> list[tuple[int, int]]:
         """(ep, etp) pairs folded over tp*cp*dp ranks (parallel folding): ep divides the experts,
@@ -206,8 +218,9 @@ class Planner:
         if self.job.global_batch % (layout.dp * layout.mbs):
             raise UsageError(f"global batch {self.job.global_batch} is not a multiple of dp*mbs = {layout.dp * layout.mbs}")
         self.check_pipeline(layout, self.job.global_batch // (layout.dp * layout.mbs))
-        if self.job.model.heads % layout.tp:
-            raise UsageError(f"tp={layout.tp} does not divide the {self.job.model.heads} attention heads")
+        refusal = self.shape_refusal(layout.tp, layout.pp, layout.cp, layout.dp)
+        if refusal is not None:
+            raise UsageError(f"layout {layout}: {refusal}")
         check_moe_rules(layout, self.job.model.moe.num_experts if self.job.model.moe else None)
         screening = self.screen(LayoutBatch.from_layouts([layout]))
         result = simulate(self.step_model, layout, timeline=True)
