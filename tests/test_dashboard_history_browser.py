@@ -2,7 +2,7 @@
 
 The fleet is synthetic (generated runs, labelled so in run.json): 30 runs of one cluster with a 30%
 busbw drop and an NCCL upgrade at run 20, beside the imported A100 nccl-tests log (one run, sizes up
-to 4 GiB the fleet never measured). Later tests write a measured CPU run into the folder while the
+to 4 GiB the fleet never measured) and the synthetic DGX H100 topology file. Later tests write a measured CPU run into the folder while the
 app is up, without ingesting it. Screenshots go to docs/screenshots/{history,compare}.png.
 Needs what tests/test_dashboard_browser.py needs; skipped without it, except in CI.
 """
@@ -49,6 +49,7 @@ def fleet(tmp_path_factory, monkeypatch_module) -> Path:
     generate_history(root, PROFILE, 30, cluster="fleet", seed=3,
                      injection=Injection(at=20, drop=0.3, versions={"nccl": "2.23.4"}))
     shutil.copytree(EXAMPLES / IMPORT, root / IMPORT)
+    shutil.copy(EXAMPLES / "dgx-h100.topology.json", root)  # synthetic, 8 GPUs: Topology must not open on it
     monkeypatch_module.delenv("COMMBENCH_DB", raising=False)
     store.ingest(root / "commbench.duckdb", [root])
     return root
@@ -121,6 +122,8 @@ def test_a_run_written_after_the_ingest_appears_in_the_pickers_and_opens_bandwid
     assert "no nominal-rate line" in shown["annotations"]  # a CPU run has no NVLink or NIC rate: said on the figure
     _open(fleet_duo, "/compare")
     assert any(LATER in label for label in _option_labels(fleet_duo, "#cmp-a"))
+    _open(fleet_duo, "/topology")  # the newest measured run opens Topology too, not an import or a synthetic run
+    fleet_duo.wait_for_contains_text("#topo-source", f"{LATER} (run)", timeout=WAIT_S)
     _no_console_errors(fleet_duo)
 
 
