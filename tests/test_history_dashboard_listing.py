@@ -5,6 +5,7 @@ yet are read once and appear, newest first), and walk the folder when there is n
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from commbench.analysis.synthetic import generate_history, quiet_variant, read_p
 from commbench.data import store
 from dashboard.data import SYNTHETIC_BADGE, ResultsStore
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "results" / "examples"
 PROFILE = quiet_variant(read_profile(Path(__file__).parent / "fixtures" / "history-noise-profile.json"))
 
 
@@ -130,3 +132,24 @@ def test_the_planner_page_offers_the_database_runs_as_bandwidth_sources(fleet, m
     values = [option["value"] for option in dropdown.options]
     assert values == [planner.PRESET_SOURCE, *names[::-1]]
     assert dropdown.options[1]["label"].startswith(f"synthetic: {names[-1]} {SYNTHETIC_BADGE} (nccl, ")
+
+
+def test_compare_pairs_the_two_newest_runs_of_one_backend_and_op_set_that_share_rows(fleet):
+    from dashboard.fleet import comparable_pair
+    root, names = fleet
+    shutil.copytree(EXAMPLES / "example-cpu-2rank", root / "cpu")  # the newest: gloo, other ops
+    entries = ResultsStore(root).usable(("sweep", "import"))
+    assert entries[0].key == "cpu"
+    assert comparable_pair(entries) == (names[-2], names[-1])
+    assert comparable_pair(entries[:2]) is None  # the CPU run and one fleet run are not comparable
+
+
+def test_history_opens_on_the_busiest_row_and_offers_only_its_sizes():
+    from dashboard.fleet import HistoryRow, busiest_row, scopes_of, sizes_of
+    rows = [HistoryRow("a-lab", "all_reduce", 4 << 30, "world", 1), HistoryRow("fleet", "all_reduce", 1 << 20, "world", 30),
+            HistoryRow("fleet", "all_reduce", 64 << 20, "world", 30), HistoryRow("fleet", "all_gather", 1 << 20, "world", 30),
+            HistoryRow("fleet", "all_reduce", 64 << 20, "intra", 4)]
+    assert busiest_row(rows) == rows[2]  # most points; all_reduce, then the larger size, break the tie
+    assert busiest_row(rows, "a-lab", "all_reduce") == rows[0] and busiest_row(rows, "a-lab", "all_gather") is None
+    assert sizes_of(rows, "fleet", "all_reduce") == [1 << 20, 64 << 20]  # never the other cluster's 4 GiB
+    assert scopes_of(rows, "fleet", "all_reduce", 64 << 20) == ["intra", "world"]
