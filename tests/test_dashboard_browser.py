@@ -255,6 +255,9 @@ def test_planner_page_ranks_layouts_and_simulates_the_chosen_one(duo):
     _wait_for_plot(duo, "plan-breakdown", lambda plot: "compute" in plot["names"], "breakdown bars")
     _wait_for_plot(duo, "plan-memory", lambda plot: "parameters" in plot["names"], "memory ledger")
     _wait_for_plot(duo, "plan-timeline", lambda plot: "simulated step of #1" in plot["title"], "step timeline")
+    # no processor given: the bottom of the page is one sentence, not a blank plot frame
+    duo.wait_for_contains_text("#plan-gemm-empty", "Give a processor above", timeout=WAIT_S)
+    assert not duo.find_element("#plan-gemm").is_displayed()
     duo.find_elements("#plan-table input[type=radio]")[1].click()
     _wait_for_plot(duo, "plan-timeline", lambda plot: "simulated step of #2" in plot["title"], "second layout")
     summary = duo.find_element("#plan-summary").text
