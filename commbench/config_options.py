@@ -91,7 +91,7 @@ def default_text(f: Field[Any]) -> str | None:
     """The default as --help states it, or None when there is nothing to state (a switch, no default)."""
     default, shown = field_default(f), f.metadata["shown"]
     if callable(shown):
-        return shown(default)
+        return str(shown(default))
     if shown is not None:
         return str(shown)
     if default is MISSING or default is None or isinstance(default, bool):
@@ -103,7 +103,7 @@ def default_text(f: Field[Any]) -> str | None:
 
 def help_text(f: Field[Any]) -> str:
     shown = default_text(f)
-    text = f.metadata["doc"] + (f" (default {shown})" if shown is not None else "")
+    text = str(f.metadata["doc"]) + (f" (default {shown})" if shown is not None else "")
     return text.replace("%", "%%")  # argparse formats help with %
 
 

@@ -12,7 +12,7 @@ Torch-free: the data and modelling layers import it.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 # the order every listing follows: the whole job, then its node-local and cross-node parts, then pairs
 Scope = Literal["world", "intra", "inter", "host", "pair"]
@@ -44,9 +44,9 @@ def in_order(names: set[str] | list[str]) -> list[str]:
     return known + sorted(set(names) - set(SCOPES))
 
 
-def nvlink_domain_of(node) -> str:
+def nvlink_domain_of(node: Any) -> str:
     """The NVLink domain a run's host (a NodeInfo, or its dict) is in: the domain its run.json
     records (NVML's fabric cluster and clique, or $COMMBENCH_NVLINK_DOMAIN), else the host itself."""
     if isinstance(node, dict):
-        return node.get("nvlink_domain") or f"host:{node['hostname']}"
-    return getattr(node, "nvlink_domain", None) or f"host:{node.hostname}"
+        return str(node.get("nvlink_domain") or f"host:{node['hostname']}")
+    return str(getattr(node, "nvlink_domain", None) or f"host:{node.hostname}")

@@ -7,13 +7,15 @@ one wide enough for any layout string or op name; `--format csv/json` remain the
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 
 # wide enough for any row we print, narrow enough that nothing draws a line across it
 PIPED_WIDTH = 1000
 
 
-def console(stderr: bool = False, **options) -> Console:
+def console(stderr: bool = False, **options: Any) -> Console:
     """A rich Console for our tables: the terminal's width, or PIPED_WIDTH when not a terminal."""
     candidate = Console(stderr=stderr, **options)
     if candidate.is_terminal:

@@ -9,8 +9,8 @@ MAX_SIZE = 1 << 50  # 1 PiB: far beyond any buffer, small enough to stay exact i
 _SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
-def _shown(text) -> str:
-    text = repr(text)
+def _shown(value: object) -> str:
+    text = repr(value)
     return text if len(text) <= 40 else text[:37] + "...'"
 
 
