@@ -135,7 +135,7 @@ def write_run(run: ImportedRun, out_dir: str | Path, run_id: str | None = None) 
     # written as not complete first, like a live run, so a reader never sees complete without records
     writer = RunWriter(out_dir, info.model_copy(update={"complete": False, "reason": None}))
     try:
-        writer.add_records(run.records)
+        writer.write_all_records(run.records)
         writer.info = info
         writer.write_info()
     except BaseException:

@@ -20,7 +20,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,10 +105,16 @@ def prepare_output_folder(folder: str | Path, flag: str = "--out") -> Path:
 def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
     """Write a temporary file and rename it over `path`. The rename alone protects readers and
     crashes of this process; `durable` also syncs to disk, against losing power (slow: once per run)."""
+    atomic_write_chunks(path, (text,), durable)
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[str], durable: bool = True) -> None:
+    """atomic_write_text for text made piece by piece, so a big file is never whole in memory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            for chunk in chunks:
+                handle.write(chunk)
             handle.flush()  # a full disk shows here, inside the try, not in a close after it
             if durable:
                 os.fsync(handle.fileno())
@@ -123,12 +129,21 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
 
 def records_to_csv(records: list[dict[str, Any]]) -> str:
     extra = sorted({key for rec in records for key in rec} - set(RECORD_FIELDS))
+    return "".join(_csv_chunks(records, extra))
+
+
+def _csv_chunks(records: Iterable[dict[str, Any]], extra: list[str], rows_per_chunk: int = 1000) -> Iterator[str]:
+    """The CSV of records (columns RECORD_FIELDS then `extra`), header first, a chunk of rows at a time."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=RECORD_FIELDS + extra, lineterminator="\n")
     writer.writeheader()
-    for rec in records:
+    for number, rec in enumerate(records, 1):
         writer.writerow({key: "" if value is None else value for key, value in rec.items()})
-    return buffer.getvalue()
+        if number % rows_per_chunk == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
 
 
 class RunWriter:
@@ -146,6 +161,7 @@ class RunWriter:
         self.records: list[dict[str, Any]] = []
         self.samples: list[str] = []  # samples.jsonl lines, one per record that kept its samples
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
+        self._streamed = False  # write_all_records wrote the records files: they are not held here
         try:
             self.write_info()
             self._write_records()
@@ -174,7 +190,22 @@ class RunWriter:
             self.records = list(records)
             self._write_records()
 
+    def write_all_records(self, records: Sequence[Record]) -> None:
+        """Write a run's whole, final record list at once (an import), streamed record by record:
+        neither the dumped records nor the files' text are held whole. The writer keeps none of
+        them, so it refuses to be handed records before or after."""
+        if self.records or self.samples:
+            raise ValueError("write_all_records writes every record; this writer already holds some")
+        extra = sorted({key for rec in records for key in rec.model_extra or {}} - set(RECORD_FIELDS))
+        with self._lock:
+            self._streamed = True
+            jsonl = (json.dumps(rec.model_dump()) + "\n" for rec in records)
+            atomic_write_chunks(self.path / RECORDS_JSONL, jsonl, durable=True)
+            atomic_write_chunks(self.path / RECORDS_CSV, _csv_chunks((rec.model_dump() for rec in records), extra), durable=True)
+
     def _write_records(self, durable: bool = False) -> None:
+        if self._streamed:
+            raise ValueError("this writer's records were written by write_all_records and are not kept")
         lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
         atomic_write_text(self.path / RECORDS_JSONL, lines, durable)
         atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records), durable)
