@@ -55,9 +55,11 @@ def main() -> None:
         plan_seconds = time.perf_counter() - start
         total_layouts += len(best)
         total_seconds += best.seconds
-        print(f"{name:>15} on {gpus:>5} GPUs: {len(best):>6} layouts screened in {best.seconds * 1e3:7.1f} ms "
-              f"= {len(best) / best.seconds:>9,.0f} layouts/s; full plan with event-simulated shortlist {plan_seconds:.2f} s"
-              + _unfolded(best))
+        print(
+            f"{name:>15} on {gpus:>5} GPUs: {len(best):>6} layouts screened in {best.seconds * 1e3:7.1f} ms "
+            f"= {len(best) / best.seconds:>9,.0f} layouts/s; full plan with event-simulated shortlist {plan_seconds:.2f} s"
+            + _unfolded(best)
+        )
     print(f"overall: {total_layouts / total_seconds:,.0f} layouts/s ({total_layouts} layouts in {total_seconds:.3f} s)")
 
 

@@ -56,20 +56,44 @@ def results_folder(root: Path) -> tuple[Path, str, str, str]:
 
 
 def callback_bodies(job: str, sweep_a: str, sweep_b: str) -> list[bytes]:
-    jobs = {"output": "..jobs-figure.figure...jobs-table.data...jobs-table.columns...jobs-far-below.children..."
-                      "jobs-notices.children..",
-            "outputs": [{"id": i, "property": p} for i, p in [("jobs-figure", "figure"), ("jobs-table", "data"),
-                                                               ("jobs-table", "columns"), ("jobs-far-below", "children"),
-                                                               ("jobs-notices", "children")]],
-            "inputs": [{"id": "jobs-job", "property": "value", "value": job},
-                       {"id": "jobs-against", "property": "value", "value": sweep_b}],
-            "changedPropIds": ["jobs-job.value"], "state": []}
-    compare = {"output": "..cmp-figure.figure...cmp-table.data...cmp-table.columns...cmp-differences.children..",
-               "outputs": [{"id": i, "property": p} for i, p in [("cmp-figure", "figure"), ("cmp-table", "data"),
-                                                                  ("cmp-table", "columns"), ("cmp-differences", "children")]],
-               "inputs": [{"id": "cmp-a", "property": "value", "value": sweep_a},
-                          {"id": "cmp-b", "property": "value", "value": sweep_b}],
-               "changedPropIds": ["cmp-a.value"], "state": []}
+    jobs = {
+        "output": "..jobs-figure.figure...jobs-table.data...jobs-table.columns...jobs-far-below.children..."
+        "jobs-notices.children..",
+        "outputs": [
+            {"id": i, "property": p}
+            for i, p in [
+                ("jobs-figure", "figure"),
+                ("jobs-table", "data"),
+                ("jobs-table", "columns"),
+                ("jobs-far-below", "children"),
+                ("jobs-notices", "children"),
+            ]
+        ],
+        "inputs": [
+            {"id": "jobs-job", "property": "value", "value": job},
+            {"id": "jobs-against", "property": "value", "value": sweep_b},
+        ],
+        "changedPropIds": ["jobs-job.value"],
+        "state": [],
+    }
+    compare = {
+        "output": "..cmp-figure.figure...cmp-table.data...cmp-table.columns...cmp-differences.children..",
+        "outputs": [
+            {"id": i, "property": p}
+            for i, p in [
+                ("cmp-figure", "figure"),
+                ("cmp-table", "data"),
+                ("cmp-table", "columns"),
+                ("cmp-differences", "children"),
+            ]
+        ],
+        "inputs": [
+            {"id": "cmp-a", "property": "value", "value": sweep_a},
+            {"id": "cmp-b", "property": "value", "value": sweep_b},
+        ],
+        "changedPropIds": ["cmp-a.value"],
+        "state": [],
+    }
     return [json.dumps(jobs).encode(), json.dumps(compare).encode()]
 
 
@@ -79,8 +103,13 @@ def start(kind: str, folder: Path, port: int) -> subprocess.Popen:
         env["COMMBENCH_DASHBOARD_AUTH"] = TOKEN
         argv = [sys.executable, "-m", "commbench", "dashboard", "--results", str(folder), "--port", str(port)]
     else:  # Flask's development server, threaded (its default), no debugger: what `app.run` gave before
-        argv = [sys.executable, "-c", "import sys; from dashboard.app import create_app; "
-                f"create_app(sys.argv[1]).run(host='127.0.0.1', port={port}, debug=False)", str(folder)]
+        argv = [
+            sys.executable,
+            "-c",
+            "import sys; from dashboard.app import create_app; "
+            f"create_app(sys.argv[1]).run(host='127.0.0.1', port={port}, debug=False)",
+            str(folder),
+        ]
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -97,7 +126,9 @@ def start(kind: str, folder: Path, port: int) -> subprocess.Popen:
 
 def client(base: str, plan: list, auth: str | None, latencies: list, errors: list) -> None:
     for path, body in plan:
-        request = urllib.request.Request(base + path, data=body, headers={"Content-Type": "application/json"} if body else {})
+        request = urllib.request.Request(
+            base + path, data=body, headers={"Content-Type": "application/json"} if body else {}
+        )
         if auth:
             request.add_header("Authorization", auth)
         start = time.perf_counter()
@@ -119,9 +150,19 @@ def load(kind: str, folder: Path, bodies: list[bytes], clients: int, requests: i
     work = [(page, None) for page in PAGES] + [("/_dash-update-component", body) for body in bodies]
     latencies: list[float] = []
     errors: list[str] = []
-    threads = [threading.Thread(target=client, args=(f"http://127.0.0.1:{port}",
-                                                     [work[(c + i) % len(work)] for i in range(requests)],
-                                                     auth, latencies, errors)) for c in range(clients)]
+    threads = [
+        threading.Thread(
+            target=client,
+            args=(
+                f"http://127.0.0.1:{port}",
+                [work[(c + i) % len(work)] for i in range(requests)],
+                auth,
+                latencies,
+                errors,
+            ),
+        )
+        for c in range(clients)
+    ]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -131,9 +172,17 @@ def load(kind: str, folder: Path, bodies: list[bytes], clients: int, requests: i
     process.terminate()
     process.wait(timeout=30)
     ordered = sorted(latencies)
-    return {"server": kind, "requests": len(latencies), "errors": len(errors), "first_errors": errors[:3],
-            "p50_s": statistics.median(ordered), "p95_s": ordered[int(0.95 * (len(ordered) - 1))], "max_s": ordered[-1],
-            "wall_s": wall, "requests_per_s": len(latencies) / wall}
+    return {
+        "server": kind,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "p50_s": statistics.median(ordered),
+        "p95_s": ordered[int(0.95 * (len(ordered) - 1))],
+        "max_s": ordered[-1],
+        "wall_s": wall,
+        "requests_per_s": len(latencies) / wall,
+    }
 
 
 def main() -> int:
@@ -147,8 +196,11 @@ def main() -> int:
         rows = [load(kind, folder, bodies, args.clients, args.requests) for kind in ("waitress", "flask-dev")]
     print(f"{'server':<10} {'requests':>8} {'errors':>6} {'p50 s':>7} {'p95 s':>7} {'max s':>7} {'req/s':>7}")
     for row in rows:
-        print(f"{row['server']:<10} {row['requests']:>8} {row['errors']:>6} {row['p50_s']:>7.3f} {row['p95_s']:>7.3f} "
-              f"{row['max_s']:>7.3f} {row['requests_per_s']:>7.1f}" + (f"  {row['first_errors']}" if row["errors"] else ""))
+        print(
+            f"{row['server']:<10} {row['requests']:>8} {row['errors']:>6} {row['p50_s']:>7.3f} {row['p95_s']:>7.3f} "
+            f"{row['max_s']:>7.3f} {row['requests_per_s']:>7.1f}"
+            + (f"  {row['first_errors']}" if row["errors"] else "")
+        )
     print(json.dumps(rows))
     return 0
 

@@ -38,11 +38,26 @@ def launch(cluster, args: list[str], timeout: float = 900) -> tuple[float, str]:
     port = random.randint(30000, 39000)
     n = len(cluster.nodes)
     start = time.monotonic()
-    procs = [cluster.node(i).popen([sys.executable, "-m", "commbench", *args], cwd=REPO,
-                                   env={"RANK": str(i), "WORLD_SIZE": str(n), "LOCAL_RANK": "0", "PYTHONPATH": str(REPO),
-                                        "MASTER_ADDR": cluster.addr(0), "MASTER_PORT": str(port),
-                                        "GLOO_SOCKET_IFNAME": "eth0", "COMMBENCH_LAUNCHER": "env"},
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        cluster.node(i).popen(
+            [sys.executable, "-m", "commbench", *args],
+            cwd=REPO,
+            env={
+                "RANK": str(i),
+                "WORLD_SIZE": str(n),
+                "LOCAL_RANK": "0",
+                "PYTHONPATH": str(REPO),
+                "MASTER_ADDR": cluster.addr(0),
+                "MASTER_PORT": str(port),
+                "GLOO_SOCKET_IFNAME": "eth0",
+                "COMMBENCH_LAUNCHER": "env",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     [(code, out, err)] = wait_procs(procs[:1], timeout)
     seconds = time.monotonic() - start
     wait_procs(procs[1:], 30)
@@ -58,7 +73,10 @@ def diagnose(cluster) -> tuple[float, dict]:
 
 def pairwise(cluster, scratch: Path) -> tuple[float, str]:
     seconds, out = launch(cluster, ["run", "--pairwise", "-b", "8", "-e", "8M", "--no-progress", "--out", str(scratch)])
-    flagged = next((line for line in out.splitlines() if "every flagged pair touches" in line), "# no node common to the flagged pairs")
+    flagged = next(
+        (line for line in out.splitlines() if "every flagged pair touches" in line),
+        "# no node common to the flagged pairs",
+    )
     return seconds, flagged.split(":", 1)[-1].strip()
 
 
@@ -68,15 +86,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     ceiling = tcp_goodput_ceiling_gbps("1gbit")
-    print(f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')} on {socket.gethostname()}, "
-          f"{args.nodes} nodes x 1 rank, 1 Gbit/s (TCP ceiling {ceiling:.4f} GB/s)")
+    print(
+        f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')} on {socket.gethostname()}, "
+        f"{args.nodes} nodes x 1 rank, 1 Gbit/s (TCP ceiling {ceiling:.4f} GB/s)"
+    )
     with EmulatedCluster(nodes=args.nodes, rate="1gbit") as cluster:
         for _ in range(args.repeats):
             _, healthy = diagnose(cluster)
             rings = healthy["round_log"][0]["busbw_gbps"]
-            print(f"healthy fleet, first group round, {len(rings)} rings of 2 at once: "
-                  + ", ".join(f"{bw:.4f}" for bw in rings) + f" GB/s = {min(rings) / ceiling:.0%}-{max(rings) / ceiling:.0%} "
-                  f"of the ceiling; named: {healthy['exclude'] or 'none'}")
+            print(
+                f"healthy fleet, first group round, {len(rings)} rings of 2 at once: "
+                + ", ".join(f"{bw:.4f}" for bw in rings)
+                + f" GB/s = {min(rings) / ceiling:.0%}-{max(rings) / ceiling:.0%} "
+                f"of the ceiling; named: {healthy['exclude'] or 'none'}"
+            )
         cluster.shape(SLOW_NODE, rate="300mbit")
         print(f"\nnode {cluster.names[SLOW_NODE]} at 300 Mbit/s\n")
         print("| tool | wall time (s), ranks started to rank 0 done | inside the tool | named |")
@@ -84,8 +107,10 @@ def main() -> None:
         scratch = Path(f"/tmp/diagnose-cluster-bench-{random.randint(0, 1 << 30)}")
         for _ in range(args.repeats):
             seconds, report = diagnose(cluster)
-            print(f"| diagnose | {seconds:.1f} | {report['wall_s']:.1f} s, straggler screen + {report['rounds']} rounds, "
-                  f"{report['group_tests']} group tests | {report['exclude'] or 'none'} |")
+            print(
+                f"| diagnose | {seconds:.1f} | {report['wall_s']:.1f} s, straggler screen + {report['rounds']} rounds, "
+                f"{report['group_tests']} group tests | {report['exclude'] or 'none'} |"
+            )
             seconds, named = pairwise(cluster, scratch)
             print(f"| run --pairwise | {seconds:.1f} | {args.nodes - 1} rounds x 2 sizes | {named} |")
         shutil.rmtree(scratch, ignore_errors=True)

@@ -28,8 +28,10 @@ def main() -> None:
     parser.add_argument("--line-gbps", type=float, default=0.125, help="link rate for the wall-time estimate (GB/s)")
     args = parser.parse_args()
     per_round = round_seconds(args.line_gbps)
-    print("| N | d | trials | missed faults | false accusations | rounds mean (max) | bound 2d⌈log2(N/d)⌉+2 "
-          "| group tests mean | est. wall (s) | pairwise rounds (est. s) | bisection rounds, missed, false | sim (s) |")
+    print(
+        "| N | d | trials | missed faults | false accusations | rounds mean (max) | bound 2d⌈log2(N/d)⌉+2 "
+        "| group tests mean | est. wall (s) | pairwise rounds (est. s) | bisection rounds, missed, false | sim (s) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in SIZES:
         for d in FAULTS:
@@ -39,12 +41,14 @@ def main() -> None:
             bisect = simulate_bisection(n, d, trials, seed=args.seed + 104729 * n + d)
             took = time.perf_counter() - start
             rounds = np.array(ours.rounds)
-            print(f"| {n:,} | {d} | {trials} | {ours.missed_pct():.2f}% ({ours.missed}/{ours.faults}) "
-                  f"| {ours.false_pct():.2f}% ({ours.false}/{ours.verdicts}) | {rounds.mean():.1f} ({rounds.max()}) "
-                  f"| {bound_rounds(n, d)} | {np.mean(ours.tests):.0f} | {rounds.mean() * per_round:.0f} "
-                  f"| {pairwise_rounds(n):,} ({2 * pairwise_rounds(n) * per_round:,.0f}) "
-                  f"| {np.mean(bisect.rounds):.0f}, {bisect.missed_pct():.1f}%, {bisect.false_pct():.1f}% | {took:.0f} |",
-                  flush=True)
+            print(
+                f"| {n:,} | {d} | {trials} | {ours.missed_pct():.2f}% ({ours.missed}/{ours.faults}) "
+                f"| {ours.false_pct():.2f}% ({ours.false}/{ours.verdicts}) | {rounds.mean():.1f} ({rounds.max()}) "
+                f"| {bound_rounds(n, d)} | {np.mean(ours.tests):.0f} | {rounds.mean() * per_round:.0f} "
+                f"| {pairwise_rounds(n):,} ({2 * pairwise_rounds(n) * per_round:,.0f}) "
+                f"| {np.mean(bisect.rounds):.0f}, {bisect.missed_pct():.1f}%, {bisect.false_pct():.1f}% | {took:.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

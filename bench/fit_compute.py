@@ -80,7 +80,9 @@ def main() -> None:
             scale = best(candidates, f"{gpu} gemm_scale")
             mine = [r for r in fsdp if r["gpu"] == gpu]
             print(f"stage 2, {gpu}: {len(mine)} torch-fsdp calibration rows")
-            candidates = [(*errors_of(mine, {gpu: processor_file(gpu, scale, folder, f)}, folder), f) for f in FSDP_SCALES]
+            candidates = [
+                (*errors_of(mine, {gpu: processor_file(gpu, scale, folder, f)}, folder), f) for f in FSDP_SCALES
+            ]
             best(candidates, f"{gpu} execution_gemm_efficiency[torch-fsdp]")
 
 

@@ -46,8 +46,11 @@ def device_and_facts(dry_run: bool):
         if not dry_run:
             raise SystemExit("no CUDA device: run with --dry-run to exercise the plumbing on the CPU")
         return torch.device("cpu"), {"device": "stand-in: CPU (--dry-run)", "dry_run": True}
-    return torch.device("cuda"), {"device": torch.cuda.get_device_name(0), "dry_run": False,
-                                  "capability": list(torch.cuda.get_device_capability(0))}
+    return torch.device("cuda"), {
+        "device": torch.cuda.get_device_name(0),
+        "dry_run": False,
+        "capability": list(torch.cuda.get_device_capability(0)),
+    }
 
 
 def write(out: Path, name: str, data: dict) -> None:
@@ -82,11 +85,20 @@ def step_fp8(out: Path, dry_run: bool) -> None:
 
         def gemm(a=a, b=b, one=one):
             torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
         gemm()
         seconds = statistics.median(_event_seconds(gemm, 10))
-        results.append({"m": n, "n": n, "k": n, "seconds": seconds, "tflops": 2 * n ** 3 / seconds / 1e12})
-    write(out, "fp8.json", {**facts, "available": True, "gemms": results,
-                            "how": "torch._scaled_mm e4m3 x e4m3 -> bf16, unit scales, median of 10 CUDA-event timings"})
+        results.append({"m": n, "n": n, "k": n, "seconds": seconds, "tflops": 2 * n**3 / seconds / 1e12})
+    write(
+        out,
+        "fp8.json",
+        {
+            **facts,
+            "available": True,
+            "gemms": results,
+            "how": "torch._scaled_mm e4m3 x e4m3 -> bf16, unit scales, median of 10 CUDA-event timings",
+        },
+    )
 
 
 def _event_seconds(work, repeats: int) -> list[float]:
@@ -112,6 +124,7 @@ def step_timers(out: Path, dry_run: bool) -> None:
 
     def gemm():
         torch.matmul(a, b)
+
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gemm()
     sync()
@@ -119,10 +132,23 @@ def step_timers(out: Path, dry_run: bool) -> None:
     if device.type == "cuda":
         event, how = statistics.median(_event_seconds(gemm, 20)), "CUDA events around each op"
     else:  # the stand-in has no events: a second host timing, so only the plumbing is shown
-        event, how = statistics.median(host_seconds(gemm, sync, 20)), "stand-in: host clock again (no CUDA events on CPU)"
-    write(out, "timers.json", {**facts, "op": f"fp32 matmul {n}x{n}x{n}", "host_s": host, "event_s": event,
-                               "host_over_event": host / event, "event_how": how,
-                               "host_how": "perf_counter around each op, synchronising after it, median of 20"})
+        event, how = (
+            statistics.median(host_seconds(gemm, sync, 20)),
+            "stand-in: host clock again (no CUDA events on CPU)",
+        )
+    write(
+        out,
+        "timers.json",
+        {
+            **facts,
+            "op": f"fp32 matmul {n}x{n}x{n}",
+            "host_s": host,
+            "event_s": event,
+            "host_over_event": host / event,
+            "event_how": how,
+            "host_how": "perf_counter around each op, synchronising after it, median of 20",
+        },
+    )
 
 
 def step_summary(out: Path, dry_run: bool) -> None:
@@ -132,9 +158,17 @@ def step_summary(out: Path, dry_run: bool) -> None:
         name, status, seconds, budget = line.split("\t")
         steps.append({"step": name, "status": status, "seconds": float(seconds), "budget_s": float(budget)})
     files = sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_file())
-    write(out, "summary.json", {"dry_run": dry_run, "steps": steps, "files": files,
-                                "all_ok": all(s["status"] == "ok" for s in steps),
-                                "total_s": sum(s["seconds"] for s in steps)})
+    write(
+        out,
+        "summary.json",
+        {
+            "dry_run": dry_run,
+            "steps": steps,
+            "files": files,
+            "all_ok": all(s["status"] == "ok" for s in steps),
+            "total_s": sum(s["seconds"] for s in steps),
+        },
+    )
 
 
 def main() -> int:

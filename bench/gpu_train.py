@@ -40,19 +40,40 @@ def gpt_config(dry_run: bool):
 
 
 def predictions(cfg, processor: Path, dry_run: bool) -> dict[str, dict]:
-    spec = ModelSpec(name="validation GPT", hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, kv_heads=cfg.heads,
-                     ffn_hidden=cfg.ffn, vocab=cfg.vocab, mlp="gelu", tied_embeddings=False, max_seq_len=cfg.seq_len)
+    spec = ModelSpec(
+        name="validation GPT",
+        hidden=cfg.hidden,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        kv_heads=cfg.heads,
+        ffn_hidden=cfg.ffn,
+        vocab=cfg.vocab,
+        mlp="gelu",
+        tied_embeddings=False,
+        max_seq_len=cfg.seq_len,
+    )
     network = load_network("nvlink4")  # one GPU: no collective is priced, any network will do
     system = System("this device, one GPU", load_processor(str(processor)), 1, network, network)
     # the validation GPT has no dropout; on the stand-in CPU no CUDA workspaces either
-    job = TrainingJob(spec, seq_len=cfg.seq_len, global_batch=GLOBAL_BATCH, on_gpu=not dry_run, dropout=False,
-                      precision=PRECISIONS["fp32" if dry_run else "16"], execution=EXECUTIONS["torch-eager"])
+    job = TrainingJob(
+        spec,
+        seq_len=cfg.seq_len,
+        global_batch=GLOBAL_BATCH,
+        on_gpu=not dry_run,
+        dropout=False,
+        precision=PRECISIONS["fp32" if dry_run else "16"],
+        execution=EXECUTIONS["torch-eager"],
+    )
     planner = Planner(job, Cluster(1, system, PresetNetwork(system)))
     out = {}
     for name, text in LAYOUTS.items():
         result, reason = planner.evaluate_layout(parse_layout(text, 1))
-        out[name] = {"layout": text, "predicted_step_s": result.step_s,
-                     "predicted_memory_bytes": result.memory["allocator_peak"], "does_not_fit": reason}
+        out[name] = {
+            "layout": text,
+            "predicted_step_s": result.step_s,
+            "predicted_memory_bytes": result.memory["allocator_peak"],
+            "does_not_fit": reason,
+        }
     return out
 
 
@@ -102,8 +123,12 @@ def measure_layout(cfg, device, text: str, steps: tuple[int, int]) -> dict:
         sync()
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    return {"measured_step_s": statistics.median(times), "step_s": times, "micro_batches": micro,
-            "max_memory_allocated_bytes": peak}
+    return {
+        "measured_step_s": statistics.median(times),
+        "step_s": times,
+        "micro_batches": micro,
+        "max_memory_allocated_bytes": peak,
+    }
 
 
 def step_train(out: Path, processor: Path, dry_run: bool) -> None:
@@ -116,7 +141,19 @@ def step_train(out: Path, processor: Path, dry_run: bool) -> None:
         entry.update(measure_layout(cfg, device, entry["layout"], steps))
         entry["measured_over_predicted"] = entry["measured_step_s"] / entry["predicted_step_s"]
         if entry["max_memory_allocated_bytes"] and entry["predicted_memory_bytes"]:
-            entry["memory_measured_over_predicted"] = entry["max_memory_allocated_bytes"] / entry["predicted_memory_bytes"]
-    write(out, "train.json", {**facts, "model": cfg.to_dict(), "global_batch": GLOBAL_BATCH,
-                              "precision": "fp32 (stand-in)" if dry_run else "bf16 autocast, fp32 AdamW (planner '16')",
-                              "warmup_steps": steps[0], "timed_steps": steps[1], "layouts": layouts})
+            entry["memory_measured_over_predicted"] = (
+                entry["max_memory_allocated_bytes"] / entry["predicted_memory_bytes"]
+            )
+    write(
+        out,
+        "train.json",
+        {
+            **facts,
+            "model": cfg.to_dict(),
+            "global_batch": GLOBAL_BATCH,
+            "precision": "fp32 (stand-in)" if dry_run else "bf16 autocast, fp32 AdamW (planner '16')",
+            "warmup_steps": steps[0],
+            "timed_steps": steps[1],
+            "layouts": layouts,
+        },
+    )

@@ -46,6 +46,7 @@ def raw_loop(numel: int, in_place: bool) -> float:
         if not in_place:
             recv.copy_(send)
         dist.all_reduce(recv)
+
     for _ in range(RAW_WARMUP):
         op()
     dist.barrier()
@@ -127,8 +128,27 @@ def spawn(target, *args) -> dict:
 def cli_sweep() -> dict:
     """`commbench run` at its defaults; rank 0's records, keyed like the raw loop's."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "8", "-e", "64K", "--ops",
-                        "all_reduce", "--out", tmp, "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "commbench",
+                "run",
+                "--nproc",
+                "2",
+                "-b",
+                "8",
+                "-e",
+                "64K",
+                "--ops",
+                "all_reduce",
+                "--out",
+                tmp,
+                "--no-progress",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         (records_file,) = Path(tmp).glob("*/records.jsonl")
         records = [json.loads(line) for line in records_file.read_text().splitlines()]
     return {(r["size_bytes"], "in-place" if r["in_place"] else "out-of-place"): r["time_us"] for r in records}

@@ -48,6 +48,7 @@ def raw_timing_overhead() -> float:
     def one():
         start = time.perf_counter()
         samples.append(time.perf_counter() - start)
+
     return per_call_us(one)
 
 

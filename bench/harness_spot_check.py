@@ -29,7 +29,10 @@ def worker(rank: int, port: int) -> None:
     from commbench.measure.launch import RankEnv
     from commbench.measure.options import RunConfig
     from commbench.measure.session import open_session
-    session = open_session(RunConfig(ops=("all_reduce",), check_iters=0).validate(), RankEnv(rank, 2, rank, "127.0.0.1", port, "b"))
+
+    session = open_session(
+        RunConfig(ops=("all_reduce",), check_iters=0).validate(), RankEnv(rank, 2, rank, "127.0.0.1", port, "b")
+    )
     c = get_collective("all_reduce")
     row = Row("world", c, ((0, 1),), 64, c.counts(16, 2, 4))
     adaptive = session.cfg
@@ -46,6 +49,8 @@ def worker(rank: int, port: int) -> None:
             print(out, flush=True)
     dist.destroy_process_group()
 
+
 if __name__ == "__main__":
     from commbench.measure.launch import free_port
+
     mp.spawn(worker, args=(free_port(),), nprocs=2)

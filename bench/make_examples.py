@@ -42,11 +42,16 @@ class Cluster:
     degrade: dict = field(default_factory=dict)  # {"node": index, and EmulatedCluster.shape() arguments}
 
     def describe(self) -> str:
-        degraded = f", then node index {self.degrade['node']} shaped with " + ", ".join(
-            f"{key}={value}" for key, value in self.degrade.items() if key != "node") if self.degrade else ""
+        degraded = (
+            f", then node index {self.degrade['node']} shaped with "
+            + ", ".join(f"{key}={value}" for key, value in self.degrade.items() if key != "node")
+            if self.degrade
+            else ""
+        )
         shape = ", ".join(f"{key}={value}" for key, value in self.shape.items())
-        return (f"emulated cluster ({shape}{degraded}), one torchrun per node with "
-                f"--nproc-per-node {self.ranks_per_node}")
+        return (
+            f"emulated cluster ({shape}{degraded}), one torchrun per node with --nproc-per-node {self.ranks_per_node}"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,16 +77,29 @@ EXAMPLES = [
     Example("example-overlap-cpu", ("overlap", "--nproc", "2", "-b", "64K", "-e", "4M", "--gemm-size", "384")),
     Example("example-trace-ddp", ("trace", "--demo", "DIR")),
     # real GPU output published by others (MIT-0 licensed), imported: 2 nodes x 8 A100 over EFA
-    Example("example-nccl-tests-a100-2nodes-aws",
-            ("import", "nccl-tests", "tests/fixtures/nccl_tests/real/aws_eks_a100_2nodes_mpirun_info_2.9.9.log")),
-    Example("example-emulated-2x2-1gbit", ("run", "-b", "1K", "-e", "16M"),
-            Cluster({"nodes": 2, "rate": "1gbit", "names": NODE_NAMES_2}, ranks_per_node=2)),
-    Example("example-pairwise-3nodes-slow-node3", ("run", "--pairwise", "-b", "8", "-e", "4M"),
-            Cluster({"nodes": 3, "rate": "1gbit", "per_node_rate": {2: "200mbit"}, "names": NODE_NAMES_3},
-                    ranks_per_node=1)),
-    Example("example-pairwise-3nodes-lossy-node3", ("run", "--pairwise", "-b", "8", "-e", "4M", "--time-budget-ms", "20"),
-            Cluster({"nodes": 3, "rate": "1gbit", "names": NODE_NAMES_3}, ranks_per_node=1,
-                    degrade={"node": 2, "loss": "3%"})),
+    Example(
+        "example-nccl-tests-a100-2nodes-aws",
+        ("import", "nccl-tests", "tests/fixtures/nccl_tests/real/aws_eks_a100_2nodes_mpirun_info_2.9.9.log"),
+    ),
+    Example(
+        "example-emulated-2x2-1gbit",
+        ("run", "-b", "1K", "-e", "16M"),
+        Cluster({"nodes": 2, "rate": "1gbit", "names": NODE_NAMES_2}, ranks_per_node=2),
+    ),
+    Example(
+        "example-pairwise-3nodes-slow-node3",
+        ("run", "--pairwise", "-b", "8", "-e", "4M"),
+        Cluster(
+            {"nodes": 3, "rate": "1gbit", "per_node_rate": {2: "200mbit"}, "names": NODE_NAMES_3}, ranks_per_node=1
+        ),
+    ),
+    Example(
+        "example-pairwise-3nodes-lossy-node3",
+        ("run", "--pairwise", "-b", "8", "-e", "4M", "--time-budget-ms", "20"),
+        Cluster(
+            {"nodes": 3, "rate": "1gbit", "names": NODE_NAMES_3}, ranks_per_node=1, degrade={"node": 2, "loss": "3%"}
+        ),
+    ),
 ]
 
 
@@ -113,12 +131,39 @@ def make_on_cluster(example: Example, scratch: Path) -> Path:
             cluster.shape(spec.degrade["node"], **{k: v for k, v in spec.degrade.items() if k != "node"})
         procs = []
         for i in range(len(cluster.nodes)):
-            torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.nodes)),
-                        "--nproc-per-node", str(spec.ranks_per_node), "--node-rank", str(i),
-                        "--master-addr", cluster.addr(0), "--master-port", str(TORCHRUN_PORT), "-m", "commbench",
-                        *example.command, "--run-id", example.name, "--out", str(scratch), "--no-progress"]
-            procs.append(cluster.node(i).popen(torchrun, env={"GLOO_SOCKET_IFNAME": "eth0"}, cwd=REPO,
-                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            torchrun = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                str(len(cluster.nodes)),
+                "--nproc-per-node",
+                str(spec.ranks_per_node),
+                "--node-rank",
+                str(i),
+                "--master-addr",
+                cluster.addr(0),
+                "--master-port",
+                str(TORCHRUN_PORT),
+                "-m",
+                "commbench",
+                *example.command,
+                "--run-id",
+                example.name,
+                "--out",
+                str(scratch),
+                "--no-progress",
+            ]
+            procs.append(
+                cluster.node(i).popen(
+                    torchrun,
+                    env={"GLOO_SOCKET_IFNAME": "eth0"},
+                    cwd=REPO,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         results = wait_procs(procs, timeout=1800)
     for code, out, err in results:
         if code != 0:

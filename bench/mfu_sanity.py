@@ -51,8 +51,13 @@ from commbench.modeling.recipes import checked_recipe
 from commbench.modeling.spec import PlanSpec, build_planner
 
 # the jobs tests/test_mfu_sanity.py ranks on every preset: the 7B on 32 GPUs is the issue's own example
-JOBS = [("llama3.2-1b", 8, 256, 2048), ("llama2-7b", 8, 64, 4096), ("llama2-7b", 16, 64, 4096),
-        ("llama2-7b", 32, 64, 4096), ("llama3-70b", 64, 512, 4096)]
+JOBS = [
+    ("llama3.2-1b", 8, 256, 2048),
+    ("llama2-7b", 8, 64, 4096),
+    ("llama2-7b", 16, 64, 4096),
+    ("llama2-7b", 32, 64, 4096),
+    ("llama3-70b", 64, 512, 4096),
+]
 # and a wider sweep: every dense model preset on one node and on eight, at a global batch of 1024
 # (many micro-batches per GPU: the compute-bound end, where MFU peaks) and a short and a long sequence
 DENSE_MODELS = tuple(name for name, model in PRESETS.items() if model.moe is None)
@@ -60,8 +65,12 @@ GRID = [(model, gpus, 1024, seq) for model in DENSE_MODELS for gpus in (8, 64) f
 # MoE presets, trained with Megatron-Core's MoE stack (so ranked with megatron-core only) at sizes a
 # published run of theirs used (Megatron-Bridge's performance summaries: Qwen3-30B-A3B on 8-16 GPUs,
 # GPT-OSS-120B on 64) or their smallest EP-filling cluster
-MOE_JOBS = [("qwen3-30b-a3b", 16, 256, 4096), ("mixtral-8x7b", 64, 256, 4096), ("gpt-oss-120b", 64, 1280, 4096),
-            ("deepseek-moe-16b", 16, 256, 4096)]
+MOE_JOBS = [
+    ("qwen3-30b-a3b", 16, 256, 4096),
+    ("mixtral-8x7b", 64, 256, 4096),
+    ("gpt-oss-120b", 64, 1280, 4096),
+    ("deepseek-moe-16b", 16, 256, 4096),
+]
 COMPUTE = ("compute", "recompute", "slowdown")  # kernels, their repetition, and their stretching
 
 
@@ -78,8 +87,13 @@ def best_ranking(system: str, execution: str, job: tuple[str, int, int, int], co
     GEMMs in the `compute` recipe, or None where no layout fits in memory (a 175B on 8 GPUs)."""
     model, gpus, global_batch, seq_len = job
     hardware = load_system(system)
-    training = TrainingJob(PRESETS[model], seq_len, global_batch, execution=EXECUTIONS[execution],
-                           compute=checked_recipe(compute, hardware.processor))
+    training = TrainingJob(
+        PRESETS[model],
+        seq_len,
+        global_batch,
+        execution=EXECUTIONS[execution],
+        compute=checked_recipe(compute, hardware.processor),
+    )
     try:
         return Planner(training, Cluster(gpus, hardware, PresetNetwork(hardware))).rank(1).ranked[0]
     except UsageError:
@@ -87,8 +101,11 @@ def best_ranking(system: str, execution: str, job: tuple[str, int, int, int], co
 
 
 def rankings(systems: list[str], executions: list[str], rows: list[dict], jobs: list[tuple]) -> list[str]:
-    lines = ["| system | execution | job (GPUs, global batch, sequence) | best layout | MFU | compute share "
-             "| published best on the GPU |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| system | execution | job (GPUs, global batch, sequence) | best layout | MFU | compute share "
+        "| published best on the GPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for system in systems:
         gpu = next(g for g, s in HARDWARE.items() if s == system)
         bound = max(published_mfu(r) for r in rows if r["gpu"] == gpu and compute_precision_of(r) == "bf16")
@@ -97,41 +114,64 @@ def rankings(systems: list[str], executions: list[str], rows: list[dict], jobs: 
                 best = best_ranking(system, execution, job)
                 if best is not None:
                     model, gpus, global_batch, seq_len = job
-                    lines.append(f"| {system} | {execution} | {model} ({gpus}, {global_batch}, {seq_len}) | {best.layout} "
-                                 f"| {best.mfu:.2%}{' **above**' if best.mfu > bound else ''} "
-                                 f"| {compute_share(best.categories, best.step_s):.0%} | {bound:.2%} |")
+                    lines.append(
+                        f"| {system} | {execution} | {model} ({gpus}, {global_batch}, {seq_len}) | {best.layout} "
+                        f"| {best.mfu:.2%}{' **above**' if best.mfu > bound else ''} "
+                        f"| {compute_share(best.categories, best.step_s):.0%} | {bound:.2%} |"
+                    )
     return lines
 
 
 def published_rows(rows: list[dict], gpu: str, execution: str) -> list[str]:
     half = split_halves(rows)
-    lines = ["| row | half | layout | published MFU | model error | model compute share | compute-only MFU: model "
-             "| compute-only MFU: published step less the model's non-compute |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | half | layout | published MFU | model error | model compute share | compute-only MFU: model "
+        "| compute-only MFU: published step less the model's non-compute |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     with tempfile.TemporaryDirectory() as folder:
         for row in rows:
             if row["gpu"] != gpu or row["execution"] != execution or "flops_convention" in row["assumed"]:
                 continue
-            spec = PlanSpec(model=model_argument(row, Path(folder)), gpus=row["gpus"], global_batch=row["global_batch"],
-                            seq_len=row["seq_len"], hardware=HARDWARE[gpu], gpus_per_node=row["gpus_per_node"],
-                            execution=execution)
+            spec = PlanSpec(
+                model=model_argument(row, Path(folder)),
+                gpus=row["gpus"],
+                global_batch=row["global_batch"],
+                seq_len=row["seq_len"],
+                hardware=HARDWARE[gpu],
+                gpus_per_node=row["gpus_per_node"],
+                execution=execution,
+            )
             result, _ = build_planner(spec).evaluate_layout(layout_of(row))
             share = compute_share(result.categories, result.step_s)
             published = published_step_seconds(row)
             implied = published_mfu(row) * published / (published - (1 - share) * result.step_s)
-            lines.append(f"| {row['id']} | {half[row['id']]} | {layout_of(row)} | {published_mfu(row):.1%} "
-                         f"| {result.step_s / published - 1:+.1%} | {share:.0%} | {result.mfu / share:.1%} | {implied:.1%} |")
+            lines.append(
+                f"| {row['id']} | {half[row['id']]} | {layout_of(row)} | {published_mfu(row):.1%} "
+                f"| {result.step_s / published - 1:+.1%} | {share:.0%} | {result.mfu / share:.1%} | {implied:.1%} |"
+            )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="H100", choices=sorted(HARDWARE))
-    parser.add_argument("--execution", default="megatron-core", choices=("megatron-core", "megatron-2021", "torch-fsdp"))
+    parser.add_argument(
+        "--execution", default="megatron-core", choices=("megatron-core", "megatron-2021", "torch-fsdp")
+    )
     parser.add_argument("--grid", action="store_true", help="rank the wider sweep (GRID, about 40 s) instead of JOBS")
     args = parser.parse_args(argv)
     rows = load_runs(RUNS)
-    print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core", "torch-fsdp", "megatron-2021"], rows,
-                             GRID if args.grid else JOBS)))
+    print(
+        "\n".join(
+            rankings(
+                sorted(HARDWARE.values()),
+                ["megatron-core", "torch-fsdp", "megatron-2021"],
+                rows,
+                GRID if args.grid else JOBS,
+            )
+        )
+    )
     print()
     print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core"], rows, MOE_JOBS)))
     print()

@@ -39,8 +39,30 @@ EP, RANKS_PER_NODE = 4, 2
 
 def measure(model: str, routing: str, tokens: str, hidden: int, out: Path) -> list[dict]:
     moe = PRESETS[model].moe
-    args = ["--ops", "all_to_allv,all_to_all", "-b", "128K", "-e", "8M", "--routing", routing, "--tokens", tokens, "--hidden", str(hidden),
-            "--experts", str(moe.num_experts), "--top-k", str(moe.top_k), "--scopes", "world", "-n", "10", "-w", "2"]
+    args = [
+        "--ops",
+        "all_to_allv,all_to_all",
+        "-b",
+        "128K",
+        "-e",
+        "8M",
+        "--routing",
+        routing,
+        "--tokens",
+        tokens,
+        "--hidden",
+        str(hidden),
+        "--experts",
+        str(moe.num_experts),
+        "--top-k",
+        str(moe.top_k),
+        "--scopes",
+        "world",
+        "-n",
+        "10",
+        "-w",
+        "2",
+    ]
     with EmulatedCluster(nodes=2, rate="1gbit") as cluster:
         results = torchrun_per_node(cluster, RANKS_PER_NODE, args, out, timeout=900)
     if [code for code, _, _ in results] != [0, 0]:
@@ -66,18 +88,24 @@ def main() -> int:
         out = Path(folder) / "run"
         records = measure(args.model, args.routing, args.tokens, args.hidden, out)
         run_dir = list_runs(out)[0]
-        print(f"{args.model} dispatch, EP={EP} over 2 emulated nodes (1 Gbit/s), routing {args.routing}, "
-              f"hidden {args.hidden}, top-{PRESETS[args.model].moe.top_k} of {PRESETS[args.model].moe.num_experts}")
-        print("| tokens/rank | mean bytes/rank | measured all_to_allv us (p10-p90) | expected max/mean | "
-              "predicted us | predicted / measured |")
+        print(
+            f"{args.model} dispatch, EP={EP} over 2 emulated nodes (1 Gbit/s), routing {args.routing}, "
+            f"hidden {args.hidden}, top-{PRESETS[args.model].moe.top_k} of {PRESETS[args.model].moe.num_experts}"
+        )
+        print(
+            "| tokens/rank | mean bytes/rank | measured all_to_allv us (p10-p90) | expected max/mean | "
+            "predicted us | predicted / measured |"
+        )
         print("|---|---|---|---|---|---|")
         for r in records:
             if r["op"] != "all_to_allv":
                 continue
             mean_bytes = r["recv_bytes_mean"]
             load, predicted = predicted_us(run_dir, args.model, args.routing, mean_bytes)
-            print(f"| {r['tokens_per_rank']} | {mean_bytes:,.0f} | {r['time_us']:.0f} ({r['time_us_p10']:.0f}-"
-                  f"{r['time_us_p90']:.0f}) | {load:.2f} | {predicted:.0f} | {predicted / r['time_us']:.2f} |")
+            print(
+                f"| {r['tokens_per_rank']} | {mean_bytes:,.0f} | {r['time_us']:.0f} ({r['time_us_p10']:.0f}-"
+                f"{r['time_us_p90']:.0f}) | {load:.2f} | {predicted:.0f} | {predicted / r['time_us']:.2f} |"
+            )
     return 0
 
 

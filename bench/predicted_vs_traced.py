@@ -96,15 +96,35 @@ def copy_bandwidth() -> float:
 
 def demo_as_job(gemm_flops: float, bandwidth: float) -> tuple[TrainingJob, Processor]:
     processor = Processor(
-        name="this CPU, 1 thread", peak_flops=gemm_flops, memory_bytes=1e12, memory_bandwidth=bandwidth,
+        name="this CPU, 1 thread",
+        peak_flops=gemm_flops,
+        memory_bytes=1e12,
+        memory_bandwidth=bandwidth,
         gemm_curve=((1.0, 1.0), (1e18, 1.0)),  # measured at the demo's own GEMM shape: flat
         attention_efficiency=1.0,
     )
-    model = ModelSpec(name="demo MLP as one layer", hidden=demo.HIDDEN, layers=1, heads=1, kv_heads=1,
-                      ffn_hidden=1, vocab=1, mlp="gelu", tied_embeddings=True, max_seq_len=demo.BATCH)
+    model = ModelSpec(
+        name="demo MLP as one layer",
+        hidden=demo.HIDDEN,
+        layers=1,
+        heads=1,
+        kv_heads=1,
+        ffn_hidden=1,
+        vocab=1,
+        mlp="gelu",
+        tied_embeddings=True,
+        max_seq_len=demo.BATCH,
+    )
     sgd_fp32 = Precision("fp32 SGD", param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=0)
-    job = TrainingJob(model, seq_len=demo.BATCH, global_batch=demo.WORLD_SIZE, precision=sgd_fp32,
-                      bucket_bytes=demo.BUCKET_CAP_MB * 2**20, on_gpu=False, activation_bytes=4)
+    job = TrainingJob(
+        model,
+        seq_len=demo.BATCH,
+        global_batch=demo.WORLD_SIZE,
+        precision=sgd_fp32,
+        bucket_bytes=demo.BUCKET_CAP_MB * 2**20,
+        on_gpu=False,
+        activation_bytes=4,
+    )
     return job, processor
 
 
@@ -136,14 +156,16 @@ def traced(work: Path) -> list[dict]:
     for rank in analysis["ranks"]:
         total, steps = rank["total"], len(rank["iterations"])
         calls = sum(c["count"] for c in rank["collectives"] if c["name"].startswith("gloo:all_reduce"))
-        figures.append({
-            "step_ms": total["duration_us"] / steps / 1e3,
-            "compute_ms": total["compute_us"] / steps / 1e3,
-            "communication_ms": total["communication_us"] / steps / 1e3,
-            "overlap_pct": total["overlap_pct"],
-            "exposed_ms": total["exposed_communication_us"] / steps / 1e3,
-            "all_reduces": calls / steps,
-        })
+        figures.append(
+            {
+                "step_ms": total["duration_us"] / steps / 1e3,
+                "compute_ms": total["compute_us"] / steps / 1e3,
+                "communication_ms": total["communication_us"] / steps / 1e3,
+                "overlap_pct": total["overlap_pct"],
+                "exposed_ms": total["exposed_communication_us"] / steps / 1e3,
+                "all_reduces": calls / steps,
+            }
+        )
     return figures
 
 
@@ -154,9 +176,14 @@ def cell(value) -> str:
 
 
 def print_table(predicted: dict, ranks: list[dict]) -> None:
-    rows = (("step time (ms)", "step_ms"), ("compute (ms)", "compute_ms"), ("communication (ms)", "communication_ms"),
-            ("overlap % (comm. hidden by compute)", "overlap_pct"), ("exposed communication (ms)", "exposed_ms"),
-            ("all-reduces per step", "all_reduces"))
+    rows = (
+        ("step time (ms)", "step_ms"),
+        ("compute (ms)", "compute_ms"),
+        ("communication (ms)", "communication_ms"),
+        ("overlap % (comm. hidden by compute)", "overlap_pct"),
+        ("exposed communication (ms)", "exposed_ms"),
+        ("all-reduces per step", "all_reduces"),
+    )
     header = ["figure per step", "predicted"] + [f"traced rank {i}" for i in range(len(ranks))]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
@@ -174,17 +201,52 @@ def main() -> int:
     os.environ["OMP_NUM_THREADS"] = "1"
     with stdout_to(work / "measurements.log"):
         # 30 iterations per size: medians that one burst of other work on a shared machine does not move
-        run_subcommand(run_command, "--nproc", "2", "--ops", "all_reduce,reduce_scatter,sendrecv", "-b", "64K", "-e", "4M",
-                       "--iters", "30", "--out", str(work), "--run-id", "collectives", "--no-progress")
-        run_subcommand(overlap_command, "--nproc", "2", "--ops", "all_reduce", "-b", "1M", "-e", "1M",
-                       "--gemm-size", "512", "--iters", "10", "--out", str(work), "--run-id", "overlap")
+        run_subcommand(
+            run_command,
+            "--nproc",
+            "2",
+            "--ops",
+            "all_reduce,reduce_scatter,sendrecv",
+            "-b",
+            "64K",
+            "-e",
+            "4M",
+            "--iters",
+            "30",
+            "--out",
+            str(work),
+            "--run-id",
+            "collectives",
+            "--no-progress",
+        )
+        run_subcommand(
+            overlap_command,
+            "--nproc",
+            "2",
+            "--ops",
+            "all_reduce",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "--gemm-size",
+            "512",
+            "--iters",
+            "10",
+            "--out",
+            str(work),
+            "--run-id",
+            "overlap",
+        )
         ranks = traced(work)
     slowdown = measured_slowdown(work / "overlap")
     gemm_flops, bandwidth = demo_gemm_rate(), copy_bandwidth()
     job, processor = demo_as_job(gemm_flops, bandwidth)
     predicted, warnings = predict(job, processor, work / "collectives", slowdown)
-    print(f"measured here: GEMM {gemm_flops / 1e9:.1f} GFLOP/s (64x512 @ 512x512, 1 thread), "
-          f"copy {bandwidth / 1e9:.1f} GB/s, compute slowdown beside an all_reduce {slowdown:.1%}")
+    print(
+        f"measured here: GEMM {gemm_flops / 1e9:.1f} GFLOP/s (64x512 @ 512x512, 1 thread), "
+        f"copy {bandwidth / 1e9:.1f} GB/s, compute slowdown beside an all_reduce {slowdown:.1%}"
+    )
     print(f"measurements and traces in {work}\n")
     print_table(predicted, ranks)
     for warning in warnings:

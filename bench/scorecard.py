@@ -63,9 +63,30 @@ ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 # sources entered after the refit: predicted by the model frozen then, never fitted to (neither half,
 # nor the baseline); their held-out half counts in the held-out figures as the rule assigns it
 NEVER_FITTED = ("flash-attention-2", "megatron-bridge-perf-summary")
-INT_COLUMNS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
-               "vocab", "seq_len", "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "sp", "zero",
-               "tied_embeddings")
+INT_COLUMNS = (
+    "gpu_memory_gb",
+    "gpus_per_node",
+    "nodes",
+    "gpus",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "seq_len",
+    "global_batch",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "mbs",
+    "sp",
+    "zero",
+    "tied_embeddings",
+)
 
 
 # ---- the data ---------------------------------------------------------------------------
@@ -127,8 +148,12 @@ def narayanan2021_model_flops(row: dict) -> float:
     return 0.75 * narayanan2021_recompute_flops(row)
 
 
-FLOPS = {"megatron2024": megatron2024_flops, "narayanan2021-recompute": narayanan2021_recompute_flops,
-         "narayanan2021-model": narayanan2021_model_flops, "palm": palm_flops}
+FLOPS = {
+    "megatron2024": megatron2024_flops,
+    "narayanan2021-recompute": narayanan2021_recompute_flops,
+    "narayanan2021-model": narayanan2021_model_flops,
+    "palm": palm_flops,
+}
 
 
 def published_step_seconds(row: dict) -> float:
@@ -150,10 +175,18 @@ def model_argument(row: dict, folder: Path) -> str:
     config.json written into `folder` from the row's shape (GPT-2 family: two-matrix GELU MLP)."""
     if row["model"] != "custom":
         return row["model"]
-    config = {"_name_or_path": row["id"], "model_type": "gpt2" if row["mlp"] == "gelu" else "llama",
-              "hidden_size": row["hidden"], "num_hidden_layers": row["layers"], "num_attention_heads": row["heads"],
-              "num_key_value_heads": row["kv_heads"], "intermediate_size": row["ffn"], "vocab_size": row["vocab"],
-              "tie_word_embeddings": bool(row["tied_embeddings"]), "max_position_embeddings": row["seq_len"]}
+    config = {
+        "_name_or_path": row["id"],
+        "model_type": "gpt2" if row["mlp"] == "gelu" else "llama",
+        "hidden_size": row["hidden"],
+        "num_hidden_layers": row["layers"],
+        "num_attention_heads": row["heads"],
+        "num_key_value_heads": row["kv_heads"],
+        "intermediate_size": row["ffn"],
+        "vocab_size": row["vocab"],
+        "tie_word_embeddings": bool(row["tied_embeddings"]),
+        "max_position_embeddings": row["seq_len"],
+    }
     path = folder / f"{row['id']}.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return str(path)
@@ -169,8 +202,18 @@ def execution_for(row: dict) -> tuple[str, str | None]:
 
 
 def layout_of(row: dict) -> Layout:
-    return Layout(dp=row["dp"], tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"],
-                  zero=row["zero"], mbs=row["mbs"], recompute=row["recompute"], sp=bool(row["sp"]))
+    return Layout(
+        dp=row["dp"],
+        tp=row["tp"],
+        pp=row["pp"],
+        vpp=row["vpp"],
+        cp=row["cp"],
+        ep=row["ep"],
+        zero=row["zero"],
+        mbs=row["mbs"],
+        recompute=row["recompute"],
+        sp=bool(row["sp"]),
+    )
 
 
 @dataclass
@@ -203,11 +246,19 @@ def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction
     try:
         execution, note = execution_for(row)
         notes += [note] if note else []
-        spec = PlanSpec(model=model_argument(row, folder), gpus=row["gpus"], global_batch=row["global_batch"],
-                        seq_len=row["seq_len"], hardware=HARDWARE[row["gpu"]], gpus_per_node=row["gpus_per_node"],
-                        precision="12" if row["precision"] == "bf16 pure" else "16", execution=execution,
-                        processor=processor, compute_precision=compute_precision_of(row),
-                        nvlink_domain=job_domain(row))
+        spec = PlanSpec(
+            model=model_argument(row, folder),
+            gpus=row["gpus"],
+            global_batch=row["global_batch"],
+            seq_len=row["seq_len"],
+            hardware=HARDWARE[row["gpu"]],
+            gpus_per_node=row["gpus_per_node"],
+            precision="12" if row["precision"] == "bf16 pure" else "16",
+            execution=execution,
+            processor=processor,
+            compute_precision=compute_precision_of(row),
+            nvlink_domain=job_domain(row),
+        )
         planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))
     except UsageError as exc:
@@ -244,9 +295,14 @@ def error_stats(errors: list[float]) -> str:
 def git_state() -> str:
     def run(*args):
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
     # the files this script writes do not count: they change on every run
     outputs = [f":(exclude){path.relative_to(ROOT)}" for path in (RESULTS, PLOT, PLOT.with_suffix(".html"))]
-    dirty = " (with uncommitted changes)" if run("status", "--porcelain", "--untracked-files=no", "--", ".", *outputs) else ""
+    dirty = (
+        " (with uncommitted changes)"
+        if run("status", "--porcelain", "--untracked-files=no", "--", ".", *outputs)
+        else ""
+    )
     return f"{run('rev-parse', 'HEAD')}{dirty}"
 
 
@@ -257,17 +313,36 @@ def write_plot(records: list[dict]) -> str:
     fig = go.Figure()
     for source in sorted({r["source"] for r in records}):
         mine = [r for r in records if r["source"] == source and r["predicted"] is not None]
-        fig.add_trace(go.Scatter(x=[r["published"] for r in mine], y=[r["predicted"] for r in mine], mode="markers",
-                                 name=source, text=[r["id"] for r in mine],
-                                 marker=dict(symbol=["circle" if r["half"] == "held-out" else "circle-open" for r in mine], size=9)))
+        fig.add_trace(
+            go.Scatter(
+                x=[r["published"] for r in mine],
+                y=[r["predicted"] for r in mine],
+                mode="markers",
+                name=source,
+                text=[r["id"] for r in mine],
+                marker=dict(symbol=["circle" if r["half"] == "held-out" else "circle-open" for r in mine], size=9),
+            )
+        )
     values = [v for r in records if r["predicted"] for v in (r["published"], r["predicted"])]
     low, high = min(values) / 1.5, max(values) * 1.5
     for factor, dash in ((1.0, "solid"), (0.8, "dot"), (1.2, "dot")):
-        fig.add_trace(go.Scatter(x=[low, high], y=[low * factor, high * factor], mode="lines", showlegend=factor == 1.0,
-                                 name="predicted = published (dotted: +-20%)", line=dict(color="grey", dash=dash)))
-    fig.update_layout(title="commbench step model vs published runs (filled: held out, open: calibration half)",
-                      xaxis=dict(type="log", title="published seconds per step"),
-                      yaxis=dict(type="log", title="predicted seconds per step"), width=1000, height=750)
+        fig.add_trace(
+            go.Scatter(
+                x=[low, high],
+                y=[low * factor, high * factor],
+                mode="lines",
+                showlegend=factor == 1.0,
+                name="predicted = published (dotted: +-20%)",
+                line=dict(color="grey", dash=dash),
+            )
+        )
+    fig.update_layout(
+        title="commbench step model vs published runs (filled: held out, open: calibration half)",
+        xaxis=dict(type="log", title="published seconds per step"),
+        yaxis=dict(type="log", title="predicted seconds per step"),
+        width=1000,
+        height=750,
+    )
     try:
         fig.write_image(str(PLOT))
         return PLOT.name
@@ -295,31 +370,48 @@ def score(rows: list[dict]) -> tuple[list[dict], float]:
         prediction = predictions[row["id"]]
         pub = published[row["id"]]
         base = megatron2024_flops(row) / (row["gpus"] * peak_flops(row) * mfu)
-        records.append({
-            "id": row["id"], "source": row["source"], "gpu": row["gpu"], "half": half[row["id"]], "row": row,
-            "published": pub, "predicted": prediction.step_s, "model_mfu": prediction.mfu,
-            "error": None if prediction.step_s is None else prediction.step_s / pub - 1,
-            "baseline": base, "baseline_error": base / pub - 1, "execution": prediction.execution,
-            "notes": prediction.notes,
-        })
+        records.append(
+            {
+                "id": row["id"],
+                "source": row["source"],
+                "gpu": row["gpu"],
+                "half": half[row["id"]],
+                "row": row,
+                "published": pub,
+                "predicted": prediction.step_s,
+                "model_mfu": prediction.mfu,
+                "error": None if prediction.step_s is None else prediction.step_s / pub - 1,
+                "baseline": base,
+                "baseline_error": base / pub - 1,
+                "execution": prediction.execution,
+                "notes": prediction.notes,
+            }
+        )
     return records, mfu
 
 
 def summary_lines(records: list[dict]) -> list[str]:
     groups = [("overall", lambda r: True)]
     groups += [(f"GPU {g}", lambda r, g=g: r["gpu"] == g) for g in HARDWARE if any(r["gpu"] == g for r in records)]
-    groups += [(f"compute {c}", lambda r, c=c: compute_precision_of(r["row"]) == c)
-               for c in RECIPES if any(compute_precision_of(r["row"]) == c for r in records)]
+    groups += [
+        (f"compute {c}", lambda r, c=c: compute_precision_of(r["row"]) == c)
+        for c in RECIPES
+        if any(compute_precision_of(r["row"]) == c for r in records)
+    ]
     groups += [(f"source {s}", lambda r, s=s: r["source"] == s) for s in sorted({r["source"] for r in records})]
-    lines = ["| group | model: held out | model: calibration | model: all | baseline: held out | baseline: all |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| group | model: held out | model: calibration | model: all | baseline: held out | baseline: all |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, keep in groups:
         mine = [r for r in records if keep(r) and r["error"] is not None]
         held = [r for r in mine if r["half"] == "held-out"]
         cal = [r for r in mine if r["half"] == "calibration"]
-        lines.append(f"| {name} | {error_stats([r['error'] for r in held])} | {error_stats([r['error'] for r in cal])} "
-                     f"| {error_stats([r['error'] for r in mine])} | {error_stats([r['baseline_error'] for r in held])} "
-                     f"| {error_stats([r['baseline_error'] for r in mine])} |")
+        lines.append(
+            f"| {name} | {error_stats([r['error'] for r in held])} | {error_stats([r['error'] for r in cal])} "
+            f"| {error_stats([r['error'] for r in mine])} | {error_stats([r['baseline_error'] for r in held])} "
+            f"| {error_stats([r['baseline_error'] for r in mine])} |"
+        )
     return lines
 
 
@@ -330,33 +422,51 @@ def added_after_fit_lines(records: list[dict]) -> list[str]:
         return []
     held = [r for r in mine if r["half"] == "held-out"]
     cal = [r for r in mine if r["half"] == "calibration"]
-    others = [r for r in records if r["source"] not in ADDED_AFTER_FIT + NEVER_FITTED and r["error"] is not None
-              and r["half"] == "held-out"]
-    lines = ["### Added after the fit", "",
-             f"Rows of {', '.join(f'`{s}`' for s in ADDED_AFTER_FIT)}: entered after the first compute fit and predicted "
-             "by the model frozen then (RESULTS-published, reading of the scorecard); since the refit of 2026-12-01 their "
-             "calibration half is fitted to like every source's, their held-out half is not (the held-out ones count in the "
-             "held-out figures above). MAPE / mean signed error (rows):", "",
-             "| rows | MAPE / signed |", "|---|---|",
-             f"| all added rows | {error_stats([r['error'] for r in mine])} |",
-             f"| added, held-out half | {error_stats([r['error'] for r in held])} |",
-             f"| added, calibration half (fitted to since the refit) | {error_stats([r['error'] for r in cal])} |",
-             f"| held out, the first fit's sources only (the scorecard before them) | {error_stats([r['error'] for r in others])} |", "",
-             "| id | half | GPUs | layout | published s/step | predicted s/step | error | published MFU (PaLM) | model MFU |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    others = [
+        r
+        for r in records
+        if r["source"] not in ADDED_AFTER_FIT + NEVER_FITTED and r["error"] is not None and r["half"] == "held-out"
+    ]
+    lines = [
+        "### Added after the fit",
+        "",
+        f"Rows of {', '.join(f'`{s}`' for s in ADDED_AFTER_FIT)}: entered after the first compute fit and predicted "
+        "by the model frozen then (RESULTS-published, reading of the scorecard); since the refit of 2026-12-01 their "
+        "calibration half is fitted to like every source's, their held-out half is not (the held-out ones count in the "
+        "held-out figures above). MAPE / mean signed error (rows):",
+        "",
+        "| rows | MAPE / signed |",
+        "|---|---|",
+        f"| all added rows | {error_stats([r['error'] for r in mine])} |",
+        f"| added, held-out half | {error_stats([r['error'] for r in held])} |",
+        f"| added, calibration half (fitted to since the refit) | {error_stats([r['error'] for r in cal])} |",
+        f"| held out, the first fit's sources only (the scorecard before them) | {error_stats([r['error'] for r in others])} |",
+        "",
+        "| id | half | GPUs | layout | published s/step | predicted s/step | error | published MFU (PaLM) | model MFU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in mine:
         row = r["row"]
         published_mfu = palm_flops(row) / (row["gpus"] * peak_flops(row) * r["published"])
-        lines.append(f"| {r['id']} | {r['half']} | {row['gpu']} x{row['gpus']} | {layout_of(row)} | {r['published']:.3g} "
-                     f"| {r['predicted']:.3g} | {r['error']:+.1%} | {published_mfu:.1%} | {r['model_mfu']:.1%} |")
+        lines.append(
+            f"| {r['id']} | {r['half']} | {row['gpu']} x{row['gpus']} | {layout_of(row)} | {r['published']:.3g} "
+            f"| {r['predicted']:.3g} | {r['error']:+.1%} | {published_mfu:.1%} | {r['model_mfu']:.1%} |"
+        )
     return lines + [""]
 
 
 def row_lines(records: list[dict]) -> list[str]:
-    lines = ["| id | half | GPUs | layout | published (as published) | published s/step | predicted s/step | error "
-             "| model MFU | baseline s/step | baseline error | notes |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    units = {"iteration_s": "s/step", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
-             "tflops_per_gpu": "TFLOP/s/GPU"}
+    lines = [
+        "| id | half | GPUs | layout | published (as published) | published s/step | predicted s/step | error "
+        "| model MFU | baseline s/step | baseline error | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    units = {
+        "iteration_s": "s/step",
+        "tokens_per_s": "tokens/s",
+        "tokens_per_s_per_gpu": "tokens/s/GPU",
+        "tflops_per_gpu": "TFLOP/s/GPU",
+    }
     for r in records:
         row = r["row"]
         layout = layout_of(row)
@@ -364,9 +474,11 @@ def row_lines(records: list[dict]) -> list[str]:
         err = "-" if r["error"] is None else f"{r['error']:+.1%}"
         mfu = "-" if r["model_mfu"] is None else f"{r['model_mfu']:.1%}"
         notes = "; ".join(r["notes"] + ([f"assumed: {row['assumed']}"] if row["assumed"] else []))
-        lines.append(f"| {r['id']} | {r['half']} | {row['gpu']} x{row['gpus']} | {layout} | {row['value']:g} "
-                     f"{units[row['metric']]} | {r['published']:.3g} | {pred} | {err} | {mfu} | {r['baseline']:.3g} "
-                     f"| {r['baseline_error']:+.1%} | {notes} |")
+        lines.append(
+            f"| {r['id']} | {r['half']} | {row['gpu']} x{row['gpus']} | {layout} | {row['value']:g} "
+            f"{units[row['metric']]} | {r['published']:.3g} | {pred} | {err} | {mfu} | {r['baseline']:.3g} "
+            f"| {r['baseline_error']:+.1%} | {notes} |"
+        )
     return lines
 
 
@@ -375,21 +487,34 @@ def report(records: list[dict], mfu: float, plot_name: str, command: str) -> str
     executions = sorted({r["execution"] for r in records if r["execution"]})
     stand_ins = sum(r["execution"] not in ("", r["row"]["execution"]) for r in records)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [MARKER, "", "## Scorecard", "",
-             f"Made by `{command}` on {now}, host {platform.node()}, git commit {git_state()}.",
-             "These are predictions (deterministic, no timing on this machine), compared with figures published "
-             "by others; every row's source is in `bench/published/runs.csv` and `bench/published/SOURCES.md`.", "",
-             "Error = predicted / published - 1 on seconds per optimizer step: **negative means the model is too "
-             "fast** (optimistic). Cells: MAPE / mean signed error (rows).", "",
-             f"Hardware presets: A100 rows on `dgx-a100`, H100 rows on `dgx-h100` (preset networks, not the "
-             f"sources' fabrics). Execution presets used: {', '.join(executions)}"
-             + (f"; {stand_ins} rows name an execution class commbench has no preset for, and say which preset "
-                f"stood in." if stand_ins else "."),
-             f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak x {mfu:.1%}); "
-             f"that one MFU is the geometric mean of the implied MFU of the calibration half (the rows the model's "
-             f"figures are fitted on, plus the Llama 3 one; not {', '.join(NEVER_FITTED)}), the only figure fitted here.",
-             "", *summary_lines(records), "",
-             f"![predicted against published]({Path('published') / plot_name})", ""]
+    lines = [
+        MARKER,
+        "",
+        "## Scorecard",
+        "",
+        f"Made by `{command}` on {now}, host {platform.node()}, git commit {git_state()}.",
+        "These are predictions (deterministic, no timing on this machine), compared with figures published "
+        "by others; every row's source is in `bench/published/runs.csv` and `bench/published/SOURCES.md`.",
+        "",
+        "Error = predicted / published - 1 on seconds per optimizer step: **negative means the model is too "
+        "fast** (optimistic). Cells: MAPE / mean signed error (rows).",
+        "",
+        f"Hardware presets: A100 rows on `dgx-a100`, H100 rows on `dgx-h100` (preset networks, not the "
+        f"sources' fabrics). Execution presets used: {', '.join(executions)}"
+        + (
+            f"; {stand_ins} rows name an execution class commbench has no preset for, and say which preset stood in."
+            if stand_ins
+            else "."
+        ),
+        f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak x {mfu:.1%}); "
+        f"that one MFU is the geometric mean of the implied MFU of the calibration half (the rows the model's "
+        f"figures are fitted on, plus the Llama 3 one; not {', '.join(NEVER_FITTED)}), the only figure fitted here.",
+        "",
+        *summary_lines(records),
+        "",
+        f"![predicted against published]({Path('published') / plot_name})",
+        "",
+    ]
     lines += added_after_fit_lines(records)
     if unpredicted:
         lines += ["### Not predicted", ""] + [f"- {r['id']}: {'; '.join(r['notes'])}" for r in unpredicted] + [""]

@@ -36,12 +36,16 @@ from commbench.modeling.spec import PlanSpec, build_planner
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "published" / "moe_runs.csv"
 RESULTS = ROOT / "bench" / "RESULTS-moe.md"
-SOURCE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md, every "
-          "commit of their history (mirror at 067f987df0, 2026-08-22)")
+SOURCE = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md, every "
+    "commit of their history (mirror at 067f987df0, 2026-08-22)"
+)
 HARDWARE = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
 PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
-ASSUMED = ("etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; alltoall dispatcher, no MoE "
-           "overlap; FP8 = current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72")
+ASSUMED = (
+    "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; alltoall dispatcher, no MoE "
+    "overlap; FP8 = current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72"
+)
 
 
 def load_rows(path: Path = RUNS) -> list[dict]:
@@ -67,15 +71,32 @@ def published_step(row: dict) -> float:
 def spec_of(row: dict) -> PlanSpec:
     hardware = HARDWARE[row["system"]]
     domain = 64 if hardware.endswith("nvl72") and row["gpus"] > 72 and row["gpus"] % 72 else None
-    return PlanSpec(model=row["model"], gpus=row["gpus"], global_batch=row["global_batch"], seq_len=row["seq_len"],
-                    hardware=hardware, nvlink_domain=domain, compute_precision=PRECISION[row["precision"]],
-                    execution="megatron-core", routing="uniform")
+    return PlanSpec(
+        model=row["model"],
+        gpus=row["gpus"],
+        global_batch=row["global_batch"],
+        seq_len=row["seq_len"],
+        hardware=hardware,
+        nvlink_domain=domain,
+        compute_precision=PRECISION[row["precision"]],
+        execution="megatron-core",
+        routing="uniform",
+    )
 
 
 def layout_of(row: dict) -> Layout:
     dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
-    return Layout(dp=dp, tp=row["tp"], pp=row["pp"], vpp=row["vp"], cp=row["cp"], ep=row["ep"], etp=1,
-                  zero=3 if row["fsdp"] else 1, mbs=row["mbs"])
+    return Layout(
+        dp=dp,
+        tp=row["tp"],
+        pp=row["pp"],
+        vpp=row["vp"],
+        cp=row["cp"],
+        ep=row["ep"],
+        etp=1,
+        zero=3 if row["fsdp"] else 1,
+        mbs=row["mbs"],
+    )
 
 
 def predict(row: dict) -> dict:
@@ -122,13 +143,19 @@ def stats(errors: list[float]) -> str:
 
 
 def report(records: list[dict], mfu: float) -> str:
-    lines = ["# MoE scorecard: the step model on Megatron-Bridge's published MoE runs", "",
-             f"Source: {SOURCE}. Command: `python bench/scorecard_moe.py`. Rows are published measurements "
-             f"(tokens/s/GPU turned into seconds per step through the row's global batch and sequence); "
-             f"the model is frozen for them (nothing fitted); assumed where the tables are silent: {ASSUMED}.",
-             "", f"Constant-MFU baseline: MFU {mfu:.1%} (median of the calibration half's published MFUs, "
-             f"PaLM FLOPs over each preset's BF16 peak).", "",
-             "| family | half | model | baseline |", "|---|---|---|---|"]
+    lines = [
+        "# MoE scorecard: the step model on Megatron-Bridge's published MoE runs",
+        "",
+        f"Source: {SOURCE}. Command: `python bench/scorecard_moe.py`. Rows are published measurements "
+        f"(tokens/s/GPU turned into seconds per step through the row's global batch and sequence); "
+        f"the model is frozen for them (nothing fitted); assumed where the tables are silent: {ASSUMED}.",
+        "",
+        f"Constant-MFU baseline: MFU {mfu:.1%} (median of the calibration half's published MFUs, "
+        f"PaLM FLOPs over each preset's BF16 peak).",
+        "",
+        "| family | half | model | baseline |",
+        "|---|---|---|---|",
+    ]
     by_family = defaultdict(list)
     for r in records:
         if "step_s" in r:
@@ -136,17 +163,26 @@ def report(records: list[dict], mfu: float) -> str:
     for family in sorted(by_family):
         for half in ("held out", "calibration"):
             chosen = [r for r in by_family[family] if r["half"] == half]
-            lines.append(f"| {family} | {half} | {stats([r['error'] for r in chosen])} "
-                         f"| {stats([r['baseline_error'] for r in chosen])} |")
+            lines.append(
+                f"| {family} | {half} | {stats([r['error'] for r in chosen])} "
+                f"| {stats([r['baseline_error'] for r in chosen])} |"
+            )
     for half in ("held out", "calibration"):
         chosen = [r for rs in by_family.values() for r in rs if r["half"] == half]
-        lines.append(f"| all | {half} | {stats([r['error'] for r in chosen])} | "
-                     f"{stats([r['baseline_error'] for r in chosen])} |")
-    lines += ["", "| row | half | published s | model s | model error | baseline error | fits |", "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| all | {half} | {stats([r['error'] for r in chosen])} | {stats([r['baseline_error'] for r in chosen])} |"
+        )
+    lines += [
+        "",
+        "| row | half | published s | model s | model error | baseline error | fits |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in records:
         if "step_s" in r:
-            lines.append(f"| {r['id']} | {r['half']} | {r['published_s']:.2f} | {r['step_s']:.2f} | {r['error']:+.1%} "
-                         f"| {r['baseline_error']:+.1%} | {'yes' if r['fits'] else 'no'} |")
+            lines.append(
+                f"| {r['id']} | {r['half']} | {r['published_s']:.2f} | {r['step_s']:.2f} | {r['error']:+.1%} "
+                f"| {r['baseline_error']:+.1%} | {'yes' if r['fits'] else 'no'} |"
+            )
         else:
             lines.append(f"| {r['id']} | {r['half']} | {r['published_s']:.2f} | not scored: {r['not_scored']} | | | |")
     return "\n".join(lines) + "\n"

@@ -24,8 +24,22 @@ MODES = {"adaptive (default)": [], "fixed -n 20 -w 1": ["-n", "20", "-w", "1"]}
 
 
 def one_sweep(extra: list[str], max_bytes: str, out: Path) -> float:
-    cmd = [sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "8", "-e", max_bytes,
-           "--out", str(out), "--no-progress", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "commbench",
+        "run",
+        "--nproc",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        max_bytes,
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start

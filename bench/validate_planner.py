@@ -76,10 +76,25 @@ def torchrun_per_node(cluster: EmulatedCluster, program: list[str], log: Path, t
     procs = []
     env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"}  # one core's worth per rank
     for i in range(len(cluster.nodes)):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.nodes)), "--nproc-per-node", "1",
-               "--node-rank", str(i), "--master-addr", cluster.addr(0), "--master-port", str(MASTER_PORT), *program]
-        procs.append(cluster.node(i).popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                           text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(len(cluster.nodes)),
+            "--nproc-per-node",
+            "1",
+            "--node-rank",
+            str(i),
+            "--master-addr",
+            cluster.addr(0),
+            "--master-port",
+            str(MASTER_PORT),
+            *program,
+        ]
+        procs.append(
+            cluster.node(i).popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
     results = wait_procs(procs, timeout)
     log_and_check(results, log, program[:3])
     return results[0][1]
@@ -99,8 +114,17 @@ def on_every_node(cluster: EmulatedCluster, command_for, log: Path, timeout: flo
     """command_for(node index) on every node at once (sharing the cores as the training ranks do)."""
     commands = [command_for(i) for i in range(len(cluster.nodes))]
     command = commands[0]
-    procs = [cluster.node(i).popen(commands[i], env={"OMP_NUM_THREADS": "1"}, cwd=REPO, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True) for i in range(len(cluster.nodes))]
+    procs = [
+        cluster.node(i).popen(
+            commands[i],
+            env={"OMP_NUM_THREADS": "1"},
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(len(cluster.nodes))
+    ]
     log_and_check(wait_procs(procs, timeout), log, command[1:4])
 
 
@@ -108,10 +132,16 @@ def machine_state(work: Path, moment: str) -> None:
     """Load and commit with the figures: the machine is shared, and the model may move."""
     state_file = work / "machine.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    state[moment] = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
-                     "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-                     "host": socket.gethostname(), "cores": os.cpu_count()}
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    state[moment] = {
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit,
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "host": socket.gethostname(),
+        "cores": os.cpu_count(),
+    }
     state_file.write_text(json.dumps(state, indent=1))
 
 
@@ -131,26 +161,98 @@ def measure(args, work: Path) -> None:
     # node names in /etc/hosts while it runs: gloo and c10d look them up
     with EmulatedCluster(nodes=2, rate=args.rate, etc_hosts=True) as cluster:
         start = time.monotonic()
-        on_every_node(cluster, lambda node: [sys.executable, "-m", "commbench", "calibrate", "--quick", "--threads", "1",
-                                             "--no-progress", "--out", str(work / f"quick-node{node}.json")],
-                      log, timeout=300)
+        on_every_node(
+            cluster,
+            lambda node: [
+                sys.executable,
+                "-m",
+                "commbench",
+                "calibrate",
+                "--quick",
+                "--threads",
+                "1",
+                "--no-progress",
+                "--out",
+                str(work / f"quick-node{node}.json"),
+            ],
+            log,
+            timeout=300,
+        )
         print(f"commbench calibrate --quick on every node in {time.monotonic() - start:.0f} s", flush=True)
         start = time.monotonic()
         # one rank per node: the inter-node scope is the only one; sizes x4 apart keep it to about a minute
-        torchrun_per_node(cluster, ["-m", "commbench", "run", "--ops", BANDWIDTH_OPS, "--scopes", "inter", "-b", "2K",
-                                    "-e", args.max_bytes, "-f", "4", "--warmup", "1", "--min-iters", "3",
-                                    "--out", str(work), "--run-id", "bandwidth", "--no-progress"], log, timeout=600)
+        torchrun_per_node(
+            cluster,
+            [
+                "-m",
+                "commbench",
+                "run",
+                "--ops",
+                BANDWIDTH_OPS,
+                "--scopes",
+                "inter",
+                "-b",
+                "2K",
+                "-e",
+                args.max_bytes,
+                "-f",
+                "4",
+                "--warmup",
+                "1",
+                "--min-iters",
+                "3",
+                "--out",
+                str(work),
+                "--run-id",
+                "bandwidth",
+                "--no-progress",
+            ],
+            log,
+            timeout=600,
+        )
         print(f"bandwidth table measured in {time.monotonic() - start:.0f} s", flush=True)
         start = time.monotonic()
-        torchrun_per_node(cluster, ["-m", "commbench", "overlap", "--ops", OVERLAP_OPS, "-b", "1M", "-e", args.max_bytes,
-                                    "--iters", "5", "--out", str(work), "--run-id", "overlap", "--no-progress"],
-                          log, timeout=600)
-        print(f"overlap slowdown measured in {time.monotonic() - start:.0f} s: "
-              f"{measured_slowdown(work / 'overlap'):.1%} extra compute per overlapped second", flush=True)
+        torchrun_per_node(
+            cluster,
+            [
+                "-m",
+                "commbench",
+                "overlap",
+                "--ops",
+                OVERLAP_OPS,
+                "-b",
+                "1M",
+                "-e",
+                args.max_bytes,
+                "--iters",
+                "5",
+                "--out",
+                str(work),
+                "--run-id",
+                "overlap",
+                "--no-progress",
+            ],
+            log,
+            timeout=600,
+        )
+        print(
+            f"overlap slowdown measured in {time.monotonic() - start:.0f} s: "
+            f"{measured_slowdown(work / 'overlap'):.1%} extra compute per overlapped second",
+            flush=True,
+        )
         for round_index in range(args.rounds):
             start = time.monotonic()
-            output = torchrun_per_node(cluster, [str(BENCH / "validation" / "train_gpt.py"), *args.train_args,
-                                                 "--out", str(work / f"training-{round_index}.json")], log, timeout=900)
+            output = torchrun_per_node(
+                cluster,
+                [
+                    str(BENCH / "validation" / "train_gpt.py"),
+                    *args.train_args,
+                    "--out",
+                    str(work / f"training-{round_index}.json"),
+                ],
+                log,
+                timeout=900,
+            )
             print("".join(f"  {line}\n" for line in output.splitlines() if line.startswith(TRAINING_LINE)), end="")
             print(f"training round {round_index + 1}/{args.rounds} in {time.monotonic() - start:.0f} s", flush=True)
     machine_state(work, "end")
@@ -172,8 +274,11 @@ VARIANT_LABELS = {
 
 
 def variants(work: Path, ablations: tuple[str, ...]) -> dict[str, dict]:
-    chosen = {name: kwargs for name, kwargs in VARIANTS.items()
-              if name != "predicted_quick" or (work / "quick-node0.json").exists()}
+    chosen = {
+        name: kwargs
+        for name, kwargs in VARIANTS.items()
+        if name != "predicted_quick" or (work / "quick-node0.json").exists()
+    }
     chosen.update({f"without_{name}": {"ablate": (name,)} for name in ablations})
     return chosen
 
@@ -194,11 +299,19 @@ def compare(work: Path, ablations: tuple[str, ...] = (), processors: Path | None
     rows, warnings = {}, {}
     for index, training in enumerate(rounds):
         for variant, kwargs in chosen.items():
-            _, results, messages = predict(training, work / "bandwidth", processors / str(index),
-                                           slowdown=slowdown, quick=quick, **kwargs)
+            _, results, messages = predict(
+                training, work / "bandwidth", processors / str(index), slowdown=slowdown, quick=quick, **kwargs
+            )
             for name, result in results.items():
-                row = rows.setdefault(name, {"planner_layout": training["layouts"][name]["planner_layout"],
-                                             "measured_s": [], "load_average": [], "categories": []})
+                row = rows.setdefault(
+                    name,
+                    {
+                        "planner_layout": training["layouts"][name]["planner_layout"],
+                        "measured_s": [],
+                        "load_average": [],
+                        "categories": [],
+                    },
+                )
                 row.setdefault(f"{variant}_s", []).append(result.step_s)
                 if variant == "predicted":
                     row["measured_s"].append(training["layouts"][name]["median_step_s"])
@@ -218,42 +331,74 @@ def compare(work: Path, ablations: tuple[str, ...] = (), processors: Path | None
     def mape(variant: str, names=in_mape) -> float | None:
         return statistics.fmean(abs(rows[name][f"{variant}_error_pct"]) for name in names) if names else None
 
-    per_round = [statistics.fmean(abs(rows[name]["round_errors_pct"][r]) for name in in_mape)
-                 for r in range(len(rounds))] if in_mape else []
+    per_round = (
+        [statistics.fmean(abs(rows[name]["round_errors_pct"][r]) for name in in_mape) for r in range(len(rounds))]
+        if in_mape
+        else []
+    )
     unseen = [name for name in in_mape if name in unseen_layouts(work)]
-    return {"rows": rows, "mape_pct": {variant: mape(variant) for variant in chosen},
-            "mape_unseen_layouts_pct": mape("predicted", unseen), "unseen_layouts": unseen,
-            "mape_per_round_pct": per_round,
-            "mape_round_spread_pct": [min(per_round), max(per_round)] if per_round else None,
-            "mape_round_stdev_pct": statistics.stdev(per_round) if len(per_round) > 1 else None,
-            "layouts_in_mape": in_mape, "rounds": len(rounds), "ablations": list(ablations),
-            "overlap_slowdown": slowdown,
-            "warnings": {name: sorted(messages) for name, messages in warnings.items() if messages},
-            "config": {key: rounds[0][key] for key in ("model", "global_batch", "pp_micro_batches", "warmup", "steps",
-                                                     "world_size", "torch", "optimizer")}}
+    return {
+        "rows": rows,
+        "mape_pct": {variant: mape(variant) for variant in chosen},
+        "mape_unseen_layouts_pct": mape("predicted", unseen),
+        "unseen_layouts": unseen,
+        "mape_per_round_pct": per_round,
+        "mape_round_spread_pct": [min(per_round), max(per_round)] if per_round else None,
+        "mape_round_stdev_pct": statistics.stdev(per_round) if len(per_round) > 1 else None,
+        "layouts_in_mape": in_mape,
+        "rounds": len(rounds),
+        "ablations": list(ablations),
+        "overlap_slowdown": slowdown,
+        "warnings": {name: sorted(messages) for name, messages in warnings.items() if messages},
+        "config": {
+            key: rounds[0][key]
+            for key in (
+                "model",
+                "global_batch",
+                "pp_micro_batches",
+                "warmup",
+                "steps",
+                "world_size",
+                "torch",
+                "optimizer",
+            )
+        },
+    }
 
 
 def markdown_table(summary: dict) -> str:
     shown = [variant for variant in VARIANTS if variant in summary["mape_pct"] and variant != "predicted"]
-    lines = ["| layout | planner layout | measured step (s) | predicted (s) | error | error per round | "
-             + " | ".join(f"{variant.removeprefix('predicted_')} (s) | error" for variant in shown)
-             + " | predicted breakdown (s) | load avg |",
-             "|---|---|---:|---:|---:|---|" + "---:|---:|" * len(shown) + "---|---:|"]
+    lines = [
+        "| layout | planner layout | measured step (s) | predicted (s) | error | error per round | "
+        + " | ".join(f"{variant.removeprefix('predicted_')} (s) | error" for variant in shown)
+        + " | predicted breakdown (s) | load avg |",
+        "|---|---|---:|---:|---:|---|" + "---:|---:|" * len(shown) + "---|---:|",
+    ]
     for name, row in summary["rows"].items():
-        parts = ", ".join(f"{key} {value:.3f}" for key, value in
-                          sorted(row["breakdown"].items(), key=lambda item: -item[1]) if value >= 0.0005)
+        parts = ", ".join(
+            f"{key} {value:.3f}"
+            for key, value in sorted(row["breakdown"].items(), key=lambda item: -item[1])
+            if value >= 0.0005
+        )
         load = f"{min(row['load_average']):.1f}-{max(row['load_average']):.1f}"
         label = name if name in PARALLEL_LAYOUTS else f"{name} (diagnostic)"
         label += " (unseen)" if name in summary["unseen_layouts"] else ""
         rounds = " / ".join(f"{error:+.1f}%" for error in row["round_errors_pct"])
         others = "".join(f" {row[v]:.3f} | {row[f'{v}_error_pct']:+.1f}% |" for v in shown)
-        lines.append(f"| {label} | `{row['planner_layout']}` | {row['measured']:.3f} | {row['predicted']:.3f} | "
-                     f"{row['predicted_error_pct']:+.1f}% | {rounds} |{others} {parts} | {load} |")
+        lines.append(
+            f"| {label} | `{row['planner_layout']}` | {row['measured']:.3f} | {row['predicted']:.3f} | "
+            f"{row['predicted_error_pct']:+.1f}% | {rounds} |{others} {parts} | {load} |"
+        )
     layouts = ", ".join(summary["layouts_in_mape"])
     slowdown = summary.get("overlap_slowdown")
-    lines.append("\nCompute slowdown under overlapping communication: " + (
-        f"{slowdown:.1%} (measured by `commbench overlap` on this cluster)" if slowdown is not None
-        else "the step model's default (this work directory has no overlap run)"))
+    lines.append(
+        "\nCompute slowdown under overlapping communication: "
+        + (
+            f"{slowdown:.1%} (measured by `commbench overlap` on this cluster)"
+            if slowdown is not None
+            else "the step model's default (this work directory has no overlap run)"
+        )
+    )
     for variant, value in summary["mape_pct"].items():
         if value is None:  # only the diagnostic layout was trained
             continue
@@ -264,11 +409,15 @@ def markdown_table(summary: dict) -> str:
         per_round = ", ".join(f"{value:.1f}%" for value in summary["mape_per_round_pct"])
         low, high = summary["mape_round_spread_pct"]
         stdev = summary["mape_round_stdev_pct"]
-        lines.append(f"\nMAPE per round (primary figure, each round's own measured and predicted steps): {per_round}; "
-                     f"spread {low:.1f}-{high:.1f}%" + (f", standard deviation {stdev:.1f} points" if stdev else ""))
+        lines.append(
+            f"\nMAPE per round (primary figure, each round's own measured and predicted steps): {per_round}; "
+            f"spread {low:.1f}-{high:.1f}%" + (f", standard deviation {stdev:.1f} points" if stdev else "")
+        )
     if summary["unseen_layouts"]:
-        lines.append(f"\nMAPE over the unseen layouts ({', '.join(summary['unseen_layouts'])}): "
-                     f"{summary['mape_unseen_layouts_pct']:.1f}%")
+        lines.append(
+            f"\nMAPE over the unseen layouts ({', '.join(summary['unseen_layouts'])}): "
+            f"{summary['mape_unseen_layouts_pct']:.1f}%"
+        )
     return "\n".join(lines)
 
 
@@ -278,10 +427,22 @@ def measure_memory(args, work: Path) -> None:
     machine_state(work, "memory start")
     with EmulatedCluster(nodes=2, rate=args.rate, etc_hosts=True) as cluster:
         start = time.monotonic()
-        output = torchrun_per_node(cluster, [str(BENCH / "validation" / "train_gpt.py"), "--memory",
-                                             "--layouts", ",".join(MEMORY_LAYOUTS), "--memory-steps",
-                                             str(args.memory_steps), *args.train_args,
-                                             "--out", str(work / "memory-training.json")], log, timeout=900)
+        output = torchrun_per_node(
+            cluster,
+            [
+                str(BENCH / "validation" / "train_gpt.py"),
+                "--memory",
+                "--layouts",
+                ",".join(MEMORY_LAYOUTS),
+                "--memory-steps",
+                str(args.memory_steps),
+                *args.train_args,
+                "--out",
+                str(work / "memory-training.json"),
+            ],
+            log,
+            timeout=900,
+        )
         print("".join(f"  {line}\n" for line in output.splitlines() if line.startswith(TRAINING_LINE)), end="")
         print(f"memory measured in {time.monotonic() - start:.0f} s", flush=True)
     machine_state(work, "memory end")
@@ -295,30 +456,68 @@ def compare_memory(work: Path) -> dict:
     for name, measured in training["layouts"].items():
         for rank, figures in enumerate(measured["ranks"]):
             guess = predicted[name]["ranks"][rank]
-            rows.append({"layout": name, "planner_layout": measured["planner_layout"], "rank": rank,
-                         "measured_bytes": figures["peak_bytes"], "measured_end_bytes": figures["end_bytes"],
-                         "predicted_bytes": guess, "error_pct": 100 * (guess - figures["peak_bytes"]) / figures["peak_bytes"],
-                         "predicted_moment": predicted[name]["moments"][rank],
-                         "predicted_items": {k: v for k, v in predicted[name]["ledgers"][rank].items() if v}})
+            rows.append(
+                {
+                    "layout": name,
+                    "planner_layout": measured["planner_layout"],
+                    "rank": rank,
+                    "measured_bytes": figures["peak_bytes"],
+                    "measured_end_bytes": figures["end_bytes"],
+                    "predicted_bytes": guess,
+                    "error_pct": 100 * (guess - figures["peak_bytes"]) / figures["peak_bytes"],
+                    "predicted_moment": predicted[name]["moments"][rank],
+                    "predicted_items": {k: v for k, v in predicted[name]["ledgers"][rank].items() if v},
+                }
+            )
     errors = [row["error_pct"] for row in rows]
-    return {"rows": rows, "mape_pct": statistics.fmean(abs(e) for e in errors),
-            "mean_signed_error_pct": statistics.fmean(errors), "layouts": list(training["layouts"]),
-            "config": {key: training[key] for key in ("model", "global_batch", "pp_micro_batches", "steps",
-                                                     "world_size", "torch", "optimizer", "measured_at", "host")}}
+    return {
+        "rows": rows,
+        "mape_pct": statistics.fmean(abs(e) for e in errors),
+        "mean_signed_error_pct": statistics.fmean(errors),
+        "layouts": list(training["layouts"]),
+        "config": {
+            key: training[key]
+            for key in (
+                "model",
+                "global_batch",
+                "pp_micro_batches",
+                "steps",
+                "world_size",
+                "torch",
+                "optimizer",
+                "measured_at",
+                "host",
+            )
+        },
+    }
 
 
 def memory_table(summary: dict) -> str:
-    lines = ["| layout | planner layout | rank | measured peak (MB) | predicted (MB) | error | predicted peak at | "
-             "largest predicted items (MB) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "| layout | planner layout | rank | measured peak (MB) | predicted (MB) | error | predicted peak at | "
+        "largest predicted items (MB) |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
     for row in summary["rows"]:
-        items = sorted(((v, k) for k, v in row["predicted_items"].items()
-                        if k not in ("allocator_peak", "total", "outside_allocator")), reverse=True)[:4]
-        lines.append(f"| {row['layout']} | `{row['planner_layout']}` | {row['rank']} | {row['measured_bytes'] / 1e6:.1f} | "
-                     f"{row['predicted_bytes'] / 1e6:.1f} | {row['error_pct']:+.1f}% | {row['predicted_moment']} | "
-                     + ", ".join(f"{k} {v / 1e6:.1f}" for v, k in items) + " |")
+        items = sorted(
+            (
+                (v, k)
+                for k, v in row["predicted_items"].items()
+                if k not in ("allocator_peak", "total", "outside_allocator")
+            ),
+            reverse=True,
+        )[:4]
+        lines.append(
+            f"| {row['layout']} | `{row['planner_layout']}` | {row['rank']} | {row['measured_bytes'] / 1e6:.1f} | "
+            f"{row['predicted_bytes'] / 1e6:.1f} | {row['error_pct']:+.1f}% | {row['predicted_moment']} | "
+            + ", ".join(f"{k} {v / 1e6:.1f}" for v, k in items)
+            + " |"
+        )
     verdict = "meets" if summary["mape_pct"] <= GOAL_MAPE else "misses"
-    lines.append(f"\nPeak memory MAPE over {len(summary['rows'])} layout-ranks: **{summary['mape_pct']:.1f}%** "
-                 f"({verdict} the goal of <= {GOAL_MAPE:.0f}%); mean signed error {summary['mean_signed_error_pct']:+.1f}%")
+    lines.append(
+        f"\nPeak memory MAPE over {len(summary['rows'])} layout-ranks: **{summary['mape_pct']:.1f}%** "
+        f"({verdict} the goal of <= {GOAL_MAPE:.0f}%); mean signed error {summary['mean_signed_error_pct']:+.1f}%"
+    )
     return "\n".join(lines)
 
 
@@ -327,22 +526,53 @@ def main() -> int:
     parser.add_argument("--rate", default="1gbit", help="emulated link rate per node (tc units, default 1gbit)")
     parser.add_argument("--rounds", type=int, default=2, help="times the layouts are trained, interleaved (default 2)")
     training = parser.add_argument_group("passed to bench/validation/train_gpt.py (its defaults: the recorded run)")
-    for flag in ("--layouts", "--steps", "--warmup", "--repeats", "--hidden", "--layers", "--heads", "--vocab",
-                 "--seq-len", "--global-batch", "--pp-micro-batches"):
+    for flag in (
+        "--layouts",
+        "--steps",
+        "--warmup",
+        "--repeats",
+        "--hidden",
+        "--layers",
+        "--heads",
+        "--vocab",
+        "--seq-len",
+        "--global-batch",
+        "--pp-micro-batches",
+    ):
         training.add_argument(flag)
     parser.add_argument("--max-bytes", default="32M", help="largest collective size measured (default 32M)")
     parser.add_argument("--work", help="folder for measurements and results (default: a new temporary one)")
     parser.add_argument("--predict-only", action="store_true", help="reuse the measurements already in --work")
     parser.add_argument("--memory", action="store_true", help="validate the memory ledger instead (see above)")
-    parser.add_argument("--memory-steps", type=int, default=2, help="with --memory: training steps measured (default 2)")
-    parser.add_argument("--ablate", default="", metavar="LIST",
-                        help="also predict without each of these measured inputs (comma-separated, or 'all'): "
-                             + "; ".join(f"{name}: {what}" for name, what in ABLATIONS.items()))
+    parser.add_argument(
+        "--memory-steps", type=int, default=2, help="with --memory: training steps measured (default 2)"
+    )
+    parser.add_argument(
+        "--ablate",
+        default="",
+        metavar="LIST",
+        help="also predict without each of these measured inputs (comma-separated, or 'all'): "
+        + "; ".join(f"{name}: {what}" for name, what in ABLATIONS.items()),
+    )
     args = parser.parse_args()
-    args.train_args = [item for flag in ("layouts", "steps", "warmup", "repeats", "hidden", "layers", "heads", "vocab",
-                                         "seq_len", "global_batch", "pp_micro_batches")
-                        if getattr(args, flag) is not None
-                        for item in (f"--{flag.replace('_', '-')}", getattr(args, flag))]
+    args.train_args = [
+        item
+        for flag in (
+            "layouts",
+            "steps",
+            "warmup",
+            "repeats",
+            "hidden",
+            "layers",
+            "heads",
+            "vocab",
+            "seq_len",
+            "global_batch",
+            "pp_micro_batches",
+        )
+        if getattr(args, flag) is not None
+        for item in (f"--{flag.replace('_', '-')}", getattr(args, flag))
+    ]
     if args.predict_only and not args.work:
         parser.error("--predict-only needs --work")
     ablations = tuple(ABLATIONS) if args.ablate == "all" else tuple(a for a in args.ablate.split(",") if a)

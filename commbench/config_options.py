@@ -20,8 +20,10 @@ from commbench.units import parse_size
 
 # ---- parsers of option text (argparse's `type`): a bad value is one line and exit 2
 
+
 def csv_list(choices: tuple[str, ...] | None) -> Callable[[str], tuple[str, ...]]:
     """Comma-separated names, each one of `choices` (any when None)."""
+
     def parse(text: str) -> tuple[str, ...]:
         items = tuple(item.strip() for item in text.split(",") if item.strip())
         if not items:
@@ -31,6 +33,7 @@ def csv_list(choices: tuple[str, ...] | None) -> Callable[[str], tuple[str, ...]
             if bad:
                 raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; choose from {', '.join(choices)}")
         return items
+
     return parse
 
 
@@ -49,10 +52,19 @@ def tokens_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
 
 
-def documented(doc: str, default: Any = MISSING, *, flags: tuple[str, ...] = (), group: str = "",
-               parse: Callable[[str], Any] | None = None, choices: tuple[str, ...] | None = None,
-               metavar: str | None = None, shown: str | Callable[[Any], str] | None = None,
-               default_factory: Callable[[], Any] | None = None, argparse: dict[str, Any] | None = None) -> Any:
+def documented(
+    doc: str,
+    default: Any = MISSING,
+    *,
+    flags: tuple[str, ...] = (),
+    group: str = "",
+    parse: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    shown: str | Callable[[Any], str] | None = None,
+    default_factory: Callable[[], Any] | None = None,
+    argparse: dict[str, Any] | None = None,
+) -> Any:
     """A config field that is also a command-line option.
 
     doc       the option's help, without its default (added from the field's default)
@@ -63,8 +75,16 @@ def documented(doc: str, default: Any = MISSING, *, flags: tuple[str, ...] = (),
               None is left unsaid unless `shown` says what it means
     A bool field is a switch: --flag sets True; a field that defaults to True is turned off by
     its flag (name it --no-...). argparse: further add_argument keywords (nargs, const)."""
-    metadata = {"doc": doc, "flags": flags, "group": group, "parse": parse, "choices": choices,
-                "metavar": metavar, "shown": shown, "argparse": argparse or {}}
+    metadata = {
+        "doc": doc,
+        "flags": flags,
+        "group": group,
+        "parse": parse,
+        "choices": choices,
+        "metavar": metavar,
+        "shown": shown,
+        "argparse": argparse or {},
+    }
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -107,8 +127,9 @@ def help_text(f: Field[Any]) -> str:
     return text.replace("%", "%%")  # argparse formats help with %
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config: type,
-                         only: Callable[[Field[Any]], bool] = lambda f: True) -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, config: type, only: Callable[[Field[Any]], bool] = lambda f: True
+) -> None:
     """One option per documented field of `config` (those `only` keeps), in --help sections by group."""
     groups: dict[str, Any] = {}
     for f in option_fields(config):

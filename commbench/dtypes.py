@@ -29,26 +29,29 @@ class Dtype:
 
 
 # measurable first, in `--dtype --help` order; then the types only read from logs and traces
-DTYPES: dict[str, Dtype] = {dtype.name: dtype for dtype in (
-    Dtype("float", 4, "float32", gloo=True, precision="fp32", spellings=("float32", "fp32")),
-    Dtype("half", 2, "float16", gloo=True, precision="fp16", spellings=("float16", "fp16")),
-    Dtype("bfloat16", 2, "bfloat16", precision="bf16", spellings=("bf16",)),
-    Dtype("double", 8, "float64", gloo=True, spellings=("float64", "fp64")),
-    Dtype("int8", 1, "int8", gloo=True, spellings=("char",)),
-    Dtype("uint8", 1, "uint8", gloo=True, spellings=("byte",)),
-    Dtype("int32", 4, "int32", gloo=True, spellings=("int",)),
-    Dtype("int64", 8, "int64", gloo=True, spellings=("long",)),
-    Dtype("uint32", 4),
-    Dtype("uint64", 8),
-    Dtype("int16", 2, spellings=("short",)),
-    Dtype("uint16", 2),
-    Dtype("bool", 1),
-    Dtype("f8e4m3", 1, spellings=("fp8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz")),
-    Dtype("f8e5m2", 1, spellings=("fp8_e5m2", "float8_e5m2", "float8_e5m2fnuz")),
-    Dtype("complexhalf", 4),
-    Dtype("complexfloat", 8),
-    Dtype("complexdouble", 16),
-)}
+DTYPES: dict[str, Dtype] = {
+    dtype.name: dtype
+    for dtype in (
+        Dtype("float", 4, "float32", gloo=True, precision="fp32", spellings=("float32", "fp32")),
+        Dtype("half", 2, "float16", gloo=True, precision="fp16", spellings=("float16", "fp16")),
+        Dtype("bfloat16", 2, "bfloat16", precision="bf16", spellings=("bf16",)),
+        Dtype("double", 8, "float64", gloo=True, spellings=("float64", "fp64")),
+        Dtype("int8", 1, "int8", gloo=True, spellings=("char",)),
+        Dtype("uint8", 1, "uint8", gloo=True, spellings=("byte",)),
+        Dtype("int32", 4, "int32", gloo=True, spellings=("int",)),
+        Dtype("int64", 8, "int64", gloo=True, spellings=("long",)),
+        Dtype("uint32", 4),
+        Dtype("uint64", 8),
+        Dtype("int16", 2, spellings=("short",)),
+        Dtype("uint16", 2),
+        Dtype("bool", 1),
+        Dtype("f8e4m3", 1, spellings=("fp8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz")),
+        Dtype("f8e5m2", 1, spellings=("fp8_e5m2", "float8_e5m2", "float8_e5m2fnuz")),
+        Dtype("complexhalf", 4),
+        Dtype("complexfloat", 8),
+        Dtype("complexdouble", 16),
+    )
+}
 _BY_SPELLING = {spelling: dtype for dtype in DTYPES.values() for spelling in (dtype.name, *dtype.spellings)}
 
 MEASURED_DTYPES = tuple(name for name, dtype in DTYPES.items() if dtype.torch)
@@ -96,5 +99,7 @@ def canonical_dtype(spelling: str) -> str:
 def check_gloo_supports(name: str, where: str) -> None:
     """UsageError unless gloo can run collectives on `name`; `where` says why gloo is the backend."""
     if name not in GLOO_DTYPES:
-        raise UsageError(f"dtype {name} is not supported by gloo ({where}); use one of {', '.join(GLOO_DTYPES)} "
-                         "or run on GPUs with NCCL (--backend nccl)")
+        raise UsageError(
+            f"dtype {name} is not supported by gloo ({where}); use one of {', '.join(GLOO_DTYPES)} "
+            "or run on GPUs with NCCL (--backend nccl)"
+        )

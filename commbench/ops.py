@@ -21,7 +21,9 @@ from pathlib import Path
 ONE_BUFFER = "size: the one buffer of every rank; count: its elements"
 GATHERED = "size: the whole gathered output; count: the per-rank chunk (size / n elements, 16-byte aligned)"
 SCATTERED = "size: the whole input; count: the per-rank chunk (size / n elements, 16-byte aligned)"
-EXCHANGED = "size: one rank's whole send buffer; count: the chunk sent to each rank (size / n elements, 16-byte aligned)"
+EXCHANGED = (
+    "size: one rank's whole send buffer; count: the chunk sent to each rank (size / n elements, 16-byte aligned)"
+)
 
 
 @dataclass(frozen=True)
@@ -54,26 +56,39 @@ def _per_direction(n: int, direction: str | None = None) -> float:
 
 
 # nccl-tests order; the first five make a default sweep
-OPS: dict[str, Op] = {op.name: op for op in (
-    Op("all_reduce", "all_reduce_perf", "AllReduce", _ring_twice, ONE_BUFFER, default=True),
-    Op("all_gather", "all_gather_perf", "AllGather", _all_but_own_share, GATHERED, default=True),
-    Op("reduce_scatter", "reduce_scatter_perf", "ReduceScatter", _all_but_own_share, SCATTERED, default=True),
-    Op("all_to_all", "alltoall_perf", "AlltoAll", _all_but_own_share, EXCHANGED, default=True),
-    Op("sendrecv", "sendrecv_perf", "SendRecv", _one_copy, ONE_BUFFER, default=True),
-    Op("broadcast", "broadcast_perf", "Broadcast", _one_copy, ONE_BUFFER),
-    Op("pingpong", None, None, _per_direction,
-       "size: the message each rank sends; count: its elements (uni: half the round trip is timed)"),
-    # alltoallv: nccl-tests' own test (src/alltoallv.cu: algbw = one rank's send bytes / time, busbw =
-    # algbw x (n-1)/n); uneven splits from commbench.modeling.routing, sized by the busiest rank
-    Op("all_to_allv", "alltoallv_perf", "AlltoAllv", _all_but_own_share,
-       "size: the busiest rank's larger of send and receive bytes; count: those elements"),
-    # nccl-tests collectives commbench imports but does not measure
-    Op("reduce", "reduce_perf", "Reduce", _one_copy, ONE_BUFFER, measured=False),
-    Op("gather", "gather_perf", "Gather", _all_but_own_share, GATHERED, measured=False),
-    Op("scatter", "scatter_perf", "Scatter", _all_but_own_share, SCATTERED, measured=False),
-    # hypercube already counts its (n-1) pieces in algbw, so its factor is 1
-    Op("hypercube", "hypercube_perf", "HyperCube", _one_copy, GATHERED, measured=False),
-)}
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op("all_reduce", "all_reduce_perf", "AllReduce", _ring_twice, ONE_BUFFER, default=True),
+        Op("all_gather", "all_gather_perf", "AllGather", _all_but_own_share, GATHERED, default=True),
+        Op("reduce_scatter", "reduce_scatter_perf", "ReduceScatter", _all_but_own_share, SCATTERED, default=True),
+        Op("all_to_all", "alltoall_perf", "AlltoAll", _all_but_own_share, EXCHANGED, default=True),
+        Op("sendrecv", "sendrecv_perf", "SendRecv", _one_copy, ONE_BUFFER, default=True),
+        Op("broadcast", "broadcast_perf", "Broadcast", _one_copy, ONE_BUFFER),
+        Op(
+            "pingpong",
+            None,
+            None,
+            _per_direction,
+            "size: the message each rank sends; count: its elements (uni: half the round trip is timed)",
+        ),
+        # alltoallv: nccl-tests' own test (src/alltoallv.cu: algbw = one rank's send bytes / time, busbw =
+        # algbw x (n-1)/n); uneven splits from commbench.modeling.routing, sized by the busiest rank
+        Op(
+            "all_to_allv",
+            "alltoallv_perf",
+            "AlltoAllv",
+            _all_but_own_share,
+            "size: the busiest rank's larger of send and receive bytes; count: those elements",
+        ),
+        # nccl-tests collectives commbench imports but does not measure
+        Op("reduce", "reduce_perf", "Reduce", _one_copy, ONE_BUFFER, measured=False),
+        Op("gather", "gather_perf", "Gather", _all_but_own_share, GATHERED, measured=False),
+        Op("scatter", "scatter_perf", "Scatter", _all_but_own_share, SCATTERED, measured=False),
+        # hypercube already counts its (n-1) pieces in algbw, so its factor is 1
+        Op("hypercube", "hypercube_perf", "HyperCube", _one_copy, GATHERED, measured=False),
+    )
+}
 
 MEASURED_OPS: tuple[str, ...] = tuple(name for name, op in OPS.items() if op.measured)
 DEFAULT_OPS: tuple[str, ...] = tuple(name for name, op in OPS.items() if op.default)

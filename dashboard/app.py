@@ -24,7 +24,10 @@ def create_app(results_dir: str | Path, models_dir: str | Path | None = None) ->
     model presets and the configs inside results_dir and models_dir, never a path the browser names."""
     _forget_registered_pages()
     app = dash.Dash(
-        __name__, use_pages=True, pages_folder=str(PAGES_FOLDER), title="commbench",
+        __name__,
+        use_pages=True,
+        pages_folder=str(PAGES_FOLDER),
+        title="commbench",
         suppress_callback_exceptions=True,
     )
     app.server.config[_STORE_KEY] = ResultsStore(results_dir, models_dir)
@@ -34,8 +37,10 @@ def create_app(results_dir: str | Path, models_dir: str | Path | None = None) ->
             dcc.Store(id=SELECTION_STORE, storage_type="session"),
             html.Nav(
                 [html.Span("commbench", className="brand")]
-                + [dcc.Link(page["name"], href=page["relative_path"], id=f"nav-{page['name'].lower()}")
-                   for page in sorted(dash.page_registry.values(), key=lambda p: p["order"])],
+                + [
+                    dcc.Link(page["name"], href=page["relative_path"], id=f"nav-{page['name'].lower()}")
+                    for page in sorted(dash.page_registry.values(), key=lambda p: p["order"])
+                ],
                 className="nav",
             ),
             html.Main(dash.page_container),

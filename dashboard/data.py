@@ -289,8 +289,15 @@ class ResultsStore:
         if synthetic is None:  # ingested under store schema 1, which did not keep the flag: ask the run
             synthetic = self.entry(key).synthetic
         created = row.get("created")
-        return RunListing(key, row["kind"], row["backend"], row["world_size"], bool(synthetic), row["records"],
-                          created.isoformat() if isinstance(created, datetime) else created)
+        return RunListing(
+            key,
+            row["kind"],
+            row["backend"],
+            row["world_size"],
+            bool(synthetic),
+            row["records"],
+            created.isoformat() if isinstance(created, datetime) else created,
+        )
 
     def entry(self, key: str) -> RunEntry:
         """The run at key, read again only if its files changed since the last read."""
@@ -327,7 +334,8 @@ class ResultsStore:
     def topology_sources(self) -> list[TopologySource]:
         sources = [
             TopologySource(f"run:{e.key}", f"{e.label} (run)", _gpu_count(e.info["topology"]), e.measured)
-            for e in self.usable() if e.info.get("topology")
+            for e in self.usable()
+            if e.info.get("topology")
         ]
         for path in sorted(self.root.glob(f"*{TOPOLOGY_SUFFIX}")) + sorted(self.root.glob(f"*/*{TOPOLOGY_SUFFIX}")):
             key = path.relative_to(self.root).as_posix()
@@ -365,7 +373,6 @@ class ResultsStore:
             raise CommbenchError(f"{key}: not a topology (no 'nodes' list)")
         return data
 
-
     # planner inputs ------------------------------------------------------------------------
     def model_files(self) -> dict[str, Path]:
         """Model configs the planner may read: every config.json (or folder/*.json under --models) up to
@@ -394,8 +401,15 @@ class ResultsStore:
 
 def _listing_of(entry: RunEntry) -> RunListing:
     info = entry.info
-    return RunListing(entry.key, entry.kind, info.get("backend"), info.get("world_size"), entry.synthetic,
-                      len(entry.run.records) if entry.run else 0, info.get("created"))
+    return RunListing(
+        entry.key,
+        entry.kind,
+        info.get("backend"),
+        info.get("world_size"),
+        entry.synthetic,
+        len(entry.run.records) if entry.run else 0,
+        info.get("created"),
+    )
 
 
 def _signature(path: Path) -> Signature:

@@ -45,8 +45,12 @@ def history_rows(db: Path) -> list[HistoryRow]:
 def history_choices(db: Path) -> dict[str, list]:
     """Clusters, ops, sizes and scopes present in the database (each sorted)."""
     rows = history_rows(db)
-    return {"cluster": sorted({row.cluster for row in rows}), "op": sorted({row.op for row in rows}),
-            "size": sorted({row.size for row in rows}), "scope": sorted({row.scope for row in rows})}
+    return {
+        "cluster": sorted({row.cluster for row in rows}),
+        "op": sorted({row.op for row in rows}),
+        "size": sorted({row.size for row in rows}),
+        "scope": sorted({row.scope for row in rows}),
+    }
 
 
 def busiest_row(rows: list[HistoryRow], cluster: str | None = None, op: str | None = None) -> HistoryRow | None:
@@ -70,7 +74,7 @@ def comparable_pair(entries: list[RunEntry]) -> tuple[str, str] | None:
     least one row in common; B is the newer. entries: newest first. None when no such pair exists."""
     shapes = [(entry, _shape(entry)) for entry in entries[:PAIR_SEARCH_RUNS] if entry.ok]
     for position, (newer, (backend, ops, rows)) in enumerate(shapes):
-        for older, (other_backend, other_ops, other_rows) in shapes[position + 1:]:
+        for older, (other_backend, other_ops, other_rows) in shapes[position + 1 :]:
             if backend == other_backend and ops == other_ops and rows & other_rows:
                 return older.key, newer.key
     return None
@@ -78,8 +82,11 @@ def comparable_pair(entries: list[RunEntry]) -> tuple[str, str] | None:
 
 def _shape(entry: RunEntry) -> tuple[str | None, frozenset, frozenset]:
     records = entry.run.records if entry.run else []
-    return (entry.info.get("backend"), frozenset(record.get("op") for record in records),
-            frozenset(row_key(record) for record in records))
+    return (
+        entry.info.get("backend"),
+        frozenset(record.get("op") for record in records),
+        frozenset(row_key(record) for record in records),
+    )
 
 
 def history_series(db: Path, cluster: str, op: str, size_bytes: int, scope: str | None) -> list[dict]:
@@ -121,8 +128,12 @@ def scheduler_actions(results_root: Path, limit: int = 500) -> tuple[list[dict],
     refused), newest first, and a line saying where they come from."""
     db = database_for(results_root)
     if db is None:
-        return [], ("no results database beside this results folder: scheduler actions are recorded in the one "
-                    "--db (or $COMMBENCH_DB) names")
-    rows = [{name: str(row[name]) if row[name] is not None else "" for name in ACTION_FIELDS}
-            for row in read_actions(db, limit)]
+        return [], (
+            "no results database beside this results folder: scheduler actions are recorded in the one "
+            "--db (or $COMMBENCH_DB) names"
+        )
+    rows = [
+        {name: str(row[name]) if row[name] is not None else "" for name in ACTION_FIELDS}
+        for row in read_actions(db, limit)
+    ]
     return rows, f"{len(rows)} scheduler action(s) recorded in {db} (newest first)"

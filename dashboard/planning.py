@@ -124,8 +124,14 @@ def _evaluate(spec: PlanSpec, layout_text: str) -> PlanView:
 
 def _view(planner: Planner, ranked: list[StepResult], screened: int, fitting: int, warnings: list[str]) -> PlanView:
     return PlanView(
-        ranked=ranked, screened=screened, fitting=fitting,
-        network=planner.cluster.cost.describe(), execution=planner.job.execution.name,
-        slowdown_intra=planner.cluster.slowdown_intra, slowdown_inter=planner.cluster.slowdown_inter,
-        capacity_bytes=planner.cluster.system.processor.memory_bytes, warnings=warnings, planner=planner,
+        ranked=ranked,
+        screened=screened,
+        fitting=fitting,
+        network=planner.cluster.cost.describe(),
+        execution=planner.job.execution.name,
+        slowdown_intra=planner.cluster.slowdown_intra,
+        slowdown_inter=planner.cluster.slowdown_inter,
+        capacity_bytes=planner.cluster.system.processor.memory_bytes,
+        warnings=warnings,
+        planner=planner,
     )

@@ -105,9 +105,14 @@ class AuthMiddleware:
         if self.credentials.accepts(environ.get("HTTP_AUTHORIZATION")):
             return self.app(environ, start_response)
         body = b"commbench dashboard: log in (HTTP basic auth, or a bearer token)\n"
-        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
-                                            ("Content-Length", str(len(body))),
-                                            ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')])
+        start_response(
+            "401 Unauthorized",
+            [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+                ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"'),
+            ],
+        )
         return [body]
 
 

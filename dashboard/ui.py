@@ -30,8 +30,14 @@ def page_heading(title: str, lead: str) -> list:
 
 def synthetic_notices(entries: list[RunEntry]) -> html.Div:
     """A warning per synthetic run among entries, with its note: these figures were never measured."""
-    return notices([f"{e.key} is SYNTHETIC, not a measurement: {e.info.get('note') or 'no note given'}"
-                    for e in entries if e.synthetic], "warning")
+    return notices(
+        [
+            f"{e.key} is SYNTHETIC, not a measurement: {e.info.get('note') or 'no note given'}"
+            for e in entries
+            if e.synthetic
+        ],
+        "warning",
+    )
 
 
 def control(title: str, component, wide: bool = False) -> html.Div:
@@ -40,17 +46,29 @@ def control(title: str, component, wide: bool = False) -> html.Div:
 
 
 def run_options(entries: list[RunEntry]) -> list[dict]:
-    return [{"label": f"{e.label} ({e.kind}, {e.info.get('backend')}, {e.info.get('world_size')} ranks)",
-             "value": e.key} for e in entries]
+    return [
+        {"label": f"{e.label} ({e.kind}, {e.info.get('backend')}, {e.info.get('world_size')} ranks)", "value": e.key}
+        for e in entries
+    ]
 
 
 def data_table(table_id: str, **options):
     """A sortable, filterable table styled like the rest of the app; options override the defaults."""
     settings = {
-        "columns": [], "data": [], "sort_action": "native", "filter_action": "native", "page_size": 15,
+        "columns": [],
+        "data": [],
+        "sort_action": "native",
+        "filter_action": "native",
+        "page_size": 15,
         "style_table": {"overflowX": "auto"},
-        "style_cell": {"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left",
-                       "maxWidth": "420px", "whiteSpace": "normal"},
+        "style_cell": {
+            "fontFamily": "inherit",
+            "fontSize": "13px",
+            "padding": "4px 8px",
+            "textAlign": "left",
+            "maxWidth": "420px",
+            "whiteSpace": "normal",
+        },
         "style_header": {"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
     }
     return dash_table.DataTable(id=table_id, **{**settings, **options})

@@ -43,8 +43,10 @@ def _fail_in_ci(report, nodeid: str) -> None:
     if _allowed_in_ci(nodeid, reason):
         return
     report.outcome = "failed"
-    report.longrepr = (f"{nodeid}: skipped in CI, which needs every test to run: {reason.removeprefix('Skipped: ')} "
-                       f"(the allowed skips are listed in tests/conftest.py)")
+    report.longrepr = (
+        f"{nodeid}: skipped in CI, which needs every test to run: {reason.removeprefix('Skipped: ')} "
+        f"(the allowed skips are listed in tests/conftest.py)"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -67,8 +69,12 @@ def pytest_make_collect_report(collector):
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`commbench ARGS` in a fresh interpreter, as a user would run it."""
     return subprocess.run(
-        [sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})}, cwd=REPO,
+        [sys.executable, "-m", "commbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
     )
 
 

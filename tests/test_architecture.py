@@ -31,7 +31,12 @@ PACKAGES = ("commbench", "dashboard")
 TORCH_FREE = ("commbench.modeling", "commbench.data", "commbench.traces", "commbench.analysis", "commbench.diagnose")
 TORCH_ALLOWED_IN = ("commbench.traces.demo",)  # trains a small DDP model to produce a trace
 DASHBOARD_COMMAND = "commbench.commands.dashboard"
-DRIVERS = ("commbench.measure.sweep", "commbench.measure.pairwise", "commbench.measure.overlap", "commbench.measure.diagnose")
+DRIVERS = (
+    "commbench.measure.sweep",
+    "commbench.measure.pairwise",
+    "commbench.measure.overlap",
+    "commbench.measure.diagnose",
+)
 
 
 def module_name(path: Path) -> str:
@@ -99,7 +104,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if target not in graph:
                 continue
             if state.get(target) == "open":
-                return path[path.index(target):] + [target] if target in path else [node, target]
+                return path[path.index(target) :] + [target] if target in path else [node, target]
             if target not in state and (cycle := visit(target, path + [target])):
                 return cycle
         state[node] = "done"
@@ -127,14 +132,20 @@ def test_cycle_finder_finds_a_cycle():
 
 
 def test_dashboard_never_imports_the_commands(graph):
-    offenders = {m: sorted(t for t in targets if _within(t, "commbench.commands"))
-                 for m, targets in graph.items() if _within(m, "dashboard")}
+    offenders = {
+        m: sorted(t for t in targets if _within(t, "commbench.commands"))
+        for m, targets in graph.items()
+        if _within(m, "dashboard")
+    }
     assert not {m: t for m, t in offenders.items() if t}
 
 
 def test_commbench_imports_dashboard_only_from_its_command(graph):
-    offenders = sorted(m for m, targets in graph.items()
-                       if _within(m, "commbench") and m != DASHBOARD_COMMAND and any(_within(t, "dashboard") for t in targets))
+    offenders = sorted(
+        m
+        for m, targets in graph.items()
+        if _within(m, "commbench") and m != DASHBOARD_COMMAND and any(_within(t, "dashboard") for t in targets)
+    )
     assert not offenders
 
 
@@ -148,16 +159,23 @@ def test_drivers_override_nothing():
     """A driver is a plain class the runner calls through its public methods: no base class whose
     hooks it could override (pairwise and overlap once subclassed the sweep and replaced _run_rows)."""
     modules = all_modules()
-    subclasses = sorted(f"{driver}.{node.name}" for driver in DRIVERS
-                        for node in ast.walk(ast.parse(modules[driver].read_text(encoding="utf-8")))
-                        if isinstance(node, ast.ClassDef) and node.bases)
+    subclasses = sorted(
+        f"{driver}.{node.name}"
+        for driver in DRIVERS
+        for node in ast.walk(ast.parse(modules[driver].read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.bases
+    )
     assert not subclasses, f"driver classes with a base class: {subclasses}"
 
 
 def test_torch_free_layers_never_import_torch(graph):
-    offenders = sorted(m for m, targets in graph.items()
-                       if any(_within(m, layer) for layer in TORCH_FREE) and m not in TORCH_ALLOWED_IN
-                       and any(_within(t, "torch") for t in targets))
+    offenders = sorted(
+        m
+        for m, targets in graph.items()
+        if any(_within(m, layer) for layer in TORCH_FREE)
+        and m not in TORCH_ALLOWED_IN
+        and any(_within(t, "torch") for t in targets)
+    )
     assert not offenders, f"these modules import torch: {offenders}"
 
 
@@ -168,14 +186,34 @@ def _layout_section() -> str:
 
 def test_readme_layout_matches_the_tree():
     layout = _layout_section()
-    present = {p.name for folder in ("commbench", "commbench/measure") for p in (ROOT / folder).iterdir()
-               if (p.suffix == ".py" or p.is_dir()) and p.name not in ("__init__.py", "__main__.py", "__pycache__")}
-    missing = sorted(name for name in present if name.removesuffix(".py") + (".py" if name.endswith(".py") else "/") not in layout)
+    present = {
+        p.name
+        for folder in ("commbench", "commbench/measure")
+        for p in (ROOT / folder).iterdir()
+        if (p.suffix == ".py" or p.is_dir()) and p.name not in ("__init__.py", "__main__.py", "__pycache__")
+    }
+    missing = sorted(
+        name for name in present if name.removesuffix(".py") + (".py" if name.endswith(".py") else "/") not in layout
+    )
     assert not missing, f"README's layout does not mention {missing}"
     named = set(re.findall(r"\b([a-z_]+\.py)\b", layout))
-    gone = sorted(name for name in named if not any((ROOT / folder / name).exists() for folder in
-                  ("commbench", "commbench/measure", "commbench/data", "commbench/traces", "commbench/modeling",
-                   "commbench/topology", "commbench/diagnose", "tests")))
+    gone = sorted(
+        name
+        for name in named
+        if not any(
+            (ROOT / folder / name).exists()
+            for folder in (
+                "commbench",
+                "commbench/measure",
+                "commbench/data",
+                "commbench/traces",
+                "commbench/modeling",
+                "commbench/topology",
+                "commbench/diagnose",
+                "tests",
+            )
+        )
+    )
     assert not gone, f"README's layout names files that are not there: {gone}"
 
 
@@ -210,9 +248,15 @@ def test_collective_declarations_take_factors_from_ops(factor_42):
 def test_no_busbw_formula_outside_ops():
     """A second factor table would spell (n - 1) / n again: only ops.py may."""
     ring = re.compile(r"\((\w+) - 1\) / \1\b")
-    offenders = sorted(name for name, path in all_modules().items() if name != "commbench.ops"
-                       and any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and ring.search(ast.unparse(node))
-                               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    offenders = sorted(
+        name
+        for name, path in all_modules().items()
+        if name != "commbench.ops"
+        and any(
+            isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and ring.search(ast.unparse(node))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    )
     assert not offenders, f"busbw formulas outside commbench/ops.py: {offenders}"
 
 
@@ -226,7 +270,14 @@ def test_the_nccl_tests_reader_takes_factors_from_ops(factor_42):
 DTYPE_HOME, SCOPE_HOME = "commbench.dtypes", "commbench.scopes"
 # spellings only a dtype table holds: "float", "int" or "long" also name Python and JSON types
 DTYPE_WORDS = {spelling for dtype in dtypes.DTYPES.values() for spelling in (dtype.name, *dtype.spellings)} - {
-    "float", "int", "long", "bool", "byte", "char", "short"}
+    "float",
+    "int",
+    "long",
+    "bool",
+    "byte",
+    "char",
+    "short",
+}
 
 
 def _constants(nodes: list) -> bool:
@@ -249,8 +300,13 @@ def _string_items(node: ast.AST, dict_keys: bool) -> list[str] | None:
 
 def _membership_tests(tree: ast.AST) -> set[int]:
     """ids of the literals on the right of `in`: `scope in ("intra", "pair")` asks, it lists nothing."""
-    return {id(right) for node in ast.walk(tree) if isinstance(node, ast.Compare)
-            for op, right in zip(node.ops, node.comparators) if isinstance(op, (ast.In, ast.NotIn))}
+    return {
+        id(right)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        for op, right in zip(node.ops, node.comparators)
+        if isinstance(op, (ast.In, ast.NotIn))
+    }
 
 
 def tables_of(source: str, words: set[str], dict_keys: bool = True) -> list[str]:
@@ -266,8 +322,11 @@ def tables_of(source: str, words: set[str], dict_keys: bool = True) -> list[str]
 
 
 def _tables_outside(home: str, words: set[str], dict_keys: bool) -> dict[str, list[str]]:
-    found = {name: tables_of(path.read_text(encoding="utf-8"), words, dict_keys) for name, path in all_modules().items()
-             if name != home}
+    found = {
+        name: tables_of(path.read_text(encoding="utf-8"), words, dict_keys)
+        for name, path in all_modules().items()
+        if name != home
+    }
     return {name: tables for name, tables in found.items() if tables}
 
 
@@ -276,7 +335,9 @@ def test_no_dtype_table_outside_dtypes():
 
 
 def test_no_scope_list_outside_scopes():
-    assert not _tables_outside(SCOPE_HOME, set(scopes.SCOPES), dict_keys=False), "the scope list belongs in commbench/scopes.py"
+    assert not _tables_outside(SCOPE_HOME, set(scopes.SCOPES), dict_keys=False), (
+        "the scope list belongs in commbench/scopes.py"
+    )
 
 
 def test_the_table_finder_finds_tables():
@@ -299,19 +360,31 @@ _SLOWDOWN_WORDS = re.compile(r"\b15\s?%.{0,40}\b2\s?%", re.S)
 def slowdown_literals(source: str) -> list[str]:
     """The default overlap slowdown typed again: 0.15 and 0.02 in one module, or "15% ... 2%" in one string."""
     tree = ast.parse(source)
-    numbers = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, float)}
+    numbers = {
+        node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, float)
+    }
     found = ["0.15 and 0.02"] if {0.15, 0.02} <= numbers else []
-    return found + [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                    and isinstance(node.value, str) and _SLOWDOWN_WORDS.search(node.value)]
+    return found + [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SLOWDOWN_WORDS.search(node.value)
+    ]
 
 
 def test_the_default_slowdown_has_one_home():
     from commbench.data.calculon import PROCESSOR_USAGE
     from commbench.modeling.cluster import DEFAULT_SLOWDOWN_INTER, DEFAULT_SLOWDOWN_INTRA
 
-    assert (DEFAULT_SLOWDOWN_INTRA, DEFAULT_SLOWDOWN_INTER) == (PROCESSOR_USAGE["intra"], PROCESSOR_USAGE["inter"]) == (0.15, 0.02)
-    found = {name: slowdown_literals(path.read_text(encoding="utf-8")) for name, path in all_modules().items()
-             if name != SLOWDOWN_HOME}
+    assert (
+        (DEFAULT_SLOWDOWN_INTRA, DEFAULT_SLOWDOWN_INTER)
+        == (PROCESSOR_USAGE["intra"], PROCESSOR_USAGE["inter"])
+        == (0.15, 0.02)
+    )
+    found = {
+        name: slowdown_literals(path.read_text(encoding="utf-8"))
+        for name, path in all_modules().items()
+        if name != SLOWDOWN_HOME
+    }
     assert not {name: hits for name, hits in found.items() if hits}, "the default slowdown belongs in data/calculon.py"
 
 

@@ -33,18 +33,28 @@ def test_unknown_command(cli):
 
 
 def test_existing_run_id_is_refused_before_measuring(cli, tmp_path):
-    first = cli("run", "--nproc", "2", "-b", "1K", "-e", "1K", "--ops", "all_reduce", "--out", str(tmp_path), "--run-id", "same")
+    first = cli(
+        "run", "--nproc", "2", "-b", "1K", "-e", "1K", "--ops", "all_reduce", "--out", str(tmp_path), "--run-id", "same"
+    )
     assert first.returncode == 0, first.stderr
-    again = cli("run", "--nproc", "2", "-b", "1K", "-e", "1K", "--ops", "all_reduce", "--out", str(tmp_path), "--run-id", "same")
+    again = cli(
+        "run", "--nproc", "2", "-b", "1K", "-e", "1K", "--ops", "all_reduce", "--out", str(tmp_path), "--run-id", "same"
+    )
     assert again.returncode == 2
     lines = again.stderr.strip().splitlines()
     assert len(lines) == 1 and "already exists" in lines[0]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["-e", "9" * 309], "larger than"), (["--timeout", "nan"], "--timeout"), (["--time-budget-ms", "inf"], "--time-budget-ms"),
-    (["--pairwise", "--max-retransmit-pct", "nan"], "--max-retransmit-pct"), (["--max-retransmit-pct", "-1"], "--max-retransmit-pct"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["-e", "9" * 309], "larger than"),
+        (["--timeout", "nan"], "--timeout"),
+        (["--time-budget-ms", "inf"], "--time-budget-ms"),
+        (["--pairwise", "--max-retransmit-pct", "nan"], "--max-retransmit-pct"),
+        (["--max-retransmit-pct", "-1"], "--max-retransmit-pct"),
+    ],
+)
 def test_absurd_numbers_are_refused(cli, tmp_path, args, needle):
     result = cli("run", *args, "--out", str(tmp_path))
     assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr

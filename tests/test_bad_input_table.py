@@ -199,8 +199,13 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     (folder / "utf16.log").write_text("# nThread 1 nGpus 1\n", encoding="utf-16")
     (folder / "text.json").write_text("not json at all\n")
     (folder / "empty").mkdir()
-    return {"file": str(folder / "plain.txt"), "binary": str(folder / "binary.log"), "utf16": str(folder / "utf16.log"),
-            "text": str(folder / "text.json"), "tmp": str(folder / "empty")}
+    return {
+        "file": str(folder / "plain.txt"),
+        "binary": str(folder / "binary.log"),
+        "utf16": str(folder / "utf16.log"),
+        "text": str(folder / "text.json"),
+        "tmp": str(folder / "empty"),
+    }
 
 
 def call(argv: list[str]) -> tuple[int | str | None, str]:

@@ -31,19 +31,38 @@ def alpha_beta_us(size, alpha_us, busbw_gbps, factor):
 
 
 def record(op="all_reduce", size=1 << 20, time_us=100.0, factor=1.75, **extra):
-    row = {"op": op, "scope": "world", "group_size": 8, "n_groups": 1, "size_bytes": size, "count": size // 4,
-           "dtype": "float", "in_place": False, "iters": 20, "time_us": time_us, "time_us_p10": time_us,
-           "time_us_p90": time_us, "time_us_min": time_us, "time_us_max": time_us, "cv": 0.0,
-           "algbw_gbps": size / time_us / 1e3, "busbw_gbps": size / time_us / 1e3 * factor, "busbw_factor": factor}
+    row = {
+        "op": op,
+        "scope": "world",
+        "group_size": 8,
+        "n_groups": 1,
+        "size_bytes": size,
+        "count": size // 4,
+        "dtype": "float",
+        "in_place": False,
+        "iters": 20,
+        "time_us": time_us,
+        "time_us_p10": time_us,
+        "time_us_p90": time_us,
+        "time_us_min": time_us,
+        "time_us_max": time_us,
+        "cv": 0.0,
+        "algbw_gbps": size / time_us / 1e3,
+        "busbw_gbps": size / time_us / 1e3 * factor,
+        "busbw_factor": factor,
+    }
     return {**row, **extra}
 
 
 def alpha_beta_records(alpha_us, busbw_gbps, factor=1.75, sizes=SIZES, **extra):
-    return [record(size=int(s), time_us=float(alpha_beta_us(s, alpha_us, busbw_gbps, factor)), factor=factor, **extra)
-            for s in sizes]
+    return [
+        record(size=int(s), time_us=float(alpha_beta_us(s, alpha_us, busbw_gbps, factor)), factor=factor, **extra)
+        for s in sizes
+    ]
 
 
 # --- the fit --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("alpha_us,busbw_gbps,factor", [(8.0, 200.0, 1.75), (25.0, 12.5, 0.5), (0.5, 900.0, 1.0)])
 def test_fit_recovers_alpha_and_busbw_of_exact_data_to_1_percent(alpha_us, busbw_gbps, factor):
@@ -73,6 +92,7 @@ def test_times_that_do_not_grow_keep_a_finite_conservative_bandwidth():
 
 
 # --- the table's answers --------------------------------------------------------------------
+
 
 def test_time_at_any_size_follows_exact_alpha_beta_data_inside_and_beyond_the_points():
     table = BandwidthTable.from_records(alpha_beta_records(8.0, 200.0, sizes=2.0 ** np.arange(10, 27, 2)))
@@ -127,8 +147,17 @@ def test_rows_for_csv_have_one_row_per_point_with_the_fit(tmp_path):
     rows = table.to_rows()
     assert len(rows) == sum(len(e.sizes) for e in table.entries())
     first = rows[0]
-    assert {"op", "scope", "group_size", "size_bytes", "time_us", "busbw_gbps", "alpha_us", "fit_busbw_gbps",
-            "model_time_us"} <= set(first)
+    assert {
+        "op",
+        "scope",
+        "group_size",
+        "size_bytes",
+        "time_us",
+        "busbw_gbps",
+        "alpha_us",
+        "fit_busbw_gbps",
+        "model_time_us",
+    } <= set(first)
     assert first["model_time_us"] == pytest.approx(first["time_us"], rel=1e-9)
 
 
@@ -145,6 +174,7 @@ def test_module_imports_neither_torch_nor_pydantic():
 
 # --- the planner reads the same table -------------------------------------------------------
 
+
 def test_measured_network_prices_from_the_table(tmp_path):
     run = write_run(tmp_path / "run", intra_gbps=200, inter_gbps=20)
     net = MeasuredNetwork(run, PresetNetwork(load_system("dgx-h100")))
@@ -158,19 +188,27 @@ def test_measured_network_prices_from_the_table(tmp_path):
 def test_one_node_world_and_intra_curves_share_a_placement_and_intra_wins(tmp_path):
     run = tmp_path / "one-node"
     run.mkdir()
-    info = {"schema_version": 1, "run_id": "one-node", "created": "2025-01-01T00:00:00+00:00", "backend": "nccl",
-            "world_size": 8, "complete": True,
-            "nodes": [{"hostname": "n0", "node_id": 0, "ranks": list(range(8)), "local_ranks": list(range(8))}]}
+    info = {
+        "schema_version": 1,
+        "run_id": "one-node",
+        "created": "2025-01-01T00:00:00+00:00",
+        "backend": "nccl",
+        "world_size": 8,
+        "complete": True,
+        "nodes": [{"hostname": "n0", "node_id": 0, "ranks": list(range(8)), "local_ranks": list(range(8))}],
+    }
     (run / "run.json").write_text(json.dumps(info))
     rows = alpha_beta_records(10.0, 100.0) + alpha_beta_records(10.0, 300.0, scope="intra")
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     net = MeasuredNetwork(run, PresetNetwork(load_system("dgx-h100")))
     assert net.curves[("all_reduce", 8, 1)].scope == "intra"
     assert net.time_s("all_reduce", 2**30, 8, Placement(8, 1)) == pytest.approx(
-        alpha_beta_us(2**30, 10.0, 300.0, 1.75) * 1e-6)
+        alpha_beta_us(2**30, 10.0, 300.0, 1.75) * 1e-6
+    )
 
 
 # --- imported nccl-tests runs ---------------------------------------------------------------
+
 
 def test_an_imported_nccl_tests_run_makes_a_table():
     table = BandwidthTable.from_run(NCCL_TESTS_RUN)
@@ -203,6 +241,7 @@ def test_left_out_sizes_of_the_h100_nccl_tests_run_are_predicted_within_10_perce
 
 # --- the command ----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def commbench(monkeypatch, capsys):
     """`commbench table ...` in-process, registered the way cli.COMMANDS will register it."""
@@ -213,6 +252,7 @@ def commbench(monkeypatch, capsys):
         code = cli.main(["table", *map(str, args)])
         captured = capsys.readouterr()
         return code, captured.out, captured.err
+
     return invoke
 
 
@@ -278,13 +318,15 @@ def test_calculon_export_reproduces_the_asymptotes_and_says_what_is_lost(tmp_pat
 
 def test_calculon_export_keeps_each_ops_own_bandwidth(tmp_path):
     rows = alpha_beta_records(10.0, 300.0, scope="intra") + alpha_beta_records(
-        10.0, 150.0, op="all_gather", factor=7 / 8, scope="intra")
+        10.0, 150.0, op="all_gather", factor=7 / 8, scope="intra"
+    )
     table = BandwidthTable.from_records(rows, world_size=8, nodes=1)
     tier = calculon_networks(table)["networks"][0]
     assert tier["bandwidth"] == pytest.approx(300.0)
     assert tier["ops"]["all_gather"][0] == pytest.approx(2.0)  # half the bandwidth: twice the scalar
     assert calculon_time_s(tier, "all_gather", 2**30, 8) == pytest.approx(
-        alpha_beta_us(2**30, 10.0, 150.0, 7 / 8) * 1e-6, rel=1e-6)
+        alpha_beta_us(2**30, 10.0, 150.0, 7 / 8) * 1e-6, rel=1e-6
+    )
 
 
 def test_bad_input_exits_2_with_one_line(commbench, tmp_path):

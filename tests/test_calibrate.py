@@ -33,9 +33,19 @@ def test_writes_a_processor_in_the_presets_format(calibrated):
     written = json.loads(out.read_text())
     assert json.loads(result.stdout) == written  # --json prints what --out holds
     figures = {key: entry for key, entry in written.items() if isinstance(entry, dict)}
-    assert set(figures) >= {"peak_flops_bf16", "memory_bytes", "memory_bandwidth_bytes_per_s", "gemm_efficiency",
-                            "gemm_surface", "attention_efficiency", "attention_rates", "elementwise_efficiency",
-                            "kernel_overhead_s", "optimizer_efficiency", "sm_count"}
+    assert set(figures) >= {
+        "peak_flops_bf16",
+        "memory_bytes",
+        "memory_bandwidth_bytes_per_s",
+        "gemm_efficiency",
+        "gemm_surface",
+        "attention_efficiency",
+        "attention_rates",
+        "elementwise_efficiency",
+        "kernel_overhead_s",
+        "optimizer_efficiency",
+        "sm_count",
+    }
     for key, entry in figures.items():
         assert entry["source"].startswith("measured on "), key
         assert " by commbench " in entry["source"], key
@@ -52,8 +62,22 @@ def test_plan_reads_the_calibrated_processor(calibrated):
     from tests.conftest import run_cli
 
     out, _ = calibrated
-    result = run_cli("plan", "--model", "llama3.2-1b", "--gpus", "2", "--hardware", "dgx-a100", "--global-batch", "8",
-                     "--seq-len", "512", "--processor", str(out), "--json")
+    result = run_cli(
+        "plan",
+        "--model",
+        "llama3.2-1b",
+        "--gpus",
+        "2",
+        "--hardware",
+        "dgx-a100",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "512",
+        "--processor",
+        str(out),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert "calibrated on" in result.stdout
 
@@ -61,15 +85,31 @@ def test_plan_reads_the_calibrated_processor(calibrated):
 def measurements(gemm_seconds=1.0) -> dict:
     """Timings made up for the arithmetic, not measured."""
     return {
-        "dtypes": ["fp32"], "repeats": 1,
-        "gemm": [{"dtype": "fp32", "m": 100, "n": 100, "k": 100, "seconds": gemm_seconds},
-                 {"dtype": "fp32", "m": 200, "n": 100, "k": 100, "seconds": gemm_seconds}],
-        "attention": [{"dtype": "fp32", "backend": "math", "batch": 1, "heads": 2, "seq": 10, "head_dim": 5,
-                       "forward_s": 1.0, "forward_backward_s": 3.5}],
-        "elementwise": [{"dtype": "fp32", "kind": "copy", "bytes": 100.0, "seconds": 1.0},
-                        {"dtype": "fp32", "kind": "gelu", "bytes": 100.0, "seconds": 2.0},
-                        {"dtype": "fp32", "kind": "add", "bytes": 150.0, "seconds": 2.0}],
-        "launch_s": 5e-6, "optimizer": {"params": 2, "seconds": 1.0},
+        "dtypes": ["fp32"],
+        "repeats": 1,
+        "gemm": [
+            {"dtype": "fp32", "m": 100, "n": 100, "k": 100, "seconds": gemm_seconds},
+            {"dtype": "fp32", "m": 200, "n": 100, "k": 100, "seconds": gemm_seconds},
+        ],
+        "attention": [
+            {
+                "dtype": "fp32",
+                "backend": "math",
+                "batch": 1,
+                "heads": 2,
+                "seq": 10,
+                "head_dim": 5,
+                "forward_s": 1.0,
+                "forward_backward_s": 3.5,
+            }
+        ],
+        "elementwise": [
+            {"dtype": "fp32", "kind": "copy", "bytes": 100.0, "seconds": 1.0},
+            {"dtype": "fp32", "kind": "gelu", "bytes": 100.0, "seconds": 2.0},
+            {"dtype": "fp32", "kind": "add", "bytes": 150.0, "seconds": 2.0},
+        ],
+        "launch_s": 5e-6,
+        "optimizer": {"params": 2, "seconds": 1.0},
         "autograd_op": {"forward_s": 4e-6, "backward_s": 3e-6},
     }
 

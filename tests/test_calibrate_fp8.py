@@ -26,17 +26,30 @@ def test_fp8_gemms_are_timed_and_written(tmp_path):
     surface = written["gemm_surface"]["value"]
     assert set(surface) == {"fp32", "fp8"} and len(surface["fp8"]) == len(surface["fp32"])
     assert max(point[3] for point in surface["fp8"]) == pytest.approx(1.0)  # fractions of the fastest FP8 GEMM
-    assert written["peak_flops_fp8"]["source"].startswith("measured on ") and "_scaled_mm" in written["peak_flops_fp8"]["source"]
+    assert (
+        written["peak_flops_fp8"]["source"].startswith("measured on ")
+        and "_scaled_mm" in written["peak_flops_fp8"]["source"]
+    )
     processor = load_processor(str(out))
     assert processor.peak_flops_fp8 == written["peak_flops_fp8"]["value"] and processor.surface("fp8") is not None
 
 
 def test_fp8_points_set_their_own_peak_not_the_bf16_one():
     measurements = {**fake_measurements(), "gemm_fp8": [{"dtype": "fp8", "m": 64, "n": 64, "k": 64, "seconds": 1e-6}]}
-    plain = processor_json(fake_measurements(), {"name": "GPU", "memory_bytes": 1e9, "sm_count": 1, "cuda": "12",
-                                                 "compute_capability": "9.0"}, "h", "t", "v")
-    with_fp8 = processor_json(measurements, {"name": "GPU", "memory_bytes": 1e9, "sm_count": 1, "cuda": "12",
-                                             "compute_capability": "9.0"}, "h", "t", "v")
+    plain = processor_json(
+        fake_measurements(),
+        {"name": "GPU", "memory_bytes": 1e9, "sm_count": 1, "cuda": "12", "compute_capability": "9.0"},
+        "h",
+        "t",
+        "v",
+    )
+    with_fp8 = processor_json(
+        measurements,
+        {"name": "GPU", "memory_bytes": 1e9, "sm_count": 1, "cuda": "12", "compute_capability": "9.0"},
+        "h",
+        "t",
+        "v",
+    )
     assert with_fp8["peak_flops_bf16"] == plain["peak_flops_bf16"]
     assert with_fp8["peak_flops_fp8"]["value"] == pytest.approx(2 * 64**3 / 1e-6)
     assert processor_from_json(with_fp8).compute_capability == "9.0"

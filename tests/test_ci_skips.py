@@ -17,8 +17,14 @@ from tests.conftest import REPO
 
 
 def child_pytest(module: str, env: dict, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", module],
-                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", module],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+    )
 
 
 def without_ci() -> dict:
@@ -41,8 +47,11 @@ def test_no_namespaces_fails_the_cluster_tests_in_ci():
     unshare = shutil.which("unshare")
     if os.geteuid() != 0 or unshare is None:
         pytest.skip("needs root and unshare to take away the right to create namespaces")
-    result = child_pytest("tests/test_cluster_infra.py", {**without_ci(), "COMMBENCH_CI": "1"},
-                          prefix=(unshare, "--user", "--map-root-user"))
+    result = child_pytest(
+        "tests/test_cluster_infra.py",
+        {**without_ci(), "COMMBENCH_CI": "1"},
+        prefix=(unshare, "--user", "--map-root-user"),
+    )
     assert result.returncode != 0
     assert "skipped in CI" in result.stdout and "kernel cannot build the emulated cluster" in result.stdout
 
@@ -54,7 +63,14 @@ def test_setup_system_without_root_fails_only_in_ci(ci):
         pytest.skip("needs root and setpriv to run the script as another user")
     script = (REPO / ".ci" / "setup-system.sh").read_text()  # on stdin: the user "nobody" may not read the checkout
     env = {**without_ci(), **({"CI": "true"} if ci else {})}
-    result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s"], input=script,
-                            capture_output=True, text=True, timeout=60, env=env, cwd="/")
+    result = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/",
+    )
     assert "needs root" in result.stderr
     assert result.returncode == (1 if ci else 0)

@@ -10,9 +10,11 @@ from commbench.cli import COMMANDS, build_parser
 
 
 def imported_commands(argv: list[str]) -> set[str]:
-    probe = ("import sys; from commbench.cli import build_parser, _command_named\n"
-             f"build_parser(only=_command_named({argv!r}))\n"
-             "print(' '.join(m for m in sys.modules if m.startswith('commbench.commands.')))")
+    probe = (
+        "import sys; from commbench.cli import build_parser, _command_named\n"
+        f"build_parser(only=_command_named({argv!r}))\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('commbench.commands.')))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     commands = {f"commbench.commands.{m}" for m in COMMANDS.values()}
     return set(out.split()) & commands  # helpers such as commands.store_options are not commands
@@ -20,9 +22,20 @@ def imported_commands(argv: list[str]) -> set[str]:
 
 def test_a_command_imports_only_its_own_module():
     assert imported_commands(["history", "--cluster", "x"]) == {"commbench.commands.history"}
-    assert "torch" not in subprocess.run(
-        [sys.executable, "-c", "import sys; from commbench.cli import build_parser; build_parser(only='history'); "
-                               "print(' '.join(sys.modules))"], capture_output=True, text=True, check=True).stdout.split()
+    assert (
+        "torch"
+        not in subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from commbench.cli import build_parser; build_parser(only='history'); "
+                "print(' '.join(sys.modules))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    )
 
 
 def test_help_and_typos_still_see_every_command():

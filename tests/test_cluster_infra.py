@@ -55,13 +55,18 @@ def test_goodput_ceiling_arithmetic():
 
 
 def _probe_env(master: str, port: int, rank: int, world: int, ifname: str) -> dict:
-    return dict(MASTER_ADDR=master, MASTER_PORT=str(port), RANK=str(rank),
-                WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME=ifname, OMP_NUM_THREADS="1")
+    return dict(
+        MASTER_ADDR=master,
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        GLOO_SOCKET_IFNAME=ifname,
+        OMP_NUM_THREADS="1",
+    )
 
 
 def _records(out: str) -> dict[int, float]:
-    return {r["bytes"]: r["busbw_GBps"] for r in map(json.loads, out.split("\n")) if r} \
-        if out.strip() else {}
+    return {r["bytes"]: r["busbw_GBps"] for r in map(json.loads, out.split("\n")) if r} if out.strip() else {}
 
 
 def _allreduce(procs) -> dict[int, float]:
@@ -73,10 +78,15 @@ def _allreduce(procs) -> dict[int, float]:
 
 def _tcp_transfer(c: EmulatedCluster, src: int, dst: int, nbytes: int, port: int) -> float:
     """GB/s of one TCP stream src -> dst (receiver-timed)."""
-    recv = c.node(dst).popen([PY, TCP, "recv", str(port), str(nbytes)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    send = c.node(src).popen([PY, TCP, "send", c.addr(dst), str(port), str(nbytes)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recv = c.node(dst).popen(
+        [PY, TCP, "recv", str(port), str(nbytes)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    send = c.node(src).popen(
+        [PY, TCP, "send", c.addr(dst), str(port), str(nbytes)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     (rc_r, out, err_r), (rc_s, _, err_s) = wait_procs([recv, send], timeout=60)
     assert rc_r == 0 and rc_s == 0, f"transfer failed: {err_r} {err_s}"
     return json.loads(out)["GBps"]
@@ -103,16 +113,30 @@ def test_two_nodes_gloo_allreduce_reaches_link_ceiling(emulated_cluster):
 
     ceiling = tcp_goodput_ceiling_gbps(c.rate)
     sizes = "16M,64M"
-    cross = _allreduce([
-        c.node(i).popen([PY, ALLREDUCE, "--sizes", sizes, "--iters", "3"],
-                        env=_probe_env(c.addr(0), 29500, i, 2, "eth0"),
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for i in range(2)])
-    loop = _allreduce([
-        c.node(0).popen([PY, ALLREDUCE, "--sizes", sizes, "--iters", "3"],
-                        env=_probe_env("127.0.0.1", 29501, i, 2, "lo"),
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for i in range(2)])
+    cross = _allreduce(
+        [
+            c.node(i).popen(
+                [PY, ALLREDUCE, "--sizes", sizes, "--iters", "3"],
+                env=_probe_env(c.addr(0), 29500, i, 2, "eth0"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+    )
+    loop = _allreduce(
+        [
+            c.node(0).popen(
+                [PY, ALLREDUCE, "--sizes", sizes, "--iters", "3"],
+                env=_probe_env("127.0.0.1", 29501, i, 2, "lo"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+    )
     print(f"\nceiling {ceiling:.4f} GB/s; across the link {cross}; loopback {loop}")
     assert set(cross) == {16 << 20, 64 << 20}
     for size, bw in cross.items():
@@ -140,8 +164,7 @@ def test_teardown_leaves_nothing_when_body_raises(exc):
     assert sleeper.poll() is not None
     assert tag not in Path("/etc/hosts").read_text()
     assert not (REGISTRY / f"{tag}.json").exists()
-    assert not any(ln.split()[0].startswith(tag) for ln in _ip(["netns", "list"]).splitlines()
-                   if ln.strip())
+    assert not any(ln.split()[0].startswith(tag) for ln in _ip(["netns", "list"]).splitlines() if ln.strip())
 
 
 def _ip(args: list[str]) -> str:
@@ -194,8 +217,7 @@ def test_two_clusters_at_once_are_isolated(emulated_cluster_factory):
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("emulated_cluster", [dict(nodes=3, per_node_rate={2: "100mbit"})],
-                         indirect=True)
+@pytest.mark.parametrize("emulated_cluster", [dict(nodes=3, per_node_rate={2: "100mbit"})], indirect=True)
 def test_per_node_rate_and_live_shape(emulated_cluster):
     """Node 2 is at 100 Mbit/s, both directions; the others at 1 Gbit/s. Then reshape live."""
     c = emulated_cluster
@@ -203,8 +225,9 @@ def test_per_node_rate_and_live_shape(emulated_cluster):
     to_fast = _tcp_transfer(c, 0, 1, 24 << 20, 5001)
     to_slow = _tcp_transfer(c, 0, 2, 4 << 20, 5002)
     from_slow = _tcp_transfer(c, 2, 0, 4 << 20, 5003)
-    print(f"\n0->1 {to_fast:.4f} (ceiling {fast:.4f}); 0->2 {to_slow:.5f}, 2->0 {from_slow:.5f} "
-          f"(ceiling {slow:.5f}) GB/s")
+    print(
+        f"\n0->1 {to_fast:.4f} (ceiling {fast:.4f}); 0->2 {to_slow:.5f}, 2->0 {from_slow:.5f} (ceiling {slow:.5f}) GB/s"
+    )
     assert 0.85 * fast <= to_fast <= 1.05 * fast
     assert 0.85 * slow <= to_slow <= 1.05 * slow
     assert 0.85 * slow <= from_slow <= 1.05 * slow
@@ -273,13 +296,16 @@ def test_slurm_nodes_idle_and_srun_runs_on_each_node(slurm_cluster):
 @pytest.mark.slurm
 def test_slurm_sbatch_completed_and_names_resolve(slurm_cluster):
     sc = slurm_cluster
-    job = sc.submit(textwrap.dedent("""\
+    job = sc.submit(
+        textwrap.dedent("""\
         #!/bin/sh
         srun hostname
         first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
         echo "first=$first"
         getent hosts "$first"
-        """), ["-N2", "--ntasks-per-node=1"])
+        """),
+        ["-N2", "--ntasks-per-node=1"],
+    )
     assert sc.wait(job, timeout=60) == "COMPLETED", sc.output(job)
     out = sc.output(job)
     for name in sc.ec.names:
@@ -320,14 +346,17 @@ def test_slurm_torchrun_per_node_gloo_across_link(slurm_cluster):
     Allocate one task per node (-c for the ranks): inside an allocation made with
     --ntasks-per-node=2, `srun --ntasks-per-node=1` still starts SLURM_NTASKS=4 tasks."""
     sc = slurm_cluster
-    job = sc.submit(textwrap.dedent(f"""\
+    job = sc.submit(
+        textwrap.dedent(f"""\
         #!/bin/sh
         export MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
         export GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1
         srun sh -c '{PY} -m torch.distributed.run --nnodes 2 \\
             --nproc-per-node 2 --node-rank $SLURM_NODEID --master-addr $MASTER \\
             --master-port 29500 {ALLREDUCE} --sizes 1M --iters 2'
-        """), ["-N2", "--ntasks-per-node=1", "--cpus-per-task=2", "--time=5"])
+        """),
+        ["-N2", "--ntasks-per-node=1", "--cpus-per-task=2", "--time=5"],
+    )
     state = sc.wait(job, timeout=240)
     out = sc.output(job)
     assert state == "COMPLETED", out[-3000:]

@@ -30,32 +30,65 @@ SLOW_PAIR = (0, 3)
 BASE_US = {8: 40.0, 4 << 20: 33000.0}
 
 
-def pairwise_run(out: Path, run_id: str, seed: int, slow_pair: tuple[int, int] | None = None,
-                 reverse: bool = False) -> Path:
+def pairwise_run(
+    out: Path, run_id: str, seed: int, slow_pair: tuple[int, int] | None = None, reverse: bool = False
+) -> Path:
     """A synthetic pairwise run directory: records and samples as the pairwise driver writes them."""
-    info = RunInfo(run_id=run_id, kind="pairwise", created="2026-12-01T00:00:00+00:00", backend="gloo",
-                   world_size=RANKS, synthetic=True, note="synthetic: tests/test_compare_pairwise.py",
-                   nodes=[{"hostname": f"node{r}", "node_id": r, "ranks": [r], "local_ranks": [0]} for r in range(RANKS)])
+    info = RunInfo(
+        run_id=run_id,
+        kind="pairwise",
+        created="2026-12-01T00:00:00+00:00",
+        backend="gloo",
+        world_size=RANKS,
+        synthetic=True,
+        note="synthetic: tests/test_compare_pairwise.py",
+        nodes=[{"hostname": f"node{r}", "node_id": r, "ranks": [r], "local_ranks": [0]} for r in range(RANKS)],
+    )
     writer = RunWriter(out, info)
     rng = np.random.default_rng(seed)
     rows = [(size, pair) for size in SIZES for pair in combinations(range(RANKS), 2)]
     for size, pair in reversed(rows) if reverse else rows:
         level = BASE_US[size] * (1.3 if pair == slow_pair else 1.0)
         times = level * np.exp(rng.normal(0.0, 0.02, ITERS))
-        facts = RowFacts(op="pingpong", scope="pair", group_size=2, n_groups=1, size_bytes=size, count=size // 4,
-                         dtype="float", redop="none", root=-1, in_place=False, iters=ITERS, warmup=2, timer="host", stop_reason="fixed",
-                         direction="uni")
-        record = build_record(facts, Stats.of(times), 1.0, time_us_mean_nccl=None, wrong=0, slowest_rank=pair[1],
-                              pair=list(pair), pair_nodes=[f"node{pair[0]}", f"node{pair[1]}"])
-        writer.add_records([record], [samples_line(record.model_dump(), pair[1], times.tolist(), list(pair),
-                                                   [record.time_us] * 2)])
+        facts = RowFacts(
+            op="pingpong",
+            scope="pair",
+            group_size=2,
+            n_groups=1,
+            size_bytes=size,
+            count=size // 4,
+            dtype="float",
+            redop="none",
+            root=-1,
+            in_place=False,
+            iters=ITERS,
+            warmup=2,
+            timer="host",
+            stop_reason="fixed",
+            direction="uni",
+        )
+        record = build_record(
+            facts,
+            Stats.of(times),
+            1.0,
+            time_us_mean_nccl=None,
+            wrong=0,
+            slowest_rank=pair[1],
+            pair=list(pair),
+            pair_nodes=[f"node{pair[0]}", f"node{pair[1]}"],
+        )
+        writer.add_records(
+            [record], [samples_line(record.model_dump(), pair[1], times.tolist(), list(pair), [record.time_us] * 2)]
+        )
     writer.finish(True)
     return writer.path
 
 
 def two_runs(tmp_path: Path) -> tuple[Path, Path]:
-    return (pairwise_run(tmp_path, "pw-a", seed=1),
-            pairwise_run(tmp_path, "pw-b", seed=2, slow_pair=SLOW_PAIR, reverse=True))
+    return (
+        pairwise_run(tmp_path, "pw-a", seed=1),
+        pairwise_run(tmp_path, "pw-b", seed=2, slow_pair=SLOW_PAIR, reverse=True),
+    )
 
 
 def test_compare_flags_exactly_the_slower_pair_and_names_it(tmp_path, capsys):
@@ -82,7 +115,9 @@ def test_check_fails_only_the_slower_pair_through_a_baseline_file(tmp_path):
     grades = grade(read_run(str(b)), read_baseline(baseline_file), 0.10)
     assert len(grades) == len(SIZES) * 6
     assert sorted(g.row for g in grades if not g.passed) == [
-        "pingpong uni pair ranks 0<->3 n=2 4M float out-of-place", "pingpong uni pair ranks 0<->3 n=2 8 float out-of-place"]
+        "pingpong uni pair ranks 0<->3 n=2 4M float out-of-place",
+        "pingpong uni pair ranks 0<->3 n=2 8 float out-of-place",
+    ]
 
 
 def test_check_prints_pairwise_rows_in_one_aligned_column(tmp_path, capsys):

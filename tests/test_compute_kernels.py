@@ -54,7 +54,10 @@ def test_unfused_elementwise_kernels_move_more_bytes_and_launch_more_kernels():
 
 def test_kernel_overhead_is_kernels_times_the_per_kernel_cost():
     costly = replace(H100, kernel_overhead_s=10e-6)
-    added = layer("megatron-core", costly).forward[0] - layer("megatron-core", replace(H100, kernel_overhead_s=0.0)).forward[0]
+    added = (
+        layer("megatron-core", costly).forward[0]
+        - layer("megatron-core", replace(H100, kernel_overhead_s=0.0)).forward[0]
+    )
     assert added == pytest.approx(kernels_per_layer(MODEL, EXECUTIONS["megatron-core"]) * 10e-6)
 
 
@@ -75,9 +78,29 @@ def test_plan_help_lists_every_execution_preset_with_its_assumptions_and_json_na
     for name, execution in EXECUTIONS.items():
         if name == execution.name:  # aliases (megatron) are named in the heading
             assert f"{name}: {' '.join(execution.assumes.split())}" in help_text
-    assert main(["plan", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--seq-len", "2048",
-                 "--layout", "dp=8,mbs=1,zero=3", "--execution", "torch-fsdp", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "llama2-7b",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "8",
+                "--seq-len",
+                "2048",
+                "--layout",
+                "dp=8,mbs=1,zero=3",
+                "--execution",
+                "torch-fsdp",
+                "--json",
+            ]
+        )
+        == 0
+    )
     import json
+
     assert json.loads(capsys.readouterr().out)["execution"] == "torch-fsdp"
 
 
@@ -85,9 +108,16 @@ def fp32_cpu(surface: dict, memory_bandwidth: float = 1e10):
     """A CPU-like processor with a measured surface (figures made up for the arithmetic)."""
     from commbench.modeling.hardware import Processor
 
-    return Processor("cpu", peak_flops=1e11, memory_bytes=1e10, memory_bandwidth=memory_bandwidth,
-                     gemm_curve=((1e6, 0.5), (1e10, 0.5)), attention_efficiency=0.5, sm_count=1,
-                     gemm_surface=tuple((dtype, tuple(map(tuple, points))) for dtype, points in surface.items()))
+    return Processor(
+        "cpu",
+        peak_flops=1e11,
+        memory_bytes=1e10,
+        memory_bandwidth=memory_bandwidth,
+        gemm_curve=((1e6, 0.5), (1e10, 0.5)),
+        attention_efficiency=0.5,
+        sm_count=1,
+        gemm_surface=tuple((dtype, tuple(map(tuple, points))) for dtype, points in surface.items()),
+    )
 
 
 def test_a_shape_the_surface_measured_in_the_jobs_dtype_is_priced_at_its_own_fraction():

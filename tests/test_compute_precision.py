@@ -56,7 +56,10 @@ def test_recipe_overheads_order():
         lc = layer_compute(planner.job, batch, planner.cluster.system.processor)
         seconds[name] = float(lc.fwd_quantise[0] + lc.bwd_quantise[0])
     assert seconds["fp8-delayed"] < seconds["fp8-blockwise"] < seconds["fp8-current"]
-    blackwell = _planner(hardware="dgx-b200", compute_precision="mxfp8"), _planner(hardware="dgx-b200", compute_precision="nvfp4")
+    blackwell = (
+        _planner(hardware="dgx-b200", compute_precision="mxfp8"),
+        _planner(hardware="dgx-b200", compute_precision="nvfp4"),
+    )
     mx, nv = (layer_compute(p.job, batch, p.cluster.system.processor) for p in blackwell)
     assert nv.bwd_quantise[0] > mx.bwd_quantise[0]  # the Hadamard pass over the weight gradient's inputs
     assert nv.fwd_gemm[0] < mx.fwd_gemm[0]  # FP4 peak, though 10/62 of the layers stay BF16
@@ -92,22 +95,53 @@ def test_fp8_param_gather_halves_the_parameter_gathers(zero):
     assert halved.bytes_per_step["tp"][0] == plain.bytes_per_step["tp"][0]  # activations are sent in BF16
 
 
-@pytest.mark.parametrize("hardware, precisions", [
-    ("dgx-h100", ("fp8-delayed", "fp8-current", "fp8-blockwise")), ("h200", ("fp8-delayed", "fp8-blockwise")),
-    ("dgx-b200", ("fp8-delayed", "mxfp8", "nvfp4")), ("gb200-nvl72", ("mxfp8", "nvfp4")),
-    ("gb300-nvl72", ("mxfp8", "nvfp4")),
-])
+@pytest.mark.parametrize(
+    "hardware, precisions",
+    [
+        ("dgx-h100", ("fp8-delayed", "fp8-current", "fp8-blockwise")),
+        ("h200", ("fp8-delayed", "fp8-blockwise")),
+        ("dgx-b200", ("fp8-delayed", "mxfp8", "nvfp4")),
+        ("gb200-nvl72", ("mxfp8", "nvfp4")),
+        ("gb300-nvl72", ("mxfp8", "nvfp4")),
+    ],
+)
 def test_every_modern_system_takes_its_recipes(hardware, precisions):
     for precision in precisions:
-        planner = build_planner(PlanSpec(model="llama3-8b", gpus=72 if "nvl72" in hardware else 8, global_batch=144,
-                                         seq_len=4096, hardware=hardware, compute_precision=precision))
+        planner = build_planner(
+            PlanSpec(
+                model="llama3-8b",
+                gpus=72 if "nvl72" in hardware else 8,
+                global_batch=144,
+                seq_len=4096,
+                hardware=hardware,
+                compute_precision=precision,
+            )
+        )
         assert planner.job.compute is RECIPES[precision]
         assert np.isfinite(_evaluate(planner, Layout(dp=planner.cluster.gpus, zero=1)).step_s[0])
 
 
 def _plan(*argv):
-    return subprocess.run([sys.executable, "-m", "commbench", "plan", "--model", "llama3-8b", "--global-batch", "64",
-                           "--seq-len", "4096", "--gpus", "8", *argv], capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "4096",
+            "--gpus",
+            "8",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_plan_json_names_precision_recipe_and_bf16_layers():
@@ -121,12 +155,18 @@ def test_plan_json_names_precision_recipe_and_bf16_layers():
     assert compute["bytes_per_param_variant"].startswith("bf16 mixed precision")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--hardware", "dgx-a100", "--compute-precision", "fp8-delayed"], "A100 SXM4 80GB (compute capability 8.0) cannot run fp8-delayed"),
-    (["--hardware", "dgx-h100", "--compute-precision", "nvfp4"], "(compute capability 9.0) cannot run nvfp4"),
-    (["--hardware", "h200", "--compute-precision", "mxfp8"], "cannot run mxfp8"),
-    (["--fp8-param-gather"], "--fp8-param-gather needs a quantised --compute-precision"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--hardware", "dgx-a100", "--compute-precision", "fp8-delayed"],
+            "A100 SXM4 80GB (compute capability 8.0) cannot run fp8-delayed",
+        ),
+        (["--hardware", "dgx-h100", "--compute-precision", "nvfp4"], "(compute capability 9.0) cannot run nvfp4"),
+        (["--hardware", "h200", "--compute-precision", "mxfp8"], "cannot run mxfp8"),
+        (["--fp8-param-gather"], "--fp8-param-gather needs a quantised --compute-precision"),
+    ],
+)
 def test_a_recipe_the_gpu_cannot_run_is_one_line_exit_2(argv, message):
     run = _plan(*argv)
     assert run.returncode == 2

@@ -32,16 +32,23 @@ def test_every_config_field_is_in_help_with_its_default(command):
     for config in CONFIGS[command]:
         for f in option_fields(config):
             flag = flags_of(f)[-1]
-            assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", shown), f"{config.__name__}.{f.name}: {flag} not in help"
+            assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", shown), (
+                f"{config.__name__}.{f.name}: {flag} not in help"
+            )
             default = default_text(f)
             if default is not None:
-                assert _words(f"(default {default})") in shown, f"{config.__name__}.{f.name}: default {default!r} not shown"
+                assert _words(f"(default {default})") in shown, (
+                    f"{config.__name__}.{f.name}: default {default!r} not shown"
+                )
 
 
 def test_the_options_of_run_cover_its_config():
     """Every RunConfig field but the command line itself is an option."""
     assert {f.name for f in fields(RunConfig)} - {f.name for f in option_fields(RunConfig)} == {"argv"}
-    assert {f.name for f in fields(DiagnoseConfig)} - {f.name for f in option_fields(DiagnoseConfig)} == {"command", "slurm"}
+    assert {f.name for f in fields(DiagnoseConfig)} - {f.name for f in option_fields(DiagnoseConfig)} == {
+        "command",
+        "slurm",
+    }
 
 
 def test_run_with_no_options_is_the_config_default():

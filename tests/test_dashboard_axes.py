@@ -20,8 +20,10 @@ CPU_RUN = "examples/example-cpu-2rank"
 SI_PREFIXES = ("µ", "m", "k", "M", "G")
 
 
-@pytest.mark.parametrize(("size", "text"), [(512, "512 B"), (1024, "1 KiB"), (1536, "1.5 KiB"),
-                                            (4 << 20, "4 MiB"), (1 << 30, "1 GiB"), (4 << 30, "4 GiB")])
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(512, "512 B"), (1024, "1 KiB"), (1536, "1.5 KiB"), (4 << 20, "4 MiB"), (1 << 30, "1 GiB"), (4 << 30, "4 GiB")],
+)
 def test_sizes_are_labelled_in_binary_units(size, text):
     assert size_label(size) == text
 
@@ -31,8 +33,18 @@ def test_size_axis_ticks_every_other_power_of_two_in_binary_units():
     assert axis["ticktext"] == ["1 KiB", "4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB", "4 MiB"]
 
 
-@pytest.mark.parametrize(("value", "text"), [(0.0001, "0.0001"), (0.25, "0.25"), (2.0, "2"), (12.5, "12.5"),
-                                             (999.7, "1,000"), (2000.0, "2,000"), (2e-7, "0.0000002")])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.0001, "0.0001"),
+        (0.25, "0.25"),
+        (2.0, "2"),
+        (12.5, "12.5"),
+        (999.7, "1,000"),
+        (2000.0, "2,000"),
+        (2e-7, "0.0000002"),
+    ],
+)
 def test_plain_numbers_have_no_exponent_or_prefix(value, text):
     assert plain_number(value) == text
 
@@ -72,7 +84,9 @@ def test_bandwidth_and_latency_figures_use_these_ticks(cpu_frame):
     assert figure.layout.yaxis.ticktext and all(text[0].isdigit() for text in figure.layout.yaxis.ticktext)
     assert figure.layout.xaxis.ticktext[0].endswith(("B", "KiB"))
     latency = latency_figure(cpu_frame)
-    assert latency.layout.yaxis.ticktext and all(text.endswith(("µs", "ms", " s")) for text in latency.layout.yaxis.ticktext)
+    assert latency.layout.yaxis.ticktext and all(
+        text.endswith(("µs", "ms", " s")) for text in latency.layout.yaxis.ticktext
+    )
 
 
 def test_a_figure_without_a_nominal_rate_says_why(cpu_frame):

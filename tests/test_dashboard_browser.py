@@ -49,9 +49,15 @@ def _chrome_options() -> Options:
     options = Options()
     options.binary_location = CHROMIUM
     # The closed test network: no update checks, sync or field trials reaching out and failing.
-    for argument in ("--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--no-first-run", "--window-size=1360,1300", "--force-device-scale-factor=1",
-                     "--hide-scrollbars"):
+    for argument in (
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1360,1300",
+        "--force-device-scale-factor=1",
+        "--hide-scrollbars",
+    ):
         options.add_argument(argument)
     return options
 
@@ -69,8 +75,9 @@ def results_dir(tmp_path_factory) -> Path:
     half = root / "half-written"
     shutil.copytree(EXAMPLES / "example-cpu-2rank", half)
     info = json.loads((half / "run.json").read_text())
-    (half / "run.json").write_text(json.dumps({**info, "run_id": "half-written", "complete": False,
-                                               "created": "2001-01-01T00:00:00+00:00"}))
+    (half / "run.json").write_text(
+        json.dumps({**info, "run_id": "half-written", "complete": False, "created": "2001-01-01T00:00:00+00:00"})
+    )
     lines = (half / "records.jsonl").read_text().splitlines()
     (half / "records.jsonl").write_text("\n".join(lines[:10]) + "\n" + lines[10][:40])
     return root
@@ -84,10 +91,18 @@ def duo(results_dir, tmp_path_factory):
         pytest.skip(f"needs {' and '.join(missing)} on PATH (apt-get install chromium chromium-driver)")
     app = create_app(results_dir)
     downloads = tmp_path_factory.mktemp("downloads")
-    with application_runners.ThreadedRunner() as server, composite.DashComposite(
-        server=server, browser="Chrome", headless=True, options=[_chrome_options()], download_path=str(downloads),
-        percy_run=False, wait_timeout=WAIT_S,
-    ) as browser:
+    with (
+        application_runners.ThreadedRunner() as server,
+        composite.DashComposite(
+            server=server,
+            browser="Chrome",
+            headless=True,
+            options=[_chrome_options()],
+            download_path=str(downloads),
+            percy_run=False,
+            wait_timeout=WAIT_S,
+        ) as browser,
+    ):
         browser.start_server(app, port=_free_port())
         browser.download_dir = downloads
         yield browser
@@ -164,15 +179,19 @@ def test_runs_selection_carries_to_bandwidth_page(duo):
             row.find_element("css selector", "input[type=checkbox]").click()
     _screenshot(duo, "runs")
     duo.find_element("#nav-bandwidth").click()
-    shown = _wait_for_plot(duo, "bw-graph", lambda plot: len({n.split(" · ")[0] for n in plot["names"]
-                                                              if " · " in n}) == 2,
-                           "both ticked runs should be overlaid")
+    shown = _wait_for_plot(
+        duo,
+        "bw-graph",
+        lambda plot: len({n.split(" · ")[0] for n in plot["names"] if " · " in n}) == 2,
+        "both ticked runs should be overlaid",
+    )
     assert any("examples/example-cpu-2rank · world n=2" in name for name in shown["names"])
     assert any("examples/example-nccl-tests-h100-synthetic [SYNTHETIC] · world n=8" in name for name in shown["names"])
     assert not any("example-cpu-2rank [SYNTHETIC]" in name for name in shown["names"])
     assert any(name.startswith("fit:") for name in shown["names"])
-    duo.wait_for_contains_text("#bw-notices", "example-nccl-tests-h100-synthetic is SYNTHETIC, not a measurement",
-                               timeout=WAIT_S)
+    duo.wait_for_contains_text(
+        "#bw-notices", "example-nccl-tests-h100-synthetic is SYNTHETIC, not a measurement", timeout=WAIT_S
+    )
     _no_console_errors(duo)
 
 
@@ -181,12 +200,20 @@ def test_bandwidth_page_controls_table_and_download(duo):
     _wait_for_plot(duo, "bw-graph", lambda plot: any(" · " in n for n in plot["names"]), "curves should be drawn")
     _plot(duo, "bw-latency")
     duo.select_dcc_dropdown("#bw-op", value="all_gather")
-    shown = _wait_for_plot(duo, "bw-graph", lambda plot: plot["names"] and "nccl-tests" not in " ".join(plot["names"]),
-                           "all_gather exists only in the CPU run, so only it should remain")
+    shown = _wait_for_plot(
+        duo,
+        "bw-graph",
+        lambda plot: plot["names"] and "nccl-tests" not in " ".join(plot["names"]),
+        "all_gather exists only in the CPU run, so only it should remain",
+    )
     assert all("example-cpu-2rank" in name or name.startswith("fit:") for name in shown["names"])
     duo.select_dcc_dropdown("#bw-op", value="all_reduce")
-    _wait_for_plot(duo, "bw-graph", lambda plot: any("nccl-tests" in n for n in plot["names"]),
-                   "all_reduce brings the nccl-tests run back")
+    _wait_for_plot(
+        duo,
+        "bw-graph",
+        lambda plot: any("nccl-tests" in n for n in plot["names"]),
+        "all_reduce brings the nccl-tests run back",
+    )
     duo.select_dcc_dropdown("#bw-reference", value=f"preset: {load_network('nvlink4').name}")
     _wait_for_plot(duo, "bw-graph", lambda plot: any("450 GB/s" in n for n in plot["names"]), "the NVLink 4 rate line")
     _screenshot(duo, "bandwidth")
@@ -210,8 +237,12 @@ def test_topology_page_draws_network_matrix_and_measured_links(duo):
     _screenshot(duo, "topology")
     duo.select_dcc_dropdown("#topo-source", value="examples/example-cpu-2rank (run), 0 GPUs")
     duo.find_element("#topo-colour input[value=measured]").click()
-    _wait_for_plot(duo, "topo-graph", lambda plot: any("busbw" in n for n in plot["names"]),
-                   "the CPU run's measured busbw should colour its links")
+    _wait_for_plot(
+        duo,
+        "topo-graph",
+        lambda plot: any("busbw" in n for n in plot["names"]),
+        "the CPU run's measured busbw should colour its links",
+    )
     _no_console_errors(duo)
 
 
@@ -224,12 +255,17 @@ def test_overlap_page_trace_timeline_and_overlap_run(duo):
     duo.wait_for_contains_text("#ov-table", "overlap", timeout=WAIT_S)
     whole = _plot(duo, "ov-timeline")["xrange"]
     duo.select_dcc_dropdown("#ov-window", index=1)
-    _wait_for_plot(duo, "ov-timeline", lambda plot: plot["xrange"] and plot["xrange"][1] - plot["xrange"][0]
-                   < 0.6 * (whole[1] - whole[0]), "one iteration zooms the timeline in")
+    _wait_for_plot(
+        duo,
+        "ov-timeline",
+        lambda plot: plot["xrange"] and plot["xrange"][1] - plot["xrange"][0] < 0.6 * (whole[1] - whole[0]),
+        "one iteration zooms the timeline in",
+    )
     _screenshot(duo, "overlap")
     duo.select_dcc_dropdown("#ov-source", index=_option_index(duo, "#ov-source", "example-overlap-cpu"))
-    _wait_for_plot(duo, "ov-figures", lambda plot: "overlap achieved" in plot["annotations"],
-                   "overlap measurement figure")
+    _wait_for_plot(
+        duo, "ov-figures", lambda plot: "overlap achieved" in plot["annotations"], "overlap measurement figure"
+    )
     shown = _wait_for_plot(duo, "ov-timeline", lambda plot: "beside" in plot["title"], "GEMM and collective bars")
     assert {"compute", "communication"} <= set(shown["names"])
     _no_console_errors(duo)
@@ -249,7 +285,9 @@ def _option_index(duo, dropdown: str, text: str) -> int:
 def test_planner_page_ranks_layouts_and_simulates_the_chosen_one(duo):
     _open(duo, "/planner")
     sources = _option_labels(duo, "#plan-bandwidth")
-    assert any(label.startswith("synthetic: examples/example-nccl-tests-h100-synthetic [SYNTHETIC]") for label in sources)
+    assert any(
+        label.startswith("synthetic: examples/example-nccl-tests-h100-synthetic [SYNTHETIC]") for label in sources
+    )
     assert any(label.startswith("measured: examples/example-cpu-2rank (") for label in sources), sources
     duo.wait_for_contains_text("#plan-table", "tp=", timeout=WAIT_S)
     _wait_for_plot(duo, "plan-breakdown", lambda plot: "compute" in plot["names"], "breakdown bars")

@@ -205,12 +205,19 @@ def test_the_dashboard_fit_is_the_one_commbench_table_prints(store, results_dir,
     run = request.getfixturevalue("run_with_means") if run == "with-means" else run
 
     assert main(["table", str(results_dir / run), "--format", "json", "--op", "all_reduce"]) == 0
-    printed = {(e["scope"], e["group_size"]): (e["alpha_us"], e["busbw_gbps"])
-               for e in json.loads(capsys.readouterr().out)["entries"] if not e["in_place"]}
+    printed = {
+        (e["scope"], e["group_size"]): (e["alpha_us"], e["busbw_gbps"])
+        for e in json.loads(capsys.readouterr().out)["entries"]
+        if not e["in_place"]
+    }
     frame = bandwidth.select_records(store.records([run]), "all_reduce", None, "out")
-    drawn = {(series["scope"].iloc[0], int(series["group_size"].iloc[0])): (t.meta["alpha_us"], t.meta["busbw_gbps"])
-             for (_, series), t in zip(frame.groupby(bandwidth.SERIES_KEYS, sort=False),
-                                       (t for t in bandwidth.bandwidth_figure(frame).data if t.name.startswith("fit:")))}
+    drawn = {
+        (series["scope"].iloc[0], int(series["group_size"].iloc[0])): (t.meta["alpha_us"], t.meta["busbw_gbps"])
+        for (_, series), t in zip(
+            frame.groupby(bandwidth.SERIES_KEYS, sort=False),
+            (t for t in bandwidth.bandwidth_figure(frame).data if t.name.startswith("fit:")),
+        )
+    }
     assert drawn and drawn == printed
 
 
@@ -228,11 +235,26 @@ def test_the_fitted_model_matches_a_synthetic_latency_bandwidth_curve():
 
     sizes = [2**k for k in range(10, 27, 2)]
     times = [5.0 + s * 1.0 / 100e3 for s in sizes]  # 5 us + size / (100 GB/s), factor 1
-    frame = pd.DataFrame({"run": "r", "scope": "world", "group_size": 2, "n_groups": 1, "in_place": False,
-                          "op": "sendrecv", "size_bytes": sizes, "time_us": times, "busbw_factor": 1.0,
-                          "busbw_gbps": [s / t / 1e3 for s, t in zip(sizes, times)], "count": sizes,
-                          "dtype": "float", "time_us_p10": times, "time_us_p90": times, "cv": 0.0,
-                          "algbw_gbps": [s / t / 1e3 for s, t in zip(sizes, times)]})
+    frame = pd.DataFrame(
+        {
+            "run": "r",
+            "scope": "world",
+            "group_size": 2,
+            "n_groups": 1,
+            "in_place": False,
+            "op": "sendrecv",
+            "size_bytes": sizes,
+            "time_us": times,
+            "busbw_factor": 1.0,
+            "busbw_gbps": [s / t / 1e3 for s, t in zip(sizes, times)],
+            "count": sizes,
+            "dtype": "float",
+            "time_us_p10": times,
+            "time_us_p90": times,
+            "cv": 0.0,
+            "algbw_gbps": [s / t / 1e3 for s, t in zip(sizes, times)],
+        }
+    )
     fit = next(t for t in bandwidth.bandwidth_figure(frame).data if t.name.startswith("fit:"))
     assert fit.name.startswith("fit: 5 us + busbw 100 GB/s")
     assert fit.y[-1] == pytest.approx(frame["busbw_gbps"].iloc[-1], rel=1e-3)
@@ -315,13 +337,23 @@ def test_pairwise_heatmap_shows_the_flagged_pairs():
     import pandas as pd
 
     nodes = {0: "n0", 1: "n1", 2: "n2"}
-    rows = [{"scope": "pair", "size_bytes": size, "algbw_gbps": value, "pair": [a, b], "pair_nodes": [nodes[a], nodes[b]],
-             "outlier": size == 4096 and 2 in (a, b)}
-            for size in (8, 4096) for a, b, value in ((0, 1, 0.12), (0, 2, 0.02), (1, 2, 0.021))]
+    rows = [
+        {
+            "scope": "pair",
+            "size_bytes": size,
+            "algbw_gbps": value,
+            "pair": [a, b],
+            "pair_nodes": [nodes[a], nodes[b]],
+            "outlier": size == 4096 and 2 in (a, b),
+        }
+        for size in (8, 4096)
+        for a, b, value in ((0, 1, 0.12), (0, 2, 0.02), (1, 2, 0.021))
+    ]
     figure = topology.pairwise_figure(pd.DataFrame(rows))
     flagged = next(t for t in figure.data if t.type == "scatter")
-    assert sorted(zip(flagged.x, flagged.y)) == sorted([("2 (n2)", "0 (n0)"), ("0 (n0)", "2 (n2)"),
-                                                        ("2 (n2)", "1 (n1)"), ("1 (n1)", "2 (n2)")])
+    assert sorted(zip(flagged.x, flagged.y)) == sorted(
+        [("2 (n2)", "0 (n0)"), ("0 (n0)", "2 (n2)"), ("2 (n2)", "1 (n1)"), ("1 (n1)", "2 (n2)")]
+    )
     assert "4096 B" in figure.layout.title.text
     assert topology.pairwise_figure(pd.DataFrame([{"scope": "world", "busbw_gbps": 1.0}])) is None
 
@@ -329,10 +361,26 @@ def test_pairwise_heatmap_shows_the_flagged_pairs():
 def test_pairwise_hover_gives_the_retransmit_share_the_pairwise_run_judged():
     import pandas as pd
 
-    lossy = {"scope": "pair", "size_bytes": 8, "algbw_gbps": 0.1, "pair": [0, 1], "pair_nodes": ["n0", "n1"],
-             "tcp_segments_sent": 2000, "tcp_retransmits": 30, "outlier": True, "outlier_reasons": ["lossy"]}
-    unread = {**lossy, "pair": [0, 2], "pair_nodes": ["n0", "n2"], "tcp_segments_sent": None, "tcp_retransmits": None,
-              "outlier": False, "outlier_reasons": []}
+    lossy = {
+        "scope": "pair",
+        "size_bytes": 8,
+        "algbw_gbps": 0.1,
+        "pair": [0, 1],
+        "pair_nodes": ["n0", "n1"],
+        "tcp_segments_sent": 2000,
+        "tcp_retransmits": 30,
+        "outlier": True,
+        "outlier_reasons": ["lossy"],
+    }
+    unread = {
+        **lossy,
+        "pair": [0, 2],
+        "pair_nodes": ["n0", "n2"],
+        "tcp_segments_sent": None,
+        "tcp_retransmits": None,
+        "outlier": False,
+        "outlier_reasons": [],
+    }
     notes = topology.pairwise_figure(pd.DataFrame([lossy, unread])).data[0].customdata
     assert notes[0][1] == "TCP re-sent 1.50% of segments · flagged: lossy"
     assert notes[0][2] == ""  # counters not read: no share, nothing flagged
@@ -354,8 +402,10 @@ def test_trace_timeline_is_microsecond_bars_on_a_numeric_axis(store):
 
 
 def test_iteration_window_and_bar_limit():
-    timeline = [{"rank": 0, "lane": "s", "category": "compute", "name": f"k{i}", "start_us": float(i), "dur_us": i / 10}
-                for i in range(100)]
+    timeline = [
+        {"rank": 0, "lane": "s", "category": "compute", "name": f"k{i}", "start_us": float(i), "dur_us": i / 10}
+        for i in range(100)
+    ]
     bars, note = overlap.select_bars(timeline, None, (10.0, 20.0))
     assert next(bar["name"] for bar in bars) == "k10" and len(bars) == 10
     bars, note = overlap.select_bars(timeline, None, None, limit=5)
@@ -409,8 +459,10 @@ def test_planner_caches_plans_and_caps_big_timelines():
     cache = PlanCache()
     request = PlanRequest(PlanSpec("llama2-7b", 16, 64, 4096, top=2))
     assert cache.view(request) is cache.view(PlanRequest(PlanSpec("llama2-7b", 16, 64, 4096, top=2)))
-    timeline = [{"stream": "s", "start_us": float(i), "dur_us": 1.0, "name": "x", "category": "compute"}
-                for i in range(overlap.MAX_BARS + 10)]
+    timeline = [
+        {"stream": "s", "start_us": float(i), "dur_us": 1.0, "name": "x", "category": "compute"}
+        for i in range(overlap.MAX_BARS + 10)
+    ]
     figure = planner.step_timeline_figure(timeline, "big")
     assert len(figure.data[0].x) == overlap.MAX_BARS and "longest are drawn" in figure.layout.title.text
 
@@ -420,8 +472,10 @@ def test_planner_says_why_a_model_does_not_fit():
         PlanCache().view(PlanRequest(PlanSpec("llama3.1-405b", 8, 8, 4096)))
 
 
-@pytest.mark.parametrize("run, origin", [("example-cpu-2rank", "measured"),
-                                         ("example-nccl-tests-h100-synthetic", "SYNTHETIC (not measured)")])
+@pytest.mark.parametrize(
+    "run, origin",
+    [("example-cpu-2rank", "measured"), ("example-nccl-tests-h100-synthetic", "SYNTHETIC (not measured)")],
+)
 def test_planner_prices_from_a_run_and_says_whether_it_was_measured(run, origin):
     view = PlanCache().view(PlanRequest(PlanSpec("llama2-7b", 8, 64, 4096, top=1, bandwidth=str(EXAMPLES / run))))
     assert view.network.startswith(f"{origin} ")
@@ -438,9 +492,17 @@ def test_building_the_app_twice_registers_each_page_once(results_dir):
     assert len(first) == len(second)
     import dash
 
-    assert [page["name"] for page in dash.page_registry.values()] == ["Runs", "Topology", "Bandwidth", "Overlap",
-                                                                       "Planner", "History", "Compare", "Diagnose",
-                                                                       "Jobs"]
+    assert [page["name"] for page in dash.page_registry.values()] == [
+        "Runs",
+        "Topology",
+        "Bandwidth",
+        "Overlap",
+        "Planner",
+        "History",
+        "Compare",
+        "Diagnose",
+        "Jobs",
+    ]
 
 
 def _command_args(*argv: str) -> argparse.Namespace:
@@ -478,10 +540,13 @@ def test_command_serves_on_localhost_under_waitress_and_the_dev_server_only_with
     assert served == {"results": results_dir, "dev_server": {"host": "127.0.0.1", "port": 8050, "debug": True}}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--results", "/no/such/folder"), "no such folder"),
-    (("--results", ".", "--port", "0"), "between 1 and 65535"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--results", "/no/such/folder"), "no such folder"),
+        (("--results", ".", "--port", "0"), "between 1 and 65535"),
+    ],
+)
 def test_command_bad_input_is_a_usage_error(argv, message):
     from commbench.commands import dashboard as command
 

@@ -13,8 +13,9 @@ PROFILE = quiet_variant(read_profile(Path(__file__).parent / "fixtures" / "histo
 
 
 def make_fleet(root: Path) -> Path:
-    generate_history(root, PROFILE, 30, cluster="fleet", seed=3,
-                     injection=Injection(at=20, drop=0.3, versions={"nccl": "2.23.4"}))
+    generate_history(
+        root, PROFILE, 30, cluster="fleet", seed=3, injection=Injection(at=20, drop=0.3, versions={"nccl": "2.23.4"})
+    )
     db = root / "commbench.duckdb"
     store.ingest(db, [root])
     return db

@@ -46,8 +46,9 @@ PROFILE = quiet_variant(read_profile(Path(__file__).parent / "fixtures" / "histo
 def fleet(tmp_path_factory, monkeypatch_module) -> Path:
     """The results folder: the generated fleet and the A100 import, ingested into its database."""
     root = tmp_path_factory.mktemp("fleet")
-    generate_history(root, PROFILE, 30, cluster="fleet", seed=3,
-                     injection=Injection(at=20, drop=0.3, versions={"nccl": "2.23.4"}))
+    generate_history(
+        root, PROFILE, 30, cluster="fleet", seed=3, injection=Injection(at=20, drop=0.3, versions={"nccl": "2.23.4"})
+    )
     shutil.copytree(EXAMPLES / IMPORT, root / IMPORT)
     shutil.copy(EXAMPLES / "dgx-h100.topology.json", root)  # synthetic, 8 GPUs: Topology must not open on it
     monkeypatch_module.delenv("COMMBENCH_DB", raising=False)
@@ -60,10 +61,17 @@ def fleet_duo(fleet):
     missing = [name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not path]
     if missing:
         pytest.skip(f"needs {' and '.join(missing)} on PATH (apt-get install chromium chromium-driver)")
-    with application_runners.ThreadedRunner() as server, composite.DashComposite(
-        server=server, browser="Chrome", headless=True, options=[_chrome_options()], percy_run=False,
-        wait_timeout=WAIT_S,
-    ) as browser:
+    with (
+        application_runners.ThreadedRunner() as server,
+        composite.DashComposite(
+            server=server,
+            browser="Chrome",
+            headless=True,
+            options=[_chrome_options()],
+            percy_run=False,
+            wait_timeout=WAIT_S,
+        ) as browser,
+    ):
         browser.start_server(create_app(fleet), port=_free_port())
         yield browser
 
@@ -76,8 +84,12 @@ def monkeypatch_module():
 
 def test_history_page_draws_the_series_and_its_change_point(fleet_duo):
     _open(fleet_duo, "/history")
-    plot = _wait_for_plot(fleet_duo, "hist-figure", lambda p: "nccl 2.21.5 -> 2.23.4" in p["annotations"],
-                          "the change point's annotation never appeared")
+    plot = _wait_for_plot(
+        fleet_duo,
+        "hist-figure",
+        lambda p: "nccl 2.21.5 -> 2.23.4" in p["annotations"],
+        "the change point's annotation never appeared",
+    )
     assert plot["names"] == ["world n=2"] and "fleet" in plot["title"]
     fleet_duo.wait_for_contains_text("#hist-change-list", "run 20 (synth-fleet-00020)", timeout=WAIT_S)
     _screenshot(fleet_duo, "history")
@@ -86,8 +98,7 @@ def test_history_page_draws_the_series_and_its_change_point(fleet_duo):
 
 def test_compare_page_shows_deltas_intervals_and_verdicts(fleet_duo):
     _open(fleet_duo, "/compare?a=synth-fleet-00019&b=synth-fleet-00020")
-    plot = _wait_for_plot(fleet_duo, "cmp-figure", lambda p: "slower" in p["names"],
-                          "no slower rows were drawn")
+    plot = _wait_for_plot(fleet_duo, "cmp-figure", lambda p: "slower" in p["names"], "no slower rows were drawn")
     assert "synth-fleet-00020 against synth-fleet-00019" in plot["title"]
     fleet_duo.wait_for_contains_text("#cmp-summary", "nccl 2.21.5 -> 2.23.4", timeout=WAIT_S)
     fleet_duo.wait_for_contains_text("#cmp-table", "slower", timeout=WAIT_S)
@@ -116,8 +127,12 @@ def test_a_run_written_after_the_ingest_appears_in_the_pickers_and_opens_bandwid
     assert not any(LATER in label for label in _option_labels(fleet_duo, "#bw-runs"))
     shutil.copytree(EXAMPLES / "example-cpu-2rank", fleet / LATER)  # no --db, no ingest
     _open(fleet_duo, "/bandwidth")  # a reload: the page is built again from the database and the folder
-    shown = _wait_for_plot(fleet_duo, "bw-graph", lambda p: any(n.startswith(LATER + " · ") for n in p["names"]),
-                           "the newest measured run, written after the ingest, should open the page")
+    shown = _wait_for_plot(
+        fleet_duo,
+        "bw-graph",
+        lambda p: any(n.startswith(LATER + " · ") for n in p["names"]),
+        "the newest measured run, written after the ingest, should open the page",
+    )
     assert not any("synth-fleet" in name for name in shown["names"])  # it alone: synthetic runs are not measured
     assert "no nominal-rate line" in shown["annotations"]  # a CPU run has no NVLink or NIC rate: said on the figure
     _open(fleet_duo, "/compare")

@@ -39,16 +39,29 @@ def hostile(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(EXAMPLE, results / "good")
     (results / "linked-dir").symlink_to(outside / "run-elsewhere")
-    for name, make in (("linked-records", lambda p: p.symlink_to(outside / "secret.json")),
-                       ("fifo-records", os.mkfifo), ("zero-records", lambda p: p.symlink_to("/dev/zero"))):
+    for name, make in (
+        ("linked-records", lambda p: p.symlink_to(outside / "secret.json")),
+        ("fifo-records", os.mkfifo),
+        ("zero-records", lambda p: p.symlink_to("/dev/zero")),
+    ):
         shutil.copytree(EXAMPLE, results / name)
         (results / name / "records.jsonl").unlink()
         make(results / name / "records.jsonl")
     (results / "link-to-secret.topology.json").symlink_to(outside / "secret.json")
     (results / "models" / "tiny").mkdir(parents=True)
-    (results / "models" / "tiny" / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
-        "intermediate_size": 1376, "vocab_size": 32000, "max_position_embeddings": 2048}))
+    (results / "models" / "tiny" / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 512,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "intermediate_size": 1376,
+                "vocab_size": 32000,
+                "max_position_embeddings": 2048,
+            }
+        )
+    )
     (results / "models" / "stolen").symlink_to(outside / "model")
     return results, outside
 
@@ -79,18 +92,34 @@ def test_every_page_answers_and_names_the_runs_it_skipped(hostile):
 
 
 def _planner_request(page, **changes):
-    values = {"plan-model": "llama2-7b", "plan-gpus": 8, "plan-batch": 64, "plan-seq": 4096,
-              "plan-bandwidth": page.PRESET_SOURCE, "plan-overlap-run": page.DEFAULTS, "plan-hardware": "dgx-h100",
-              "plan-precision": "16", "plan-execution": "megatron", "plan-top": 5} | changes
+    values = {
+        "plan-model": "llama2-7b",
+        "plan-gpus": 8,
+        "plan-batch": 64,
+        "plan-seq": 4096,
+        "plan-bandwidth": page.PRESET_SOURCE,
+        "plan-overlap-run": page.DEFAULTS,
+        "plan-hardware": "dgx-h100",
+        "plan-precision": "16",
+        "plan-execution": "megatron",
+        "plan-top": 5,
+    } | changes
     return [values.get(control) for control in page.SPEC_CONTROLS] + [None]
 
 
-@pytest.mark.parametrize("control, value", [
-    ("plan-model", "{outside}/secret.json"), ("plan-model", "{outside}/model"), ("plan-model", "../outside/model"),
-    ("plan-model", "results/models/stolen/config.json"), ("plan-processor", "{outside}/secret.json"),
-    ("plan-processor", "/etc/passwd.json"), ("plan-routing", "file:{outside}/secret.json"),
-    ("plan-routing", "file:../outside/secret.json"),
-])
+@pytest.mark.parametrize(
+    "control, value",
+    [
+        ("plan-model", "{outside}/secret.json"),
+        ("plan-model", "{outside}/model"),
+        ("plan-model", "../outside/model"),
+        ("plan-model", "results/models/stolen/config.json"),
+        ("plan-processor", "{outside}/secret.json"),
+        ("plan-processor", "/etc/passwd.json"),
+        ("plan-routing", "file:{outside}/secret.json"),
+        ("plan-routing", "file:../outside/secret.json"),
+    ],
+)
 def test_the_planner_never_reads_a_path_outside_the_results_folder(hostile, control, value):
     from dashboard.app import create_app
 

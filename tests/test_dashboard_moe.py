@@ -15,10 +15,20 @@ def rows():
         for tokens in (1, 2):
             matrix = [[tokens * x for x in source] for source in split]
             received = [sum(column) for column in zip(*matrix)]
-            made.append({**base, "routing": routing, "tokens_per_rank": tokens, "split_bytes": matrix,
-                         "size_bytes": max(received), "recv_bytes_max": max(received),
-                         "recv_bytes_mean": sum(received) / 2, "time_us": 10.0 * tokens * max(received) / (sum(received) / 2),
-                         "uniform_time_us": 10.0 * tokens, "skew_penalty": max(received) / (sum(received) / 2)})
+            made.append(
+                {
+                    **base,
+                    "routing": routing,
+                    "tokens_per_rank": tokens,
+                    "split_bytes": matrix,
+                    "size_bytes": max(received),
+                    "recv_bytes_max": max(received),
+                    "recv_bytes_mean": sum(received) / 2,
+                    "time_us": 10.0 * tokens * max(received) / (sum(received) / 2),
+                    "uniform_time_us": 10.0 * tokens,
+                    "skew_penalty": max(received) / (sum(received) / 2),
+                }
+            )
     other = {**base, "op": "all_to_all", "routing": None, "tokens_per_rank": None, "size_bytes": 8, "time_us": 1.0}
     return pd.DataFrame(made + [other])
 
@@ -26,8 +36,12 @@ def rows():
 def test_curves_by_routing_with_their_uniform_all_to_all():
     figure = routing_curves_figure(rows())
     names = [trace.name for trace in figure.data]
-    assert names == ["r1 · world n=2 · uniform", "r1 · world n=2 · uniform: uniform all_to_all",
-                     "r1 · world n=2 · zipf:1.2", "r1 · world n=2 · zipf:1.2: uniform all_to_all"]
+    assert names == [
+        "r1 · world n=2 · uniform",
+        "r1 · world n=2 · uniform: uniform all_to_all",
+        "r1 · world n=2 · zipf:1.2",
+        "r1 · world n=2 · zipf:1.2: uniform all_to_all",
+    ]
     skewed = figure.data[2]
     assert list(skewed.x) == [1, 2] and list(skewed.y) == [15.0, 30.0]  # uniform x max/mean
     assert list(figure.data[3].y) == [10.0, 20.0]

@@ -51,10 +51,27 @@ def served(tmp_path_factory):
     auth.write_text(f"{USER}:{PASSWORD}\n")
     auth.chmod(0o600)
     port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "commbench", "dashboard", "--results", str(results), "--host", "0.0.0.0",
-                                "--port", str(port), "--auth-file", str(auth)], cwd=REPO,
-                               env={**os.environ, "PYTHONPATH": str(REPO), "COMMBENCH_DB": str(root / "none.duckdb")},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "dashboard",
+            "--results",
+            str(results),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--auth-file",
+            str(auth),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COMMBENCH_DB": str(root / "none.duckdb")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     before = _snapshot(results)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -124,7 +141,9 @@ def test_refuses_to_start_off_loopback_without_a_login(tmp_path):
     refused = run_cli("dashboard", "--results", str(EXAMPLES), "--host", "0.0.0.0", "--port", "1", env=env, timeout=60)
     assert refused.returncode == 2 and "needs a login" in refused.stderr and "--no-auth" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    both = run_cli("dashboard", "--results", str(EXAMPLES), "--no-auth", env={"COMMBENCH_DASHBOARD_AUTH": "u:p"}, timeout=60)
+    both = run_cli(
+        "dashboard", "--results", str(EXAMPLES), "--no-auth", env={"COMMBENCH_DASHBOARD_AUTH": "u:p"}, timeout=60
+    )
     assert both.returncode == 2 and "choose one" in both.stderr
     missing = run_cli("dashboard", "--results", str(EXAMPLES), "--auth-file", str(tmp_path / "none"), timeout=60)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
@@ -132,9 +151,26 @@ def test_refuses_to_start_off_loopback_without_a_login(tmp_path):
 
 def test_no_auth_says_what_it_means():
     port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "commbench", "dashboard", "--results", str(EXAMPLES), "--host", "0.0.0.0",
-                                "--port", str(port), "--no-auth"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "dashboard",
+            "--results",
+            str(EXAMPLES),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--no-auth",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         assert "with waitress, no login" in line
@@ -159,8 +195,16 @@ def test_chromium_needs_the_login_and_every_page_loads_with_it(served):
     url, results, before, _ = served
     options = Options()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                     "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1360,1000"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1360,1000",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -178,8 +222,11 @@ def test_chromium_needs_the_login_and_every_page_loads_with_it(served):
         for page in ("/", "/topology", "/bandwidth", "/history", "/planner", "/jobs"):
             driver.get(logged_in + page)
             WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "nav.nav .brand"))
-            WebDriverWait(driver, 30).until(lambda d: d.execute_script(
-                "return document.querySelector('#_dash-app-content, #react-entry-point') !== null"))
+            WebDriverWait(driver, 30).until(
+                lambda d: d.execute_script(
+                    "return document.querySelector('#_dash-app-content, #react-entry-point') !== null"
+                )
+            )
         assert _document_statuses(driver, logged_in + "/planner")[-1] == 200
     finally:
         driver.quit()
@@ -211,18 +258,34 @@ def test_warmed_app_answers_a_burst_of_first_callbacks(tmp_path):
 
     app = create_app(EXAMPLES)
     warm_up(app)
-    body = json.dumps({"output": "..cmp-figure.figure...cmp-table.data...cmp-table.columns...cmp-differences.children..",
-                       "outputs": [{"id": i, "property": p} for i, p in [("cmp-figure", "figure"), ("cmp-table", "data"),
-                                   ("cmp-table", "columns"), ("cmp-differences", "children")]],
-                       "inputs": [{"id": "cmp-a", "property": "value", "value": None},
-                                  {"id": "cmp-b", "property": "value", "value": None}],
-                       "changedPropIds": ["cmp-a.value"], "state": []}).encode()
+    body = json.dumps(
+        {
+            "output": "..cmp-figure.figure...cmp-table.data...cmp-table.columns...cmp-differences.children..",
+            "outputs": [
+                {"id": i, "property": p}
+                for i, p in [
+                    ("cmp-figure", "figure"),
+                    ("cmp-table", "data"),
+                    ("cmp-table", "columns"),
+                    ("cmp-differences", "children"),
+                ]
+            ],
+            "inputs": [
+                {"id": "cmp-a", "property": "value", "value": None},
+                {"id": "cmp-b", "property": "value", "value": None},
+            ],
+            "changedPropIds": ["cmp-a.value"],
+            "state": [],
+        }
+    ).encode()
     statuses = []
 
     def burst():
         client = app.server.test_client()
-        statuses.extend(client.post("/_dash-update-component", data=body, content_type="application/json").status_code
-                        for _ in range(3))
+        statuses.extend(
+            client.post("/_dash-update-component", data=body, content_type="application/json").status_code
+            for _ in range(3)
+        )
 
     threads = [threading.Thread(target=burst) for _ in range(16)]
     for thread in threads:

@@ -59,12 +59,15 @@ def test_a_healthy_fleet_accuses_nobody_in_the_screen_and_one_more_round_at_most
     assert not result.drained() and not result.bad_links and len(result.rounds) <= 2
 
 
-@pytest.mark.parametrize("n, size, groups", [
-    (3, 2, [(0, 1, 2)]),
-    (5, 2, [(0, 1), (2, 3, 4)]),
-    (9, 4, [(0, 1, 2, 3), (4, 5, 6, 7, 8)]),
-    (8, 2, [(0, 1), (2, 3), (4, 5), (6, 7)]),
-])
+@pytest.mark.parametrize(
+    "n, size, groups",
+    [
+        (3, 2, [(0, 1, 2)]),
+        (5, 2, [(0, 1), (2, 3, 4)]),
+        (9, 4, [(0, 1, 2, 3), (4, 5, 6, 7, 8)]),
+        (8, 2, [(0, 1), (2, 3), (4, 5), (6, 7)]),
+    ],
+)
 def test_screen_groups_cover_every_node_once_a_lone_last_node_joining_the_group_before(n, size, groups):
     assert screen_groups(list(range(n)), size) == groups
 
@@ -93,18 +96,21 @@ def test_unreadable_hostlists_say_why(text):
         expand(text)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--simulate", "8", "--group-size", "9"], "--group-size 9"),
-    (["--simulate", "8", "--faults", "-1"], "--faults -1"),
-    (["--hosts", "@/nonexistent/hosts.txt"], "cannot read the host list"),
-    (["--hosts", "node[1-"], "cannot read the host list"),
-    (["--hosts", "node[1-4]", "--slow", "node9"], "not in the fleet"),
-    (["--slow", "node3"], "injects a fault into the cluster model"),
-    (["--timeout", "0"], "--timeout 0"),
-    (["--iters", "0"], "--iters 0"),
-    (["--nproc", "1"], "--nproc 1"),
-    (["--group-size", "1"], "--group-size 1"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--simulate", "8", "--group-size", "9"], "--group-size 9"),
+        (["--simulate", "8", "--faults", "-1"], "--faults -1"),
+        (["--hosts", "@/nonexistent/hosts.txt"], "cannot read the host list"),
+        (["--hosts", "node[1-"], "cannot read the host list"),
+        (["--hosts", "node[1-4]", "--slow", "node9"], "not in the fleet"),
+        (["--slow", "node3"], "injects a fault into the cluster model"),
+        (["--timeout", "0"], "--timeout 0"),
+        (["--iters", "0"], "--iters 0"),
+        (["--nproc", "1"], "--nproc 1"),
+        (["--group-size", "1"], "--group-size 1"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
     assert main(["diagnose", *argv]) == 2
     err = capsys.readouterr().err
@@ -146,7 +152,12 @@ def test_a_ring_names_the_node_slow_itself_and_the_one_the_others_wait_for():
     from commbench.diagnose.stragglers import ring_stragglers
 
     # node 1 is slow in 4 of 5 iterations; node 3 arrives late, so its own time is the short one
-    times = [[1.0, 1.0, 1.1, 1.0, 1.0], [1.6, 1.7, 1.0, 1.6, 1.8], [1.0, 1.1, 1.0, 1.0, 1.0], [0.2, 0.3, 0.2, 0.2, 0.25]]
+    times = [
+        [1.0, 1.0, 1.1, 1.0, 1.0],
+        [1.6, 1.7, 1.0, 1.6, 1.8],
+        [1.0, 1.1, 1.0, 1.0, 1.0],
+        [0.2, 0.3, 0.2, 0.2, 0.25],
+    ]
     slow, waited_for = ring_stragglers(times)
     assert [s.process for s in slow] == [1] and [s.process for s in waited_for] == [3]
     assert ring_stragglers([[1.0, 1.0], [1.05, 0.98], [1.0, 1.02]]) == ([], [])
@@ -179,6 +190,7 @@ def test_import_shows_the_per_process_times_of_nccl_tests_dash_I(tmp_path, capsy
     out = capsys.readouterr().out
     assert "stragglers (-I per-process times): process 5 1.80x the median process, slow in 11 of 11 rows" in out
     from commbench.data.rundir import list_runs, load_run
+
     [run] = list_runs(tmp_path / "runs")
     assert load_run(run).records[0]["process_times_us"][5] == pytest.approx(180.0)
 

@@ -60,10 +60,25 @@ def diagnose_on(cluster, args, on_progress=None, timeout=300):
     port = random.randint(30000, 39000)
     procs = []
     for i in range(NODES):
-        env = {"RANK": str(i), "WORLD_SIZE": str(NODES), "LOCAL_RANK": "0", "MASTER_ADDR": cluster.addr(0),
-               "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "eth0", "COMMBENCH_LAUNCHER": "env"}
-        procs.append(cluster.node(i).popen([sys.executable, "-m", "commbench", "diagnose", *args], env=env, cwd=REPO,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            "RANK": str(i),
+            "WORLD_SIZE": str(NODES),
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": cluster.addr(0),
+            "MASTER_PORT": str(port),
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "COMMBENCH_LAUNCHER": "env",
+        }
+        procs.append(
+            cluster.node(i).popen(
+                [sys.executable, "-m", "commbench", "diagnose", *args],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     err_lines: list[str] = []
 
     def read_stderr():
@@ -86,9 +101,11 @@ def diagnose_on(cluster, args, on_progress=None, timeout=300):
 
 def show(case: str, report: dict) -> None:
     """The figures of a case, for the log (bench/RESULTS-diagnose.md quotes them)."""
-    print(f"\n{case}: {report['rounds']} rounds + the straggler screen's, {report['group_tests']} group tests, {report['wall_s']} s; "
-          f"reference {report['reference']['busbw_gbps']:.4f} GB/s; drain "
-          f"{[(d['node'], d['reasons']) for d in report['drain']]}; links {[item['link'] for item in report['links']]}")
+    print(
+        f"\n{case}: {report['rounds']} rounds + the straggler screen's, {report['group_tests']} group tests, {report['wall_s']} s; "
+        f"reference {report['reference']['busbw_gbps']:.4f} GB/s; drain "
+        f"{[(d['node'], d['reasons']) for d in report['drain']]}; links {[item['link'] for item in report['links']]}"
+    )
 
 
 def drained(report):
@@ -167,11 +184,39 @@ def test_under_torchrun_with_two_ranks_per_node_each_node_is_one_rank_and_every_
     """torchrun (static rendezvous) on every node, 2 ranks each: the node's lowest rank represents it,
     the other waits idle and is released at the end, so every torchrun exits 0."""
     c = emulated_cluster
-    procs = [c.node(i).popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc-per-node", "2",
-                              "--node-rank", str(i), "--master-addr", c.addr(0), "--master-port", "29621",
-                              "-m", "commbench", "diagnose", "--size", "4M", "--iters", "3", "--json"],
-                             env={"GLOO_SOCKET_IFNAME": "eth0"}, cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for i in range(3)]
+    procs = [
+        c.node(i).popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "3",
+                "--nproc-per-node",
+                "2",
+                "--node-rank",
+                str(i),
+                "--master-addr",
+                c.addr(0),
+                "--master-port",
+                "29621",
+                "-m",
+                "commbench",
+                "diagnose",
+                "--size",
+                "4M",
+                "--iters",
+                "3",
+                "--json",
+            ],
+            env={"GLOO_SOCKET_IFNAME": "eth0"},
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
     results = wait_procs(procs, 300)
     assert [code for code, _, _ in results] == [0, 0, 0], results[0][2][-3000:]
     report = json.loads(results[0][1])

@@ -14,8 +14,24 @@ from dashboard.figures.diagnose import OUTCOMES, node_map, node_verdicts, rounds
 @pytest.fixture(scope="module")
 def entry(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
-    assert main(["diagnose", "--hosts", "n[01-16]", "--slow", "n04", "--lossy", "n11", "--link", "n13,n14",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "diagnose",
+                "--hosts",
+                "n[01-16]",
+                "--slow",
+                "n04",
+                "--lossy",
+                "n11",
+                "--link",
+                "n13,n14",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     [found] = ResultsStore(out).usable(("diagnose",))
     return found
 
@@ -27,8 +43,12 @@ def test_the_store_reads_the_diagnosis_and_marks_it_synthetic(entry):
 def test_nodes_are_coloured_by_verdict(entry):
     verdicts = node_verdicts(entry.diagnosis)
     assert len(verdicts) == 16
-    assert {n: v for n, v in verdicts.items() if v != "good"} == {"n04": "slow", "n11": "lossy", "n13": "link end",
-                                                                  "n14": "link end"}
+    assert {n: v for n, v in verdicts.items() if v != "good"} == {
+        "n04": "slow",
+        "n11": "lossy",
+        "n13": "link end",
+        "n14": "link end",
+    }
     figure = node_map(entry.diagnosis)
     assert {trace.name: len(trace.x) for trace in figure.data} == {"good": 12, "slow": 1, "lossy": 1, "link end": 2}
 
@@ -45,8 +65,11 @@ def test_every_round_is_a_row_with_each_nodes_group_outcome(entry):
 
 def test_the_verdict_table_lists_drains_and_links(entry):
     rows = verdict_rows(entry.diagnosis)
-    assert [(r["what"], r["node or link"]) for r in rows] == [("drain", "n04"), ("drain", "n11"),
-                                                              ("inspect link", "n13 <-> n14")]
+    assert [(r["what"], r["node or link"]) for r in rows] == [
+        ("drain", "n04"),
+        ("drain", "n11"),
+        ("inspect link", "n13 <-> n14"),
+    ]
 
 
 def test_the_page_draws_a_large_diagnosis_with_only_the_nodes_that_did_not_pass(tmp_path):
@@ -56,6 +79,7 @@ def test_the_page_draws_a_large_diagnosis_with_only_the_nodes_that_did_not_pass(
     assert main(["diagnose", "--simulate", "600", "--faults", "3", "--out", str(tmp_path)]) == 0
     app = create_app(tmp_path)
     import dashboard.pages.diagnose as page  # registers itself: only once an app exists
+
     with app.server.test_request_context():
         [entry] = results().usable(("diagnose",))
         _, _, rows, nodes, _, rounds, shown = page.draw(entry.key)
@@ -73,17 +97,38 @@ def test_the_page_lists_the_scheduler_actions_of_the_store(tmp_path):
     assert main(["diagnose", "--simulate", "8", "--out", str(tmp_path)]) == 0
     app = create_app(tmp_path)
     import dashboard.pages.diagnose as page
+
     with app.server.test_request_context():
         (_, note, table) = page.actions_section()
         assert table.data == [] and "no results database" in note.children
-        record_actions(tmp_path / "commbench.duckdb", [
-            {"when": "2026-12-01T10:00:00+00:00", "node": "n3", "verb": "drain", "verdict": "diagnose: slow",
-             "evidence_run": "diagnose-1", "command": "scontrol update NodeName=n3 State=DRAIN", "result": "done",
-             "source": "diagnose"},
-            {"when": "2026-12-01T11:00:00+00:00", "node": "n3", "verb": "resume", "verdict": "passes again",
-             "evidence_run": None, "command": "scontrol update NodeName=n3 State=RESUME", "result": "done",
-             "source": "health"}])
+        record_actions(
+            tmp_path / "commbench.duckdb",
+            [
+                {
+                    "when": "2026-12-01T10:00:00+00:00",
+                    "node": "n3",
+                    "verb": "drain",
+                    "verdict": "diagnose: slow",
+                    "evidence_run": "diagnose-1",
+                    "command": "scontrol update NodeName=n3 State=DRAIN",
+                    "result": "done",
+                    "source": "diagnose",
+                },
+                {
+                    "when": "2026-12-01T11:00:00+00:00",
+                    "node": "n3",
+                    "verb": "resume",
+                    "verdict": "passes again",
+                    "evidence_run": None,
+                    "command": "scontrol update NodeName=n3 State=RESUME",
+                    "result": "done",
+                    "source": "health",
+                },
+            ],
+        )
         (_, note, table) = page.actions_section()
         assert [(row["verb"], row["source"], row["when"]) for row in table.data] == [
-            ("resume", "health", "2026-12-01 11:00:00"), ("drain", "diagnose", "2026-12-01 10:00:00")]
+            ("resume", "health", "2026-12-01 11:00:00"),
+            ("drain", "diagnose", "2026-12-01 10:00:00"),
+        ]
         assert "2 scheduler action(s) recorded" in note.children

@@ -43,7 +43,8 @@ def test_the_late_rank_is_a_bar_over_the_threshold_line(measured):
     [late] = measured["stragglers"]["waited_for"]
     assert threshold_lines(figure) == [STRAGGLER_RATIO]
     assert [(trace.name, list(trace.x), list(trace.y)) for trace in figure.data] == [
-        (STRAGGLER_KINDS["waited_for"][0], [late["node"]], [late["ratio"]])]
+        (STRAGGLER_KINDS["waited_for"][0], [late["node"]], [late["ratio"]])
+    ]
     assert late["node"].endswith("-rank2") and late["ratio"] > STRAGGLER_RATIO
     assert figure.data[0].marker.color == STRAGGLER_KINDS["waited_for"][1]
     assert f"{late['iterations_slow']} of {late['iterations']} iterations" in figure.data[0].hovertext[0]
@@ -65,8 +66,11 @@ def test_a_node_slow_itself_is_highlighted_apart_from_a_late_one(measured):
     figure = straggler_chart(report)
     assert {trace.name: (list(trace.x), trace.marker.color) for trace in figure.data} == {
         STRAGGLER_KINDS["slow"][0]: (["extra-node"], STRAGGLER_KINDS["slow"][1]),
-        STRAGGLER_KINDS["waited_for"][0]: ([report["stragglers"]["waited_for"][0]["node"]],
-                                           STRAGGLER_KINDS["waited_for"][1])}
+        STRAGGLER_KINDS["waited_for"][0]: (
+            [report["stragglers"]["waited_for"][0]["node"]],
+            STRAGGLER_KINDS["waited_for"][1],
+        ),
+    }
     assert threshold_lines(figure) == [STRAGGLER_RATIO]
 
 
@@ -118,6 +122,7 @@ def test_the_page_shows_the_straggler_verdict_and_chart():
 
     app = create_app(FIXTURES)
     import dashboard.pages.diagnose as page  # registers itself: only once an app exists
+
     with app.server.test_request_context():
         [entry] = results().usable(("diagnose",))
         summary, _, _, _, stragglers, _, _ = page.draw(entry.key)

@@ -25,9 +25,29 @@ from tests.conftest import REPO
 def test_a_rank_that_hangs_in_round_1_is_named_and_the_diagnosis_completes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "COMMBENCH_INJECT_HANG": "3:round1"}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "commbench", "diagnose", "--nproc", "4", "--size", "256K",
-                           "--iters", "2", "--timeout", "4", "--json", "--out", str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "diagnose",
+            "--nproc",
+            "4",
+            "--size",
+            "256K",
+            "--iters",
+            "2",
+            "--timeout",
+            "4",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
@@ -45,9 +65,13 @@ def test_a_rank_that_hangs_in_round_1_is_named_and_the_diagnosis_completes(tmp_p
 
 
 def test_the_text_report_ends_with_the_exclude_line_slurm_reads(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "commbench", "diagnose", "--nproc", "2", "--size", "64K",
-                           "--iters", "2"], env={**os.environ, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "commbench", "diagnose", "--nproc", "2", "--size", "64K", "--iters", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("# diagnose: 2 nodes") and "measured" in lines[0]
@@ -57,11 +81,24 @@ def test_the_text_report_ends_with_the_exclude_line_slurm_reads(tmp_path):
 
 def test_ranks_all_on_one_host_are_refused_in_one_line_and_every_rank_released():
     """Under a launcher (RANK, WORLD_SIZE set) node names are host names: one host is one node."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "COMMBENCH_LAUNCHER": "env"}
-    procs = [subprocess.Popen([sys.executable, "-m", "commbench", "diagnose", "--size", "64K", "--timeout", "5"],
-                              env={**env, "RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "COMMBENCH_LAUNCHER": "env",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "commbench", "diagnose", "--size", "64K", "--timeout", "5"],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     (out0, err0), (_, _) = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [2, 0]
     errors = [line for line in err0.splitlines() if "error" in line]
@@ -69,10 +106,19 @@ def test_ranks_all_on_one_host_are_refused_in_one_line_and_every_rank_released()
 
 
 def test_the_straggler_screen_names_the_rank_the_others_wait_for():
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COMMBENCH_INJECT_DELAY": "2:screen",
-           "COMMBENCH_INJECT_DELAY_US": "30000"}  # 30 ms late to each iteration of a ~1 ms ring
-    done = subprocess.run([sys.executable, "-m", "commbench", "diagnose", "--nproc", "4", "--size", "64K",
-                           "--iters", "5", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COMMBENCH_INJECT_DELAY": "2:screen",
+        "COMMBENCH_INJECT_DELAY_US": "30000",
+    }  # 30 ms late to each iteration of a ~1 ms ring
+    done = subprocess.run(
+        [sys.executable, "-m", "commbench", "diagnose", "--nproc", "4", "--size", "64K", "--iters", "5", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     screen = json.loads(done.stdout)["stragglers"]
     assert [s["node"] for s in screen["waited_for"]] == [f"{screen_host(done.stdout)}-rank2"], screen

@@ -27,18 +27,44 @@ SIZES = "4M,8M"
 def per_node(cluster, argv_of, port, env=None, timeout=300):
     procs = []
     for i in range(len(cluster.nodes)):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.nodes)), "--nproc-per-node", "1",
-               "--node-rank", str(i), "--master-addr", cluster.addr(0), "--master-port", str(port), *argv_of(i)]
-        procs.append(cluster.node(i).popen(cmd, env={"GLOO_SOCKET_IFNAME": "eth0", "PYTHONPATH": str(REPO), **(env or {})},
-                                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(len(cluster.nodes)),
+            "--nproc-per-node",
+            "1",
+            "--node-rank",
+            str(i),
+            "--master-addr",
+            cluster.addr(0),
+            "--master-port",
+            str(port),
+            *argv_of(i),
+        ]
+        procs.append(
+            cluster.node(i).popen(
+                cmd,
+                env={"GLOO_SOCKET_IFNAME": "eth0", "PYTHONPATH": str(REPO), **(env or {})},
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = wait_procs(procs, timeout)
     assert [code for code, _, _ in results] == [0] * len(procs), results[0][2][-3000:]
     return results
 
 
 def run_job(cluster, dump_dir, port):
-    per_node(cluster, lambda i: [str(JOB), "--sizes", SIZES, "--calls", "40"], port,
-             env={"NCCL_INSPECTOR_DUMP_DIR": str(dump_dir)})
+    per_node(
+        cluster,
+        lambda i: [str(JOB), "--sizes", SIZES, "--calls", "40"],
+        port,
+        env={"NCCL_INSPECTOR_DUMP_DIR": str(dump_dir)},
+    )
 
 
 def efficiency(job_dir, benchmark, db):
@@ -59,8 +85,26 @@ def import_job(dump_dir, out, db):
 def test_job_against_benchmark_full_and_half_rate(emulated_cluster, tmp_path):
     db = tmp_path / "db.duckdb"
     bench_out, jobs_out = tmp_path / "bench", tmp_path / "jobs"
-    per_node(emulated_cluster, lambda i: ["-m", "commbench", "run", "--out", str(bench_out), "--no-progress",
-                                          "--ops", "all_reduce,all_gather", "-b", "4M", "-e", "8M", "-n", "20"], 29631)
+    per_node(
+        emulated_cluster,
+        lambda i: [
+            "-m",
+            "commbench",
+            "run",
+            "--out",
+            str(bench_out),
+            "--no-progress",
+            "--ops",
+            "all_reduce,all_gather",
+            "-b",
+            "4M",
+            "-e",
+            "8M",
+            "-n",
+            "20",
+        ],
+        29631,
+    )
     benchmark = list_runs(bench_out)[0]
 
     run_job(emulated_cluster, tmp_path / "nccl-inspector-1001", 29632)
@@ -73,12 +117,16 @@ def test_job_against_benchmark_full_and_half_rate(emulated_cluster, tmp_path):
     half = efficiency(half_dir, benchmark, db)
 
     def table(doc):
-        return {(r["op"], r["size_bytes"]): (round(r["efficiency"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3))
-                for r in doc["rows"]}
+        return {
+            (r["op"], r["size_bytes"]): (round(r["efficiency"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3))
+            for r in doc["rows"]
+        }
 
     print("full rate:", table(full), "\nhalf rate:", table(half))
     assert full["job"]["job_id"] == "1001" and half["job"]["job_id"] == "1002"
-    assert {(r["op"], r["size_bytes"]) for r in full["rows"]} == {(op, s << 20) for op in ("all_reduce", "all_gather") for s in (4, 8)}
+    assert {(r["op"], r["size_bytes"]) for r in full["rows"]} == {
+        (op, s << 20) for op in ("all_reduce", "all_gather") for s in (4, 8)
+    }
     assert all(r["scope"] == "inter" and r["group_size"] == 2 and r["calls"] == 40 for r in full["rows"])
     # measured (2 shared cores at load 13-16, 1 Gbit/s): full 0.91-1.01, half 0.45-0.52; half/full 0.50-0.52 per row
     for row in full["rows"]:
@@ -98,4 +146,8 @@ def test_job_against_benchmark_full_and_half_rate(emulated_cluster, tmp_path):
     run_cli("db", "ingest", str(bench_out), "--db", str(db), timeout=120)
     text = run_cli("efficiency", str(half_dir), "--db", str(db), timeout=120)
     assert text.returncode == 0, text.stderr
-    assert f"against {benchmark}" in text.stdout and "FAR BELOW: communicator" in text.stdout and "(DP Group 0)" in text.stdout
+    assert (
+        f"against {benchmark}" in text.stdout
+        and "FAR BELOW: communicator" in text.stdout
+        and "(DP Group 0)" in text.stdout
+    )

@@ -26,8 +26,9 @@ def goodput(c: EmulatedCluster, src: int, dst: int, port: int) -> float:
     return goodputs(c, [(src, dst)], port)[0]
 
 
-def goodputs(c: EmulatedCluster, pairs: list[tuple[int, int]], port: int, nbytes: list[int] | None = None,
-             stagger_s: float = 0.0) -> list[float]:
+def goodputs(
+    c: EmulatedCluster, pairs: list[tuple[int, int]], port: int, nbytes: list[int] | None = None, stagger_s: float = 0.0
+) -> list[float]:
     """GB/s of one TCP stream per (src, dst) pair, each timed by its receiver; each stream starts
     `stagger_s` after the one before (0: all at once)."""
     procs = []
@@ -35,10 +36,22 @@ def goodputs(c: EmulatedCluster, pairs: list[tuple[int, int]], port: int, nbytes
         size = str(nbytes[k] if nbytes else NBYTES)
         if k and stagger_s:
             time.sleep(stagger_s)
-        procs.append(c.node(dst).popen([sys.executable, TCP, "recv", str(port + k), size],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        procs.append(c.node(src).popen([sys.executable, TCP, "send", c.addr(dst), str(port + k), size],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            c.node(dst).popen(
+                [sys.executable, TCP, "recv", str(port + k), size],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        procs.append(
+            c.node(src).popen(
+                [sys.executable, TCP, "send", c.addr(dst), str(port + k), size],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = wait_procs(procs, timeout=60)
     assert all(rc == 0 for rc, _, _ in results), f"transfers {pairs} failed: {[err for _, _, err in results]}"
     return [json.loads(out)["GBps"] for _, out, _ in results[::2]]
@@ -50,15 +63,21 @@ def test_shape_path_slows_only_that_path_both_ways(emulated_cluster):
     c = emulated_cluster
     line, path = tcp_goodput_ceiling_gbps("1gbit"), tcp_goodput_ceiling_gbps(PATH_RATE)
     c.shape_path(0, 1, PATH_RATE)
-    shaped = {(0, 1): goodput(c, 0, 1, 29610), (1, 0): goodput(c, 1, 0, 29611),
-              (0, 2): goodput(c, 0, 2, 29612), (2, 1): goodput(c, 2, 1, 29613)}
+    shaped = {
+        (0, 1): goodput(c, 0, 1, 29610),
+        (1, 0): goodput(c, 1, 0, 29611),
+        (0, 2): goodput(c, 0, 2, 29612),
+        (2, 1): goodput(c, 2, 1, 29613),
+    }
     # node 0's total stays at its line rate: 0->2 starts once 0->1 runs and ends well before it (0->1
     # sends 3x as much at under a third of the rate), so 0->2's average is taken while both share the link
     together = goodputs(c, [(0, 1), (0, 2)], 29615, nbytes=[3 * NBYTES, NBYTES], stagger_s=0.5)
     c.shape_path(1, 0, None)
     restored = goodput(c, 0, 1, 29614)
-    print(f"\nceilings: line {line:.4f} GB/s, path {path:.4f} GB/s; shaped {shaped}; 0->1 and 0->2 at once "
-          f"{together}; 0->1 after removal {restored:.4f}")
+    print(
+        f"\nceilings: line {line:.4f} GB/s, path {path:.4f} GB/s; shaped {shaped}; 0->1 and 0->2 at once "
+        f"{together}; 0->1 after removal {restored:.4f}"
+    )
     for pair in ((0, 1), (1, 0)):
         assert 0.85 * path <= shaped[pair] <= 1.05 * path, (pair, shaped[pair], path)
     for pair in ((0, 2), (2, 1)):  # the ends of the slow path still reach the others at line rate

@@ -16,9 +16,30 @@ from tests.conftest import REPO
 def sweep(out, *extra, env=None, timeout=120):
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "1K", "-e", "256K",
-         "--ops", "all_reduce,all_gather", "--out", str(out), "--no-progress", *extra],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**__import__("os").environ, **(env or {})})
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "run",
+            "--nproc",
+            "2",
+            "-b",
+            "1K",
+            "-e",
+            "256K",
+            "--ops",
+            "all_reduce,all_gather",
+            "--out",
+            str(out),
+            "--no-progress",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**__import__("os").environ, **(env or {})},
+    )
     return result, time.monotonic() - start
 
 
@@ -58,9 +79,26 @@ def test_intermittent_corruption_needs_several_checks(tmp_path):
 
 
 def test_two_runs_into_one_folder_never_clobber(tmp_path):
-    cmd = [sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "1K", "-e", "8K", "--ops", "all_reduce",
-           "--out", str(tmp_path), "--no-progress"]
-    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "commbench",
+        "run",
+        "--nproc",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "8K",
+        "--ops",
+        "all_reduce",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     assert [proc.wait(timeout=180) for proc in procs] == [0, 0]
     runs = [load_run(path) for path in list_runs(tmp_path)]
     assert len(runs) == 2 and all(run.info.complete and len(run.records) == 8 for run in runs)

@@ -67,9 +67,11 @@ def test_pairwise_points_at_the_degraded_node(emulated_cluster, tmp_path, how):
     assert len(bandwidth_rows) == 3
     flagged = {tuple(r["pair_nodes"]) for r in bandwidth_rows if r["outlier"]}
     touching = {tuple(r["pair_nodes"]) for r in bandwidth_rows if degraded in r["pair_nodes"]}
-    summary = "; ".join(f"{'-'.join(r['pair_nodes'])} {r['algbw_gbps']:.4f} GB/s, TCP re-sent "
-                        f"{r.get('tcp_retransmits')}/{r.get('tcp_segments_sent')} {r['outlier_reasons']}"
-                        for r in bandwidth_rows)
+    summary = "; ".join(
+        f"{'-'.join(r['pair_nodes'])} {r['algbw_gbps']:.4f} GB/s, TCP re-sent "
+        f"{r.get('tcp_retransmits')}/{r.get('tcp_segments_sent')} {r['outlier_reasons']}"
+        for r in bandwidth_rows
+    )
     print(summary)
     assert flagged == touching, summary
     assert all(SIGN_OF[how] in r["outlier_reasons"] for r in bandwidth_rows if r["outlier"]), summary

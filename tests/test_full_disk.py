@@ -30,7 +30,9 @@ def full_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
     try:
@@ -49,8 +51,13 @@ def full_disk(tmp_path):
 
 def leftovers(mount: Path) -> list[str]:
     """Temporary and empty files left on the disk (the filler aside)."""
-    return [str(path) for path in mount.rglob("*") if path.name != "filler" and path.is_file()
-            and (path.stat().st_size == 0 or ".tmp" in path.name or path.name.endswith(".probe"))]
+    return [
+        str(path)
+        for path in mount.rglob("*")
+        if path.name != "filler"
+        and path.is_file()
+        and (path.stat().st_size == 0 or ".tmp" in path.name or path.name.endswith(".probe"))
+    ]
 
 
 def _one_line(text: str) -> str:
@@ -88,9 +95,29 @@ def test_ingest_into_a_full_disk_leaves_no_database_and_a_later_ingest_works(ful
 def test_run_into_a_full_disk(full_disk):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = full_disk / "out"
-    done = subprocess.run([sys.executable, "-m", "commbench", "run", "--nproc", "2", "-e", "1K", "--ops", "all_reduce",
-                           "--no-progress", "--out", str(out), "--run-id", f"full-{uuid.uuid4().hex[:6]}"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "run",
+            "--nproc",
+            "2",
+            "-e",
+            "1K",
+            "--ops",
+            "all_reduce",
+            "--no-progress",
+            "--out",
+            str(out),
+            "--run-id",
+            f"full-{uuid.uuid4().hex[:6]}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode != 0
     line = _one_line(done.stderr)
     assert str(out) in line and "No space left on device (ENOSPC)" in line

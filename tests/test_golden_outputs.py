@@ -30,13 +30,47 @@ EXPECTED = GOLDEN / "expected"
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
 
-TABLE_RUNS = ("example-cpu-2rank", "example-emulated-2x2-1gbit", "example-nccl-tests-h100",
-              "example-overlap-cpu", "example-pairwise-3nodes-lossy-node3")
-PRESET_PLAN = ("plan", "--model", "llama3-70b", "--gpus", "64", "--gpus-per-node", "8", "--hardware", "dgx-h100",
-               "--global-batch", "512", "--seq-len", "4096", "--json")
-MEASURED_PLAN = ("plan", "--model", "llama2-7b", "--gpus", "4", "--gpus-per-node", "2",
-                 "--bandwidth", "tests/golden/runs/example-emulated-2x2-1gbit",
-                 "--global-batch", "16", "--seq-len", "1024", "--top", "3", "--json")
+TABLE_RUNS = (
+    "example-cpu-2rank",
+    "example-emulated-2x2-1gbit",
+    "example-nccl-tests-h100",
+    "example-overlap-cpu",
+    "example-pairwise-3nodes-lossy-node3",
+)
+PRESET_PLAN = (
+    "plan",
+    "--model",
+    "llama3-70b",
+    "--gpus",
+    "64",
+    "--gpus-per-node",
+    "8",
+    "--hardware",
+    "dgx-h100",
+    "--global-batch",
+    "512",
+    "--seq-len",
+    "4096",
+    "--json",
+)
+MEASURED_PLAN = (
+    "plan",
+    "--model",
+    "llama2-7b",
+    "--gpus",
+    "4",
+    "--gpus-per-node",
+    "2",
+    "--bandwidth",
+    "tests/golden/runs/example-emulated-2x2-1gbit",
+    "--global-batch",
+    "16",
+    "--seq-len",
+    "1024",
+    "--top",
+    "3",
+    "--json",
+)
 TRACES = ("gloo_cpu.json", "gpu_two_streams.json", "no_communication.json")
 NCCL_TESTS_LOGS = tuple(sorted(p.name for p in (FIXTURES / "nccl_tests").iterdir() if p.suffix in (".log", ".json")))
 
@@ -81,12 +115,16 @@ def _first_difference(expected, actual, where: str) -> str | None:
     if isinstance(expected, dict):
         if expected.keys() != actual.keys():
             return f"{where}: keys {sorted(expected.keys() ^ actual.keys())} added or removed"
-        return next((d for key in expected if (d := _first_difference(expected[key], actual[key], f"{where}.{key}"))), None)
+        return next(
+            (d for key in expected if (d := _first_difference(expected[key], actual[key], f"{where}.{key}"))), None
+        )
     if isinstance(expected, list):
         if len(expected) != len(actual):
             return f"{where}: {len(expected)} items became {len(actual)}"
-        return next((d for i, (e, a) in enumerate(zip(expected, actual))
-                     if (d := _first_difference(e, a, f"{where}[{i}]"))), None)
+        return next(
+            (d for i, (e, a) in enumerate(zip(expected, actual)) if (d := _first_difference(e, a, f"{where}[{i}]"))),
+            None,
+        )
     same_nan = isinstance(expected, float) and math.isnan(expected) and math.isnan(actual)
     return None if expected == actual or same_nan else f"{where}: {expected!r} became {actual!r}"
 

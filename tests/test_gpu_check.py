@@ -31,8 +31,9 @@ def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-check") / "dry"
     tar = out.parent / "dry.tgz"
     env = {**os.environ, "OUT": str(out), "TAR": str(tar), "PYTHONPATH": str(REPO)}
-    result = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=1500)
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500
+    )
     return result, out, tar
 
 
@@ -50,7 +51,8 @@ def test_every_step_runs_and_is_recorded_with_its_budget(dry_run):
     assert summary["dry_run"] and summary["all_ok"]
     budgets = header_budgets()
     assert [(s["step"], s["status"], s["budget_s"]) for s in summary["steps"]] == [
-        (name, "ok", 5 * budgets[name]) for name in STEPS]  # the dry run's budgets are scaled by 5
+        (name, "ok", 5 * budgets[name]) for name in STEPS
+    ]  # the dry run's budgets are scaled by 5
     with tarfile.open(tar) as packed:
         assert f"{out.name}/summary.json" in packed.getnames()
 

@@ -27,7 +27,9 @@ def exported_names(tmp_path) -> set[str]:
 
 def queries(dashboard: dict) -> list[tuple[str, str]]:
     found = [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel.get("targets", [])]
-    found += [(f"variable {v['name']}", v["query"]["query"]) for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    found += [
+        (f"variable {v['name']}", v["query"]["query"]) for v in dashboard["templating"]["list"] if v["type"] == "query"
+    ]
     return found
 
 

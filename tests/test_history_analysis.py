@@ -45,8 +45,9 @@ def test_compare_flags_a_material_slowdown_and_not_noise(tmp_path):
     agree, and one run's samples cannot see run-to-run noise (`check` against a baseline of several
     runs does)."""
     before = generate_history(tmp_path / "a", QUIET, 20, seed=1, prefix="a")
-    after = generate_history(tmp_path / "b", QUIET, 1, seed=2, prefix="b",
-                             injection=Injection(at=1, drop=0.3, versions=NCCL_UPGRADE))
+    after = generate_history(
+        tmp_path / "b", QUIET, 1, seed=2, prefix="b", injection=Injection(at=1, drop=0.3, versions=NCCL_UPGRADE)
+    )
     pairs = [compare_runs(read_run(str(a)), read_run(str(b))) for a, b in zip(before[::2], before[1::2])]
     rows = [row for same in pairs for row in same.rows]
     assert all(row.p is not None for row in rows)
@@ -62,8 +63,9 @@ def test_compare_flags_a_material_slowdown_and_not_noise(tmp_path):
 
 
 def test_compare_command_prints_differences_and_json(tmp_path):
-    runs = generate_history(tmp_path / "r", QUIET, 2, seed=3,
-                            injection=Injection(at=2, drop=0.0, env={"NCCL_IB_QPS_PER_CONNECTION": None}))
+    runs = generate_history(
+        tmp_path / "r", QUIET, 2, seed=3, injection=Injection(at=2, drop=0.0, env={"NCCL_IB_QPS_PER_CONNECTION": None})
+    )
     text = cli("compare", str(runs[0]), str(runs[1]))
     assert text.returncode == 0, text.stderr
     assert "NCCL_IB_QPS_PER_CONNECTION 4 -> unset" in text.stdout
@@ -73,9 +75,13 @@ def test_compare_command_prints_differences_and_json(tmp_path):
 
 def test_run_differences_name_replaced_nodes():
     base = {"run_id": "x", "created": "2026-01-01T00:00:00+00:00", "backend": "nccl", "world_size": 2}
-    nodes = [{"hostname": name, "node_id": i, "ranks": [i], "local_ranks": [0]} for i, name in enumerate(["node17", "node3"])]
+    nodes = [
+        {"hostname": name, "node_id": i, "ranks": [i], "local_ranks": [0]} for i, name in enumerate(["node17", "node3"])
+    ]
     after = [dict(node, hostname="node41" if node["hostname"] == "node17" else node["hostname"]) for node in nodes]
-    changes = run_differences(RunInfo.model_validate(base | {"nodes": nodes}), RunInfo.model_validate(base | {"nodes": after}))
+    changes = run_differences(
+        RunInfo.model_validate(base | {"nodes": nodes}), RunInfo.model_validate(base | {"nodes": after})
+    )
     assert changes == ["nodes: node17 replaced by node41"]
 
 
@@ -140,7 +146,18 @@ def test_a_7pct_drop_at_run_200_is_found_and_attributed(tmp_path, capsys):
     db = tmp_path / "r.duckdb"
     store.ingest(db, [tmp_path / "runs"])
     for seed in seeds:
-        args = ["history", "--cluster", f"fleet{seed}", "--op", "all_reduce", "--size", "64M", "--db", str(db), "--json"]
+        args = [
+            "history",
+            "--cluster",
+            f"fleet{seed}",
+            "--op",
+            "all_reduce",
+            "--size",
+            "64M",
+            "--db",
+            str(db),
+            "--json",
+        ]
         if seed == seeds[0]:
             result = cli(*args)
             assert result.returncode == 0, result.stderr
@@ -162,8 +179,9 @@ def drop_errors(seeds: range, with_in_place: bool = True) -> list[int]:
     """Per generated 64 MiB history with a 7% drop at run 200: how far the nearest change point is (300: none)."""
     errors = []
     for seed in seeds:
-        out_of_place, in_place = generate_rows(PROFILE, [(SIZE_64M, False), (SIZE_64M, True)], 300,
-                                               injection=Injection(at=200, drop=0.07), seed=seed)
+        out_of_place, in_place = generate_rows(
+            PROFILE, [(SIZE_64M, False), (SIZE_64M, True)], 300, injection=Injection(at=200, drop=0.07), seed=seed
+        )
         found = [index + 1 for index in find_change_points(out_of_place, companion=in_place if with_in_place else None)]
         errors.append(min((abs(run - 200) for run in found), default=300))
     return errors
@@ -183,9 +201,13 @@ def test_injected_drops_are_located_within_2_runs_on_nearly_every_history():
 
 def test_false_alarms_on_20_unchanged_histories():
     """At the default threshold and penalty, 64 MiB with its in-place row and alone, at the measured noise."""
-    histories = [generate_rows(PROFILE, [(SIZE_64M, False), (SIZE_64M, True)], 300, seed=200 + seed) for seed in range(20)]
-    alarms = {"with in-place": sum(bool(find_change_points(out, companion=inp)) for out, inp in histories),
-              "alone": sum(bool(find_change_points(out)) for out, _ in histories)}
+    histories = [
+        generate_rows(PROFILE, [(SIZE_64M, False), (SIZE_64M, True)], 300, seed=200 + seed) for seed in range(20)
+    ]
+    alarms = {
+        "with in-place": sum(bool(find_change_points(out, companion=inp)) for out, inp in histories),
+        "alone": sum(bool(find_change_points(out)) for out, _ in histories),
+    }
     assert alarms["with in-place"] <= 1 and alarms["alone"] <= 1, alarms
 
 

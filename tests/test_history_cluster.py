@@ -21,8 +21,22 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-RUN_ARGS = ["--ops", "all_reduce", "-b", "2M", "-e", "4M", "-n", "5", "-w", "1", "--scopes", "intra,inter",
-            "--cluster", "emu"]
+RUN_ARGS = [
+    "--ops",
+    "all_reduce",
+    "-b",
+    "2M",
+    "-e",
+    "4M",
+    "-n",
+    "5",
+    "-w",
+    "1",
+    "--scopes",
+    "intra,inter",
+    "--cluster",
+    "emu",
+]
 
 
 def run_on_every_rank(cluster, args: list[str], out, port: int, ranks_per_node: int = 2):
@@ -32,12 +46,25 @@ def run_on_every_rank(cluster, args: list[str], out, port: int, ranks_per_node: 
     procs = []
     for node in range(len(cluster.nodes)):
         for local in range(ranks_per_node):
-            env = {"RANK": str(node * ranks_per_node + local), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
-                   "GROUP_RANK": str(node), "MASTER_ADDR": cluster.addr(0), "MASTER_PORT": str(port),
-                   "GLOO_SOCKET_IFNAME": "eth0"}
-            procs.append(cluster.node(node).popen(
-                [sys.executable, "-m", "commbench", "run", "--out", str(out), "--no-progress", *args], env=env,
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            env = {
+                "RANK": str(node * ranks_per_node + local),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(local),
+                "GROUP_RANK": str(node),
+                "MASTER_ADDR": cluster.addr(0),
+                "MASTER_PORT": str(port),
+                "GLOO_SOCKET_IFNAME": "eth0",
+            }
+            procs.append(
+                cluster.node(node).popen(
+                    [sys.executable, "-m", "commbench", "run", "--out", str(out), "--no-progress", *args],
+                    env=env,
+                    cwd=REPO,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
     return wait_procs(procs, 300)
 
 
@@ -51,14 +78,27 @@ def test_rate_drop_found_by_history_compare_and_check(emulated_cluster, tmp_path
         if number == 11:
             for node in range(len(emulated_cluster.nodes)):
                 emulated_cluster.shape(node, rate="800mbit")
-        results = run_on_every_rank(emulated_cluster, RUN_ARGS + ["--run-id", f"run{number:02d}"], out,
-                                    port=29631 + number)
+        results = run_on_every_rank(
+            emulated_cluster, RUN_ARGS + ["--run-id", f"run{number:02d}"], out, port=29631 + number
+        )
         assert [code for code, _, _ in results] == [0] * 4, results[0][2][-3000:]
     assert cli("db", "ingest", str(out), "--db", str(db)).returncode == 0
     runs = [str(path) for path in list_runs(out)]
 
-    history = cli("history", "--cluster", "emu", "--op", "all_reduce", "--size", "4M", "--scope", "inter",
-                  "--db", str(db), "--json")
+    history = cli(
+        "history",
+        "--cluster",
+        "emu",
+        "--op",
+        "all_reduce",
+        "--size",
+        "4M",
+        "--scope",
+        "inter",
+        "--db",
+        str(db),
+        "--json",
+    )
     assert history.returncode == 0, history.stderr
     (series,) = json.loads(history.stdout)
     print("inter 4M busbw per run:", [round(point["busbw_gbps"], 4) for point in series["points"]])

@@ -37,6 +37,7 @@ def reads_counted(monkeypatch) -> list[str]:
     def counted(path, *args, **kwargs):
         read.append(Path(path).name)
         return real(path, *args, **kwargs)
+
     monkeypatch.setattr(dashboard_data, "load_run", counted)
     return read
 
@@ -59,7 +60,9 @@ def test_a_run_written_after_the_ingest_is_listed_first_and_only_it_is_read(flee
     assert [run.key for run in listed] == [later, *names[::-1]]  # newest first, no re-ingest
     assert read == [later]  # the database's runs are not read
     assert listed[1].label == f"{names[-1]} {SYNTHETIC_BADGE}" and not listed[2].synthetic
-    assert {(run.kind, run.world_size, run.records) for run in listed} == {("sweep", PROFILE["group_size"], len(PROFILE["rows"]))}
+    assert {(run.kind, run.world_size, run.records) for run in listed} == {
+        ("sweep", PROFILE["group_size"], len(PROFILE["rows"]))
+    }
     assert results.listing(("overlap",)) == []
     assert read == [later]  # cached by file signature: not read again
     assert results.usable(("sweep",))[0].key == later
@@ -79,7 +82,9 @@ def test_with_a_database_the_pickers_load_only_the_listed_runs(fleet, monkeypatc
     store.ingest(root / "commbench.duckdb", [root])
     read = reads_counted(monkeypatch)
     entries = ResultsStore(root).usable(("sweep",))
-    assert [entry.key for entry in entries] == names[::-1] and all(len(entry.records) == len(PROFILE["rows"]) for entry in entries)
+    assert [entry.key for entry in entries] == names[::-1] and all(
+        len(entry.records) == len(PROFILE["rows"]) for entry in entries
+    )
     assert sorted(read) == sorted(names)  # each run read once, for its records
 
 
@@ -88,7 +93,9 @@ def test_without_a_database_the_folder_is_walked(fleet):
     (root / "broken").mkdir()
     (root / "broken" / "run.json").write_text("{")
     listed = ResultsStore(root).listing(("sweep",))
-    assert [run.key for run in listed] == names[::-1] and listed[0].synthetic and listed[0].records == len(PROFILE["rows"])
+    assert (
+        [run.key for run in listed] == names[::-1] and listed[0].synthetic and listed[0].records == len(PROFILE["rows"])
+    )
 
 
 def test_a_database_of_other_folders_or_unreadable_falls_back_to_the_folder(fleet, tmp_path_factory, monkeypatch):
@@ -113,7 +120,9 @@ def test_a_schema_1_database_is_migrated_and_its_runs_asked_for_the_badge(fleet,
     con.close()
     assert ResultsStore(root).listing(("sweep",))[0].synthetic  # no synthetic column: the folder is walked
     assert store.ingest(db, [root]).unchanged == 3
-    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(store.STORE_SCHEMA_VERSION),)]
+    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [
+        (str(store.STORE_SCHEMA_VERSION),)
+    ]
     assert store.query(db, "SELECT count(*) FROM runs WHERE synthetic IS NULL")[1] == [(3,)]
     listed = ResultsStore(root).listing(("sweep",))  # migrated, the flag still null: each run is asked
     assert [run.synthetic for run in listed] == [True, False, False]
@@ -121,10 +130,12 @@ def test_a_schema_1_database_is_migrated_and_its_runs_asked_for_the_badge(fleet,
 
 def test_the_planner_page_offers_the_database_runs_as_bandwidth_sources(fleet, monkeypatch):
     from dashboard.app import create_app
+
     root, names = fleet
     store.ingest(root / "commbench.duckdb", [root])
     app = create_app(root)
     from dashboard.pages import planner
+
     monkeypatch.setattr(dashboard_data, "load_run", lambda *_a, **_k: pytest.fail("a listed run was read"))
     with app.server.app_context():
         controls = planner._cluster_controls()
@@ -136,6 +147,7 @@ def test_the_planner_page_offers_the_database_runs_as_bandwidth_sources(fleet, m
 
 def test_compare_pairs_the_two_newest_runs_of_one_backend_and_op_set_that_share_rows(fleet):
     from dashboard.fleet import comparable_pair
+
     root, names = fleet
     shutil.copytree(EXAMPLES / "example-cpu-2rank", root / "cpu")  # the newest: gloo, other ops
     entries = ResultsStore(root).usable(("sweep", "import"))
@@ -146,9 +158,14 @@ def test_compare_pairs_the_two_newest_runs_of_one_backend_and_op_set_that_share_
 
 def test_history_opens_on_the_busiest_row_and_offers_only_its_sizes():
     from dashboard.fleet import HistoryRow, busiest_row, scopes_of, sizes_of
-    rows = [HistoryRow("a-lab", "all_reduce", 4 << 30, "world", 1), HistoryRow("fleet", "all_reduce", 1 << 20, "world", 30),
-            HistoryRow("fleet", "all_reduce", 64 << 20, "world", 30), HistoryRow("fleet", "all_gather", 1 << 20, "world", 30),
-            HistoryRow("fleet", "all_reduce", 64 << 20, "intra", 4)]
+
+    rows = [
+        HistoryRow("a-lab", "all_reduce", 4 << 30, "world", 1),
+        HistoryRow("fleet", "all_reduce", 1 << 20, "world", 30),
+        HistoryRow("fleet", "all_reduce", 64 << 20, "world", 30),
+        HistoryRow("fleet", "all_gather", 1 << 20, "world", 30),
+        HistoryRow("fleet", "all_reduce", 64 << 20, "intra", 4),
+    ]
     assert busiest_row(rows) == rows[2]  # most points; all_reduce, then the larger size, break the tie
     assert busiest_row(rows, "a-lab", "all_reduce") == rows[0] and busiest_row(rows, "a-lab", "all_gather") is None
     assert sizes_of(rows, "fleet", "all_reduce") == [1 << 20, 64 << 20]  # never the other cluster's 4 GiB

@@ -113,10 +113,18 @@ def test_two_ingests_at_once_lose_nothing(tmp_path):
     assert count(db, "SELECT count(*) FROM records") == 80 * len(PROFILE["rows"])
 
 
-@pytest.mark.parametrize("statement", [
-    "DELETE FROM runs", "DROP TABLE runs", "INSERT INTO meta VALUES ('x', 'y')", "CREATE TABLE t (a INT)",
-    "COPY runs TO 'out.csv'", "ATTACH 'other.duckdb'", "SELECT 1; DELETE FROM runs",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DELETE FROM runs",
+        "DROP TABLE runs",
+        "INSERT INTO meta VALUES ('x', 'y')",
+        "CREATE TABLE t (a INT)",
+        "COPY runs TO 'out.csv'",
+        "ATTACH 'other.duckdb'",
+        "SELECT 1; DELETE FROM runs",
+    ],
+)
 def test_db_sql_refuses_statements_that_write(tmp_path, statement):
     db = tmp_path / "r.duckdb"
     store.ingest(db, [EXAMPLES / "example-cpu-2rank"])
@@ -154,8 +162,26 @@ def test_a_file_that_is_not_a_database_is_one_line(tmp_path):
 
 def test_a_real_sweep_keeps_its_samples_and_run_db_ingests_it(tmp_path):
     db = tmp_path / "r.duckdb"
-    result = cli("run", "--nproc", "2", "--ops", "all_reduce", "-b", "1K", "-e", "4K", "--out", str(tmp_path),
-                 "--run-id", "with-samples", "--no-progress", "--cluster", "lab", "--db", str(db))
+    result = cli(
+        "run",
+        "--nproc",
+        "2",
+        "--ops",
+        "all_reduce",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "with-samples",
+        "--no-progress",
+        "--cluster",
+        "lab",
+        "--db",
+        str(db),
+    )
     assert result.returncode == 0, result.stderr
     assert store.query(db, "SELECT run_id, cluster FROM runs")[1] == [("with-samples", "lab")]
     assert count(db, "SELECT count(*) FROM samples") == 6
@@ -183,14 +209,56 @@ def kept_for(run_dir: Path) -> list[tuple[dict, dict]]:
 def test_pairwise_and_overlap_runs_keep_samples_and_ingest_loads_them(tmp_path):
     """Every kind of measured run keeps per-iteration samples: pairwise per pair (4 ranks: two pairs
     per round share every key field but the pair), overlap per row (the collective alone)."""
-    pairwise = cli("run", "--pairwise", "--nproc", "4", "-b", "1K", "-e", "4K", "-n", "5", "-w", "1",
-                   "--out", str(tmp_path), "--run-id", "pw", "--no-progress")
+    pairwise = cli(
+        "run",
+        "--pairwise",
+        "--nproc",
+        "4",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "-n",
+        "5",
+        "-w",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "pw",
+        "--no-progress",
+    )
     assert pairwise.returncode == 0, pairwise.stderr
-    overlap = cli("overlap", "--nproc", "2", "--gemm-size", "64", "-b", "64K", "-e", "128K", "--iters", "3",
-                  "--warmup", "1", "--out", str(tmp_path), "--run-id", "ov", "--no-progress")
+    overlap = cli(
+        "overlap",
+        "--nproc",
+        "2",
+        "--gemm-size",
+        "64",
+        "-b",
+        "64K",
+        "-e",
+        "128K",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "ov",
+        "--no-progress",
+    )
     assert overlap.returncode == 0, overlap.stderr
     pairs = kept_for(tmp_path / "pw")
-    assert len(pairs) == 12 and {tuple(record["pair"]) for record, _ in pairs} == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)}
+    assert len(pairs) == 12 and {tuple(record["pair"]) for record, _ in pairs} == {
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (1, 2),
+        (1, 3),
+        (2, 3),
+    }
     for record, samples in pairs + kept_for(tmp_path / "ov"):
         assert len(samples["time_us"]) == record["iters"] and samples["slowest_rank"] == record["slowest_rank"]
         assert abs(float(np.median(samples["time_us"])) - record["time_us"]) <= 1e-3 * record["time_us"]
@@ -198,11 +266,16 @@ def test_pairwise_and_overlap_runs_keep_samples_and_ingest_loads_them(tmp_path):
 
     db = tmp_path / "r.duckdb"
     assert cli("db", "ingest", str(tmp_path), "--db", str(db)).returncode == 0
-    per_kind = store.query(db, "SELECT r.kind, count(*), count(s.pair) FROM samples s JOIN runs r USING (run_id) "
-                               "GROUP BY r.kind ORDER BY r.kind")[1]
+    per_kind = store.query(
+        db,
+        "SELECT r.kind, count(*), count(s.pair) FROM samples s JOIN runs r USING (run_id) "
+        "GROUP BY r.kind ORDER BY r.kind",
+    )[1]
     assert per_kind == [("overlap", 4, 0), ("pairwise", 12, 12)]
-    joined = "SELECT count(*) FROM samples s JOIN pairs p ON p.run_id = s.run_id AND p.size_bytes = s.size_bytes " \
-             "AND [p.rank_a, p.rank_b] = s.pair AND abs(list_median(s.time_us) - p.time_us) <= 1e-3 * p.time_us"
+    joined = (
+        "SELECT count(*) FROM samples s JOIN pairs p ON p.run_id = s.run_id AND p.size_bytes = s.size_bytes "
+        "AND [p.rank_a, p.rank_b] = s.pair AND abs(list_median(s.time_us) - p.time_us) <= 1e-3 * p.time_us"
+    )
     assert count(db, joined) == 12
 
 
@@ -214,7 +287,9 @@ def test_a_schema_2_database_gains_the_samples_pair_column(tmp_path):
     con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     con.close()
     store.ingest(db, [EXAMPLES])
-    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(store.STORE_SCHEMA_VERSION),)]
+    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [
+        (str(store.STORE_SCHEMA_VERSION),)
+    ]
     assert "pair" in store.query(db, "SELECT * FROM samples LIMIT 0")[0]
 
 
@@ -233,13 +308,27 @@ def test_a_schema_5_database_gains_stop_reason_and_keeps_its_rows(tmp_path):
         if run.is_dir():
             os.utime(run / "records.jsonl")
     store.ingest(db, [EXAMPLES])
-    fixed = store.query(db, "SELECT DISTINCT stop_reason FROM records r JOIN runs USING (run_id) "
-                            "WHERE source = 'nccl-tests'")[1]
+    fixed = store.query(
+        db, "SELECT DISTINCT stop_reason FROM records r JOIN runs USING (run_id) WHERE source = 'nccl-tests'"
+    )[1]
     assert fixed == [("fixed",)]
 
 
 def test_submit_passes_db_and_cluster_to_the_job(tmp_path):
-    script = cli("submit", "--nodes", "2", "--ntasks-per-node", "2", "--db", str(tmp_path / "f.duckdb"),
-                 "--cluster", "lab", "--dry-run", "--", "-e", "4M")
+    script = cli(
+        "submit",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "2",
+        "--db",
+        str(tmp_path / "f.duckdb"),
+        "--cluster",
+        "lab",
+        "--dry-run",
+        "--",
+        "-e",
+        "4M",
+    )
     assert script.returncode == 0, script.stderr
     assert f"DEFAULT_RUN_ARGS=(-e 4M --db {tmp_path / 'f.duckdb'} --cluster lab)" in script.stdout

@@ -28,8 +28,12 @@ def _one_line_exit_2(argv: list[str], capsys) -> str:
 
 
 def _hostile_files(tmp_path: Path) -> dict[str, Path]:
-    files = {"deep": tmp_path / "deep.json", "huge-int": tmp_path / "huge.json", "binary": tmp_path / "a.bin",
-             "utf-16": tmp_path / "a16.log"}
+    files = {
+        "deep": tmp_path / "deep.json",
+        "huge-int": tmp_path / "huge.json",
+        "binary": tmp_path / "a.bin",
+        "utf-16": tmp_path / "a16.log",
+    }
     files["deep"].write_text('{"config": ' + DEEP + "}")  # an object: read as a -J report
     files["huge-int"].write_text(HUGE_INT)
     files["binary"].write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8)
@@ -37,19 +41,31 @@ def _hostile_files(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.mark.parametrize("kind, why", [("deep", "nested too deep"), ("huge-int", "integer longer than"),
-                                       ("binary", "binary data"), ("utf-16", "UTF-16 text")])
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("deep", "nested too deep"),
+        ("huge-int", "integer longer than"),
+        ("binary", "binary data"),
+        ("utf-16", "UTF-16 text"),
+    ],
+)
 def test_import_refuses_in_one_line(tmp_path, capsys, kind, why):
     path = _hostile_files(tmp_path)[kind]
     assert why in _one_line_exit_2(["import", "nccl-tests", str(path), "--out", str(tmp_path / "out")], capsys)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("flag, kind, why", [
-    ("--model", "deep", "nested too deep"), ("--model", "huge-int", "integer longer than"),
-    ("--model", "binary", "binary data"), ("--processor", "deep", "nested too deep"),
-    ("--processor", "huge-int", "integer longer than"),
-])
+@pytest.mark.parametrize(
+    "flag, kind, why",
+    [
+        ("--model", "deep", "nested too deep"),
+        ("--model", "huge-int", "integer longer than"),
+        ("--model", "binary", "binary data"),
+        ("--processor", "deep", "nested too deep"),
+        ("--processor", "huge-int", "integer longer than"),
+    ],
+)
 def test_plan_refuses_in_one_line(tmp_path, capsys, flag, kind, why):
     path = _hostile_files(tmp_path)[kind]
     argv = ["plan", "--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "2048"]
@@ -75,8 +91,9 @@ def test_hostile_lines_in_records_jsonl_are_skipped_not_fatal(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(EXAMPLE, run)
     records = (run / "records.jsonl").read_text().splitlines()
-    (run / "records.jsonl").write_text("\n".join([DEEP, '{"size_bytes": ' + "9" * 5000 + "}", "\x00\x01binary"]
-                                                 + records) + "\n")
+    (run / "records.jsonl").write_text(
+        "\n".join([DEEP, '{"size_bytes": ' + "9" * 5000 + "}", "\x00\x01binary"] + records) + "\n"
+    )
     assert cli_main(["table", str(run)]) == 0
     err = capsys.readouterr().err
     assert "line 1: skipped" in err and "line 2: skipped" in err and "Traceback" not in err

@@ -20,7 +20,7 @@ def test_a_duplicated_run_id_in_one_batch_ingests_the_first_and_reports_the_seco
     shutil.copytree(EXAMPLE, second)
     report = store.ingest(tmp_path / "r.duckdb", [first, second])
     assert report.added == ["example-cpu-2rank"]
-    (path, why), = report.skipped
+    ((path, why),) = report.skipped
     assert path == str(second) and "duplicate run id example-cpu-2rank" in why and str(first) in why
     assert store.query(tmp_path / "r.duckdb", "SELECT path FROM runs")[1] == [(os.path.abspath(first),)]
 
@@ -30,7 +30,7 @@ def test_runs_without_valid_records_are_reported_not_ingested(tmp_path):
     for run in (garbage, device):
         shutil.copytree(EXAMPLE, run)
         (run / "records.jsonl").unlink()
-    (garbage / "records.jsonl").write_text("not json\n{\"op\": 1}\n")
+    (garbage / "records.jsonl").write_text('not json\n{"op": 1}\n')
     (device / "records.jsonl").symlink_to("/dev/zero")
     (device / "samples.jsonl").unlink(missing_ok=True)
     (device / "samples.jsonl").symlink_to("/dev/zero")

@@ -31,12 +31,18 @@ def _first_rows(out: Path, proc: subprocess.Popen, timeout: float = 240) -> None
     raise AssertionError("no row was written in time")
 
 
-@pytest.mark.parametrize("sig,code,says", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+@pytest.mark.parametrize(
+    "sig,code,says", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
 def test_a_signal_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, sig, code, says):
     out = tmp_path / "results"
     proc = subprocess.Popen(
         [sys.executable, "-m", "commbench", "run", "--nproc", "2", "--out", str(out), "-n", "400", "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=True,
     )
     _first_rows(out, proc)
     if sig == signal.SIGINT:
@@ -51,10 +57,22 @@ def test_a_signal_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, sig, code, 
     info = json.loads((run_dir / "run.json").read_text())
     kept = len((run_dir / "records.jsonl").read_text().splitlines())
     planned = r"of \d+ " if sig == signal.SIGINT else ""  # rank 0 recorded the planned rows on Ctrl-C
-    assert len(lines) == 1 and re.fullmatch(rf"commbench run: {re.escape(says)}: {kept} {planned}rows kept in "
-                                            rf"{re.escape(str(run_dir))}", lines[0]), stderr
+    assert len(lines) == 1 and re.fullmatch(
+        rf"commbench run: {re.escape(says)}: {kept} {planned}rows kept in "
+        rf"{re.escape(str(run_dir))}",
+        lines[0],
+    ), stderr
     assert info["complete"] is False
-    assert info["reason"].startswith(f"interrupted: {kept} of ") if sig == signal.SIGINT else info["reason"] == "terminated"
-    table = subprocess.run([sys.executable, "-m", "commbench", "table", str(run_dir), "--format", "json"],
-                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert (
+        info["reason"].startswith(f"interrupted: {kept} of ")
+        if sig == signal.SIGINT
+        else info["reason"] == "terminated"
+    )
+    table = subprocess.run(
+        [sys.executable, "-m", "commbench", "table", str(run_dir), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert table.returncode == 0 and json.loads(table.stdout), table.stderr

@@ -23,9 +23,35 @@ TAG = "COMMBENCH_TEST_LAUNCHER_TAG"
 
 def _start(out: Path, tag: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), **{TAG: tag})
-    return subprocess.Popen([sys.executable, "-m", "commbench", "run", "--nproc", "2", "--ops", "all_reduce",
-                             "-b", "1K", "-e", "64M", "-n", "200", "-w", "2", "--no-progress", "--out", str(out),
-                             "--run-id", "owned"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "run",
+            "--nproc",
+            "2",
+            "--ops",
+            "all_reduce",
+            "-b",
+            "1K",
+            "-e",
+            "64M",
+            "-n",
+            "200",
+            "-w",
+            "2",
+            "--no-progress",
+            "--out",
+            str(out),
+            "--run-id",
+            "owned",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _ranks_alive(tag: str) -> list[int]:

@@ -32,8 +32,23 @@ LAYER_PARAMS = 4 * H * H + 3 * H * FFN + 2 * H  # q, k, v, o + gate, up, down + 
 
 
 def plan_json(capsys, layout: str, *extra: str, gpus: int = 32, batch: int = 16) -> dict:
-    code = cli.main(["plan", "--model", "llama2-7b", "--gpus", str(gpus), "--global-batch", str(batch),
-                     "--seq-len", "4096", "--layout", layout, "--json", *extra])
+    code = cli.main(
+        [
+            "plan",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            str(gpus),
+            "--global-batch",
+            str(batch),
+            "--seq-len",
+            "4096",
+            "--layout",
+            layout,
+            "--json",
+            *extra,
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code in (0, 1)
     return out
@@ -82,8 +97,21 @@ def test_interleaved_first_stage_holds_megatrons_warmup_plus_one(capsys):
 
 
 def test_interleaving_five_micro_batches_on_four_stages_as_megatron_core_accepts(capsys):
-    code = cli.main(["plan", "--model", "llama2-7b", "--gpus", "16", "--global-batch", "10", "--seq-len", "4096",
-                     "--layout", "tp=2,pp=4,vpp=2,dp=2,mbs=1"])
+    code = cli.main(
+        [
+            "plan",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "10",
+            "--seq-len",
+            "4096",
+            "--layout",
+            "tp=2,pp=4,vpp=2,dp=2,mbs=1",
+        ]
+    )
     assert code == 2 and "last group of 1 < pp=4" in capsys.readouterr().err
     out = plan_json(capsys, "tp=2,pp=4,vpp=2,dp=2,mbs=1,vpp_group=5", gpus=16, batch=10)
     assert out["micro_batches"] == 5 and len(out["stages"]) == 4 and out["step_s"] > 0
@@ -97,9 +125,13 @@ def test_interleaving_five_micro_batches_on_four_stages_as_megatron_core_accepts
 
 def test_uneven_split_and_embedding_loss_in_split_as_megatron_core_builds_them():
     job = TrainingJob(PRESETS["llama2-7b"], 4096, 16)
-    batch = LayoutBatch.from_layouts([parse_layout("pp=4,dp=1,pp_first=5,pp_last=9", 4),
-                                      parse_layout("pp=4,dp=1,pp_embedding=1", 4),
-                                      parse_layout("pp=4,dp=1", 4)])
+    batch = LayoutBatch.from_layouts(
+        [
+            parse_layout("pp=4,dp=1,pp_first=5,pp_last=9", 4),
+            parse_layout("pp=4,dp=1,pp_embedding=1", 4),
+            parse_layout("pp=4,dp=1", 4),
+        ]
+    )
     layers = stage_layers(job, batch, np.arange(4)[:, None])
     assert layers[:, 0].tolist() == [5, 9, 9, 9]  # (32 - 5 - 9) / 2 = 9 in each middle stage
     assert layers[:, 2].tolist() == [8, 8, 8, 8]
@@ -120,11 +152,24 @@ def test_embedding_and_loss_counted_in_the_split():
     assert stage_layers(job, batch, np.arange(4)[:, None])[:, 0].tolist() == [7, 8, 8, 7]
 
 
-def _planner(model: str, gpus: int, global_batch: int = 16, execution: str = "megatron-core",
-             precision: str = "16", seq: int = 4096, compute: str = "bf16") -> Planner:
+def _planner(
+    model: str,
+    gpus: int,
+    global_batch: int = 16,
+    execution: str = "megatron-core",
+    precision: str = "16",
+    seq: int = 4096,
+    compute: str = "bf16",
+) -> Planner:
     system = load_system("dgx-h100")
-    job = TrainingJob(load_model(model), seq, global_batch, PRECISIONS[precision], execution=EXECUTIONS[execution],
-                      compute=RECIPES[compute])
+    job = TrainingJob(
+        load_model(model),
+        seq,
+        global_batch,
+        PRECISIONS[precision],
+        execution=EXECUTIONS[execution],
+        compute=RECIPES[compute],
+    )
     return Planner(job, Cluster(gpus, system, PresetNetwork(system)))
 
 
@@ -215,14 +260,20 @@ def test_recompute_modules_and_block_method_as_megatron_names_them():
     (by hand for llama2-7b, bf16, tp=2 with SP, flash attention), costs the forward share it
     repeats, and the block method keeps full activations in the layers it does not recompute."""
     job = TrainingJob(PRESETS["llama2-7b"], 4096, 16)
-    layouts = ["tp=2,pp=4,dp=1,mbs=1,recompute=selective", "tp=2,pp=4,dp=1,mbs=1,recompute=selective,"
-               "recompute_modules=core_attn+mlp+layernorm", "tp=2,pp=4,dp=1,mbs=1,recompute=full",
-               "tp=2,pp=4,dp=1,mbs=1,recompute=full,recompute_layers=3", "tp=2,pp=4,dp=1,mbs=1"]
+    layouts = [
+        "tp=2,pp=4,dp=1,mbs=1,recompute=selective",
+        "tp=2,pp=4,dp=1,mbs=1,recompute=selective,recompute_modules=core_attn+mlp+layernorm",
+        "tp=2,pp=4,dp=1,mbs=1,recompute=full",
+        "tp=2,pp=4,dp=1,mbs=1,recompute=full,recompute_layers=3",
+        "tp=2,pp=4,dp=1,mbs=1",
+    ]
     batch = LayoutBatch.from_layouts([parse_layout(text, 8) for text in layouts])
     assert [str(batch.layout(i)) == str(parse_layout(text, 8)) for i, text in enumerate(layouts)] == [True] * 5
     per_layer = activation_bytes_per_layer(job, batch, batch.recompute)
     sbh = 4096 * H
-    assert per_layer[0] - per_layer[1] == pytest.approx(sbh * (6 * FFN / H) / 2 + sbh * 4 / 2)  # MLP inside, 2 norm outputs
+    assert per_layer[0] - per_layer[1] == pytest.approx(
+        sbh * (6 * FFN / H) / 2 + sbh * 4 / 2
+    )  # MLP inside, 2 norm outputs
     ledger, _ = stage_memory(job, batch, np.zeros(5, dtype=int))
     full_layer, none_layer = per_layer[2], per_layer[4]
     assert full_layer == pytest.approx(2 * sbh / 2)  # the layer input, 1/t with SP
@@ -248,10 +299,28 @@ def test_an_explicit_pipeline_layout_string_as_megatron_core_reads_it(capsys):
     shares = [s["step_share"] for s in out["stages"]]
     assert [s["layers"] for s in out["stages"]] == [6, 9, 9, 8] and shares[0] < shares[1]
     assert out["stages"][0]["memory_bytes"]["parameters"] < out["stages"][1]["memory_bytes"]["parameters"]
-    for bad, message in (("pp=4,dp=4,pp_layout=Et*6|t*9|t*9|t*9L", "places 33 decoder layers"),
-                         ("pp=4,dp=4,pp_layout=t*8|t*8|t*8|t*8", "must open with the embedding E"),
-                         ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8L", "3 stages, not pp x vpp = 4"),
-                         ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8|t*7mL", "MTP layers are not modelled")):
-        assert cli.main(["plan", "--model", "llama2-7b", "--gpus", "16", "--global-batch", "16", "--seq-len", "4096",
-                         "--layout", bad]) == 2
+    for bad, message in (
+        ("pp=4,dp=4,pp_layout=Et*6|t*9|t*9|t*9L", "places 33 decoder layers"),
+        ("pp=4,dp=4,pp_layout=t*8|t*8|t*8|t*8", "must open with the embedding E"),
+        ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8L", "3 stages, not pp x vpp = 4"),
+        ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8|t*7mL", "MTP layers are not modelled"),
+    ):
+        assert (
+            cli.main(
+                [
+                    "plan",
+                    "--model",
+                    "llama2-7b",
+                    "--gpus",
+                    "16",
+                    "--global-batch",
+                    "16",
+                    "--seq-len",
+                    "4096",
+                    "--layout",
+                    bad,
+                ]
+            )
+            == 2
+        )
         assert message in capsys.readouterr().err, bad

@@ -47,8 +47,11 @@ def expected_busbw(db) -> dict[tuple, float]:
     """(cluster, nodes, op, scope, group_size, size_bucket) -> busbw (bytes/s) of the store's newest
     non-synthetic sweep of each node set, at the largest size of each bucket, computed here apart
     from the exporter (Python over all runs, not its window query)."""
-    _, runs = query(db, "SELECT run_id, cluster, nodes, created FROM runs WHERE kind = 'sweep' AND source = 'commbench' "
-                        "AND complete AND NOT coalesce(synthetic, false)")
+    _, runs = query(
+        db,
+        "SELECT run_id, cluster, nodes, created FROM runs WHERE kind = 'sweep' AND source = 'commbench' "
+        "AND complete AND NOT coalesce(synthetic, false)",
+    )
     newest: dict[tuple, tuple] = {}
     for run_id, cluster, nodes, created in runs:
         key = (cluster, ",".join(sorted(nodes)))
@@ -56,8 +59,12 @@ def expected_busbw(db) -> dict[tuple, float]:
             newest[key] = (run_id, created)
     largest: dict[tuple, tuple[int, float]] = {}
     for (cluster, nodes), (run_id, _) in newest.items():
-        _, rows = query(db, "SELECT op, scope, group_size, size_bytes, busbw_gbps FROM records WHERE run_id = ? "
-                            "AND NOT in_place AND scope <> 'pair' AND wrong <= 0 AND time_us > 0", [run_id])
+        _, rows = query(
+            db,
+            "SELECT op, scope, group_size, size_bytes, busbw_gbps FROM records WHERE run_id = ? "
+            "AND NOT in_place AND scope <> 'pair' AND wrong <= 0 AND time_us > 0",
+            [run_id],
+        )
         for op, scope, group_size, size, busbw in rows:
             key = (cluster, nodes, op, scope, str(group_size), size_bucket_label(size))
             if key not in largest or size > largest[key][0]:
@@ -68,14 +75,23 @@ def expected_busbw(db) -> dict[tuple, float]:
 def test_exposition_passes_promtool_and_is_bounded(db):
     promtool = _need("promtool")
     text = exposition(db)
-    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60,
-                             check=False)
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.strip() == "" and checked.stderr.strip() == "", checked.stdout + checked.stderr  # no lint warnings
+    assert checked.stdout.strip() == "" and checked.stderr.strip() == "", (
+        checked.stdout + checked.stderr
+    )  # no lint warnings
     lines = [line for line in text.splitlines() if line.startswith("commbench_busbw_bytes_per_second{")]
     assert len(lines) == len(expected_busbw(db)) > 0
     assert {line.split('size_bucket="')[1].split('"')[0] for line in lines} <= {
-        "<=4KiB", "<=64KiB", "<=1MiB", "<=16MiB", "<=256MiB", ">256MiB"}
+        "<=4KiB",
+        "<=64KiB",
+        "<=1MiB",
+        "<=16MiB",
+        "<=256MiB",
+        ">256MiB",
+    }
     assert "# TYPE commbench_runs_total counter" in text or "# TYPE commbench_runs counter" in text
 
 
@@ -99,14 +115,30 @@ def test_real_prometheus_scrapes_serve_and_reads_back_the_stores_values(db, tmp_
     prometheus = _need("prometheus")
     metrics_port, prom_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    server = subprocess.Popen([sys.executable, "-m", "commbench", "metrics", "serve", "--db", str(db), "--port", str(metrics_port)],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "commbench", "metrics", "serve", "--db", str(db), "--port", str(metrics_port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                      f"  - job_name: commbench\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n")
-    prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+        f"  - job_name: commbench\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+    )
+    prom = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         api = f"http://127.0.0.1:{prom_port}/api/v1/query?query="
         deadline, found = time.monotonic() + 60, []

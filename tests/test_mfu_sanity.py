@@ -59,12 +59,17 @@ def _cases():
         for execution in ("megatron-core", "torch-fsdp", "megatron-2021"):
             for job in dict.fromkeys(MFU_SANITY.JOBS + MFU_SANITY.GRID):
                 model, gpus, global_batch, seq_len = job
-                yield pytest.param(system, execution, job,
-                                   id=f"{system}-{execution}-{model}-{gpus}gpus-gb{global_batch}-s{seq_len}")
+                yield pytest.param(
+                    system, execution, job, id=f"{system}-{execution}-{model}-{gpus}gpus-gb{global_batch}-s{seq_len}"
+                )
         for job in MFU_SANITY.MOE_JOBS:  # MoE presets: Megatron-Core's MoE stack (the dense rows' bound is a ceiling)
             model, gpus, global_batch, seq_len = job
-            yield pytest.param(system, "megatron-core", job,
-                               id=f"{system}-megatron-core-{model}-{gpus}gpus-gb{global_batch}-s{seq_len}")
+            yield pytest.param(
+                system,
+                "megatron-core",
+                job,
+                id=f"{system}-megatron-core-{model}-{gpus}gpus-gb{global_batch}-s{seq_len}",
+            )
 
 
 @pytest.mark.parametrize("system, execution, job", list(_cases()))
@@ -73,7 +78,9 @@ def test_no_ranking_beats_the_best_published_mfu(system, execution, job):
     best = MFU_SANITY.best_ranking(system, execution, job)
     if best is None:  # no layout fits in memory (a 175B on 8 GPUs): nothing is ranked
         return
-    assert best.mfu <= bound, f"{job} on {system} ({execution}): {best.layout} at MFU {best.mfu:.2%} > {bound:.2%} published ({row})"
+    assert best.mfu <= bound, (
+        f"{job} on {system} ({execution}): {best.layout} at MFU {best.mfu:.2%} > {bound:.2%} published ({row})"
+    )
 
 
 @pytest.mark.parametrize("execution", ["megatron-core", "megatron-2021"])
@@ -111,11 +118,15 @@ def test_no_fp8_ranking_beats_the_best_published_fp8_mfu(system, job):
     bound, row = published_best_mfu("fp8-current")[FP8_GPU_OF[system]]
     best = MFU_SANITY.best_ranking(system, "megatron-core", job, compute="fp8-current")
     assert best is not None
-    assert best.mfu <= bound, f"{job} on {system} (fp8-current): {best.layout} at MFU {best.mfu:.2%} > {bound:.2%} published ({row})"
+    assert best.mfu <= bound, (
+        f"{job} on {system} (fp8-current): {best.layout} at MFU {best.mfu:.2%} > {bound:.2%} published ({row})"
+    )
 
 
 def test_fp8_bounds_are_read_from_published_fp8_rows_and_leave_the_bf16_bounds_alone():
     fp8, bf16 = published_best_mfu("fp8-current"), published_best_mfu()
-    assert set(fp8) == {"H100", "B200", "GB200", "GB300"} and all(row.startswith("mbridge2511-") for _, row in fp8.values())
+    assert set(fp8) == {"H100", "B200", "GB200", "GB300"} and all(
+        row.startswith("mbridge2511-") for _, row in fp8.values()
+    )
     assert not any(row.startswith("mbridge2511-") for _, row in bf16.values())
     assert fp8["H100"][0] > bf16["H100"][0]  # FP8 runs reach more of the BF16 peak than any BF16 run

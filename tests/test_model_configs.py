@@ -22,8 +22,12 @@ READ_THIS_SESSION = "read 2026-12-01"
 
 def published_figures(check):
     """(model, 'total' or 'active') for every published figure whose check is `check`."""
-    return [(name, kind) for name in MODELLED for kind in ("total", "active")
-            if kind in SOURCES[name] and SOURCES[name][kind]["check"] == check]
+    return [
+        (name, kind)
+        for name in MODELLED
+        for kind in ("total", "active")
+        if kind in SOURCES[name] and SOURCES[name][kind]["check"] == check
+    ]
 
 
 def modelled_count(name, kind):
@@ -71,7 +75,8 @@ def test_every_figure_has_a_check_and_says_how_it_was_read():
 def test_within_half_a_percent_of_the_published_count(name, kind):
     value, published = modelled_count(name, kind), SOURCES[name][kind]["published"]
     assert abs(value - published) <= 0.005 * published, (
-        f"{name} {kind}: {value:,} vs published {published:,.0f} ({100 * (value / published - 1):+.2f}%)")
+        f"{name} {kind}: {value:,} vs published {published:,.0f} ({100 * (value / published - 1):+.2f}%)"
+    )
 
 
 @pytest.mark.parametrize("name, kind", published_figures("coarse"))
@@ -79,7 +84,9 @@ def test_published_figure_too_coarse_checked_within_its_resolution(name, kind):
     figure = SOURCES[name][kind]
     value, published, unit = modelled_count(name, kind), figure["published"], figure["resolution"]
     if figure["rounding"] == "truncated":
-        assert published <= value < published + unit, f"{name} {kind}: {value:,} not in [{published:,.0f}, +{unit:,.0f})"
+        assert published <= value < published + unit, (
+            f"{name} {kind}: {value:,} not in [{published:,.0f}, +{unit:,.0f})"
+        )
     else:
         assert abs(value - published) <= unit / 2, f"{name} {kind}: {value:,} vs {published:,.0f} +- {unit / 2:,.0f}"
 
@@ -91,24 +98,50 @@ def test_unmodelled_architectures_are_refused_by_name(name):
     assert str(refusal.value) == f"{name}: {SOURCES[name]['refused_with']}"
 
 
-@pytest.mark.parametrize("name, kv_heads", [("gpt_bigcode-santacoder", 1), ("santacoder", 1), ("chatglm3-6b", 2),
-                                            ("gemma-2b", 1), ("mistral-7b-v0.1", 8), ("phi-2-msft", 32)])
+@pytest.mark.parametrize(
+    "name, kv_heads",
+    [
+        ("gpt_bigcode-santacoder", 1),
+        ("santacoder", 1),
+        ("chatglm3-6b", 2),
+        ("gemma-2b", 1),
+        ("mistral-7b-v0.1", 8),
+        ("phi-2-msft", 32),
+    ],
+)
 def test_every_spelling_of_grouped_and_multi_query_attention(name, kv_heads):
     assert read_config(REAL / name / "config.json").kv_heads == kv_heads
 
 
-@pytest.mark.parametrize("name, mlp, ffn", [("phi-2", "gelu", 10240), ("phi-2-msft", "gelu", 10240),
-                                            ("starcoder2-7b", "gelu", 18432), ("gemma-2b", "swiglu", 16384),
-                                            ("phi-3-small-8k-instruct", "swiglu", 14336), ("qwen-7b", "swiglu", 11008),
-                                            ("chatglm3-6b", "swiglu", 13696), ("opt-1.3b", "gelu", 8192)])
+@pytest.mark.parametrize(
+    "name, mlp, ffn",
+    [
+        ("phi-2", "gelu", 10240),
+        ("phi-2-msft", "gelu", 10240),
+        ("starcoder2-7b", "gelu", 18432),
+        ("gemma-2b", "swiglu", 16384),
+        ("phi-3-small-8k-instruct", "swiglu", 14336),
+        ("qwen-7b", "swiglu", 11008),
+        ("chatglm3-6b", "swiglu", 13696),
+        ("opt-1.3b", "gelu", 8192),
+    ],
+)
 def test_mlp_kind_and_width_come_from_each_architectures_keys(name, mlp, ffn):
     spec = read_config(REAL / name / "config.json")
     assert (spec.mlp, spec.ffn_hidden) == (mlp, ffn)
 
 
-@pytest.mark.parametrize("name, window, layers", [("mistral-7b-v0.1", 4096, 32), ("gemma-2-9b-it", 4096, 21),
-                                                  ("gemma-3-1b-it", 512, 22), ("phi-3-mini-4k-instruct", 2047, 32),
-                                                  ("qwen2-72b", None, 0), ("mixtral-8x7b", None, 0)])
+@pytest.mark.parametrize(
+    "name, window, layers",
+    [
+        ("mistral-7b-v0.1", 4096, 32),
+        ("gemma-2-9b-it", 4096, 21),
+        ("gemma-3-1b-it", 512, 22),
+        ("phi-3-mini-4k-instruct", 2047, 32),
+        ("qwen2-72b", None, 0),
+        ("mixtral-8x7b", None, 0),
+    ],
+)
 def test_sliding_window_layer_patterns(name, window, layers):
     spec = read_config(REAL / name / "config.json")
     assert (spec.sliding_window if layers else None, spec.windowed_layers) == (window, layers)
@@ -124,7 +157,10 @@ def test_defaults_follow_transformers_per_model_type(tmp_path):
         del cfg["tie_word_embeddings"]
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
-        assert read_config(tmp_path / name / "config.json").total_params == read_config(REAL / name / "config.json").total_params
+        assert (
+            read_config(tmp_path / name / "config.json").total_params
+            == read_config(REAL / name / "config.json").total_params
+        )
     gemma = json.loads((REAL / "gemma-2b" / "config.json").read_text())
     assert "tie_word_embeddings" not in gemma and read_config(REAL / "gemma-2b" / "config.json").tied_embeddings
 

@@ -20,8 +20,9 @@ REAL = Path(__file__).parent / "fixtures" / "models" / "real"
 
 
 def plan_json(*args):
-    out = subprocess.run([sys.executable, "-m", "commbench", "plan", *args, "--json"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "commbench", "plan", *args, "--json"], capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out)
 
 
@@ -34,11 +35,25 @@ def test_deepseek_v3_attention_flops_per_token_match_a_hand_calculation():
     # causal: on average a query scores s/2 keys; QK^T is 2*qk FLOPs per key and head, AV 2*v
     scores = layers * heads * (2 * qk + 2 * v) * seq / 2
     q_lora, kv_lora, rope = cfg["q_lora_rank"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
-    weights = (h * q_lora + q_lora * heads * qk  # queries: down to the latent, up to every head
-               + h * (kv_lora + rope) + kv_lora * heads * (cfg["qk_nope_head_dim"] + v)  # keys and values
-               + heads * v * h)  # output projection
-    figures = plan_json("--model", str(REAL / "deepseek-v3"), "--gpus", "256", "--global-batch", "512",
-                        "--seq-len", str(seq), "--layout", "tp=8,pp=16,dp=2,ep=2,zero=1")["model_figures"]
+    weights = (
+        h * q_lora
+        + q_lora * heads * qk  # queries: down to the latent, up to every head
+        + h * (kv_lora + rope)
+        + kv_lora * heads * (cfg["qk_nope_head_dim"] + v)  # keys and values
+        + heads * v * h
+    )  # output projection
+    figures = plan_json(
+        "--model",
+        str(REAL / "deepseek-v3"),
+        "--gpus",
+        "256",
+        "--global-batch",
+        "512",
+        "--seq-len",
+        str(seq),
+        "--layout",
+        "tp=8,pp=16,dp=2,ep=2,zero=1",
+    )["model_figures"]
     assert figures["attention_flops_per_token"]["scores"] == pytest.approx(scores, rel=1e-12)
     assert figures["attention_flops_per_token"]["projections"] == pytest.approx(2 * layers * weights, rel=1e-12)
     assert figures["total_params"] == 671_026_404_352 and figures["active_params"] == 37_552_282_624
@@ -78,19 +93,64 @@ def test_mla_tensor_parallel_keeps_the_latent_projections_whole_and_cp_sends_per
 
 
 def test_plan_prints_total_and_active_parameters_and_names_the_model_by_its_folder():
-    out = subprocess.run([sys.executable, "-m", "commbench", "plan", "--model", str(REAL / "mixtral-8x7b"), "--gpus", "16",
-                          "--global-batch", "64", "--seq-len", "4096", "--layout", "tp=8,dp=2,ep=2,zero=1"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "plan",
+            "--model",
+            str(REAL / "mixtral-8x7b"),
+            "--gpus",
+            "16",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "4096",
+            "--layout",
+            "tp=8,dp=2,ep=2,zero=1",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "parameters: 46,702,792,704 total, 12,879,925,248 active per token" in out
     assert "model: mixtral-8x7b:" in out
-    named = plan_json("--model", str(REAL / "llava-1.5-7b"), "--name", "llava", "--gpus", "8", "--global-batch", "64",
-                      "--seq-len", "4096", "--layout", "dp=8,zero=1")
+    named = plan_json(
+        "--model",
+        str(REAL / "llava-1.5-7b"),
+        "--name",
+        "llava",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--layout",
+        "dp=8,zero=1",
+    )
     assert named["model_figures"]["total_params"] == 6_738_939_904
     assert any(w.startswith("vision tower (clip_vision_model)") for w in named["warnings"])
 
 
 def test_refused_config_is_one_line_and_exit_2():
-    run = subprocess.run([sys.executable, "-m", "commbench", "plan", "--model", str(REAL / "jamba-v0.1"), "--gpus", "8",
-                          "--global-batch", "64", "--seq-len", "4096"], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "plan",
+            "--model",
+            str(REAL / "jamba-v0.1"),
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "4096",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "jamba-v0.1: Mamba layers (Jamba, 28 of 32 layers) are not modelled" in run.stderr

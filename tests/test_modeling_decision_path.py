@@ -46,8 +46,9 @@ def test_does_not_fit_so_sharded_data_parallel_before_any_other_dimension(model,
     assert dimensions(best) == {"dp"} and best.zero >= 1
 
 
-@pytest.mark.parametrize("model,gpus,global_batch,seq_len", [("llama3-70b", 64, 512, 4096),
-                                                             ("gpt3-175b", 256, 1024, 2048)])
+@pytest.mark.parametrize(
+    "model,gpus,global_batch,seq_len", [("llama3-70b", 64, 512, 4096), ("gpt3-175b", 256, 1024, 2048)]
+)
 def test_too_big_to_shard_alone_so_tp_inside_the_node_pp_across_nodes_3d(model, gpus, global_batch, seq_len):
     best = best_layout(model, gpus, global_batch, seq_len)
     # a layer too big: TP inside the node; too many layers: PP across nodes, or (since megatron-core

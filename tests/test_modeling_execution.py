@@ -27,8 +27,13 @@ SEQ = 4096
 
 # torch eager's kernels with Megatron's overlapped collectives and fused gradient accumulation: the
 # comparisons below differ in what overlaps, not in which kernels run
-OVERLAPPED = replace(EXECUTIONS["torch-eager"], name="overlapped", tp_backward_overlap=True,
-                     zero3_reduce_scatter_overlap=True, fused_grad_accumulation=True)
+OVERLAPPED = replace(
+    EXECUTIONS["torch-eager"],
+    name="overlapped",
+    tp_backward_overlap=True,
+    zero3_reduce_scatter_overlap=True,
+    fused_grad_accumulation=True,
+)
 
 
 def step_model(execution: str, global_batch: int = 8, cost=None) -> StepModel:
@@ -55,9 +60,11 @@ def test_torch_eager_tp_pays_every_backward_all_reduce():
     loss_all_reduce = float(net.time_s("all_reduce", SEQ * 4.0, 8, NODE))
     # Megatron hides all backward all-reduces (2 per layer, 1 for the head) behind the weight-gradient GEMMs
     assert megatron.evaluate(batch).categories["tp"][0] == pytest.approx(
-        m * (MODEL.layers * 2 * all_reduce + 3 * loss_all_reduce))
+        m * (MODEL.layers * 2 * all_reduce + 3 * loss_all_reduce)
+    )
     assert eager.evaluate(batch).categories["tp"][0] == pytest.approx(
-        m * (MODEL.layers * 4 * all_reduce + all_reduce + 3 * loss_all_reduce))
+        m * (MODEL.layers * 4 * all_reduce + all_reduce + 3 * loss_all_reduce)
+    )
     exposed = m * (MODEL.layers * 2 + 1) * all_reduce
     accumulation = float(eager.accumulation_seconds(batch, m)[0])  # torch eager adds gradients unfused
     for fast, slow in zip(both_models(megatron, text), both_models(eager, text)):
@@ -94,7 +101,9 @@ def test_unfused_gradient_accumulation_is_m_minus_1_passes_over_the_kept_gradien
         batch = LayoutBatch.from_layouts([parse_layout(text, 8)])
         m = int(micro_batches(eager.job, batch)[0])
         dense, _ = stage_parameters(eager.job, batch)
-        expected = (m - 1) * 3 * eager.job.precision.grad_bytes * float(dense[0]) * kept_share / DGX.processor.memory_bandwidth
+        expected = (
+            (m - 1) * 3 * eager.job.precision.grad_bytes * float(dense[0]) * kept_share / DGX.processor.memory_bandwidth
+        )
         assert m == 4 and float(eager.accumulation_seconds(batch, m)[0]) == pytest.approx(expected)
     assert float(step_model("megatron").accumulation_seconds(batch, m)[0]) == 0.0  # fused into the GEMMs
 
@@ -148,8 +157,24 @@ def test_cli_flags_reach_the_job_and_cluster(tmp_path):
     path = device_file(tmp_path)
     parser = argparse.ArgumentParser()
     plan.add_arguments(parser)
-    args = parser.parse_args(["--model", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--seq-len", "4096",
-                              "--processor", str(path), "--precision", "fp32", "--execution", "torch-eager"])
+    args = parser.parse_args(
+        [
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "4096",
+            "--processor",
+            str(path),
+            "--precision",
+            "fp32",
+            "--execution",
+            "torch-eager",
+        ]
+    )
     planner = build_planner(plan.spec_from_args(args))
     assert planner.cluster.system.processor.name == "measured device"
     assert planner.job.precision is PRECISIONS["fp32"] and planner.job.activation_bytes == 4

@@ -75,7 +75,11 @@ def test_measured_network_interpolates_and_falls_back(tmp_path):
     measured = 8e-6 + 2**20 * 2 * 7 / 8 / 200e9
     assert net.time_s("all_reduce", 2**20, 8, Placement(8, 1)) == pytest.approx(measured)
     between = net.time_s("all_reduce", 2**21, 8, Placement(8, 1))
-    assert net.time_s("all_reduce", 2**20, 8, Placement(8, 1)) < between < net.time_s("all_reduce", 2**22, 8, Placement(8, 1))
+    assert (
+        net.time_s("all_reduce", 2**20, 8, Placement(8, 1))
+        < between
+        < net.time_s("all_reduce", 2**22, 8, Placement(8, 1))
+    )
     # a group size that was not measured is rescaled from the nearest one through busbw
     four = net.time_s("all_gather", 2**30, 4, Placement(4, 1))
     assert four == pytest.approx(2**30 * 3 / 4 / 200e9, rel=0.01)
@@ -96,12 +100,15 @@ def step_model(model="llama3-70b", gpus=64, batch=256, seq=4096):
     return StepModel(TrainingJob(PRESETS[model], seq, batch), Cluster(gpus, DGX, PresetNetwork(DGX)))
 
 
-@pytest.mark.parametrize("text", [
-    "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective",
-    "tp=8,pp=4,vpp=5,dp=2,zero=1",
-    "dp=64,zero=3,recompute=full",
-    "tp=4,cp=2,dp=8,zero=2",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective",
+        "tp=8,pp=4,vpp=5,dp=2,zero=1",
+        "dp=64,zero=3,recompute=full",
+        "tp=4,cp=2,dp=8,zero=2",
+    ],
+)
 def test_simulated_categories_add_up_and_agree_with_the_closed_form(text):
     model = step_model()
     layout = parse_layout(text, 64)
@@ -144,8 +151,12 @@ def test_pipeline_orders_run_every_op_once():
 
 def test_recompute_and_zero_shrink_memory():
     job = TrainingJob(PRESETS["llama2-7b"], 4096, 64)
-    batch = LayoutBatch.from_layouts([parse_layout(f"dp=8,zero={z},recompute={r}", 8)
-                                      for z, r in ((0, "none"), (1, "none"), (3, "none"), (3, "full"))])
+    batch = LayoutBatch.from_layouts(
+        [
+            parse_layout(f"dp=8,zero={z},recompute={r}", 8)
+            for z, r in ((0, "none"), (1, "none"), (3, "none"), (3, "full"))
+        ]
+    )
     total = memory_per_gpu(job, batch)["total"]
     assert total[0] > total[1] > total[2] > total[3]
     assert memory_per_gpu(job, batch)["optimizer"][1] == pytest.approx(PRESETS["llama2-7b"].total_params * 12 / 8)
@@ -155,7 +166,15 @@ def test_largest_costs_name_the_biggest_shares_beyond_compute():
     from commbench.modeling.layout import Layout
     from commbench.modeling.schedule import StepResult
 
-    result = StepResult(layout=Layout(), step_s=2.0, tokens_per_s=1.0, mfu=0.5, memory={}, comm_bytes={},
-                        micro_batches=1, categories={"compute": 1.5, "dp": 0.3, "pp": 0.1, "tp": 0.05, "ep": 0.0})
+    result = StepResult(
+        layout=Layout(),
+        step_s=2.0,
+        tokens_per_s=1.0,
+        mfu=0.5,
+        memory={},
+        comm_bytes={},
+        micro_batches=1,
+        categories={"compute": 1.5, "dp": 0.3, "pp": 0.1, "tp": 0.05, "ep": 0.0},
+    )
     assert result.largest_costs() == "dp 15.0%, pp 5.0%, tp 2.5%"
     assert result.largest_costs(1) == "dp 15.0%"

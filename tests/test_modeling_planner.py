@@ -31,10 +31,21 @@ def write_run(path, intra_gbps, inter_gbps, nodes=8, gpus_per_node=8, latency_us
     """A synthetic run directory with the schema's fields: intra groups of 8, inter groups of 2..nodes."""
     path.mkdir(parents=True)
     info = {
-        "schema_version": 1, "run_id": path.name, "created": "2025-01-01T00:00:00+00:00", "backend": "nccl",
-        "world_size": nodes * gpus_per_node, "complete": True,
-        "nodes": [{"hostname": f"n{i}", "node_id": i, "ranks": list(range(i * gpus_per_node, (i + 1) * gpus_per_node)),
-                   "local_ranks": list(range(gpus_per_node))} for i in range(nodes)],
+        "schema_version": 1,
+        "run_id": path.name,
+        "created": "2025-01-01T00:00:00+00:00",
+        "backend": "nccl",
+        "world_size": nodes * gpus_per_node,
+        "complete": True,
+        "nodes": [
+            {
+                "hostname": f"n{i}",
+                "node_id": i,
+                "ranks": list(range(i * gpus_per_node, (i + 1) * gpus_per_node)),
+                "local_ranks": list(range(gpus_per_node)),
+            }
+            for i in range(nodes)
+        ],
     }
     (path / "run.json").write_text(json.dumps(info))
     lines = []
@@ -45,13 +56,30 @@ def write_run(path, intra_gbps, inter_gbps, nodes=8, gpus_per_node=8, latency_us
             for size in (2**k for k in range(10, 31, 2)):
                 factor = busbw_factor(op, n)
                 time_us = lat + size * factor / (busbw * 1e9) * 1e6
-                lines.append(json.dumps({
-                    "op": op, "scope": scope, "group_size": n, "n_groups": 1, "size_bytes": size, "count": size // 2,
-                    "dtype": "bfloat16", "in_place": False, "iters": 20, "time_us": time_us,
-                    "time_us_p10": time_us, "time_us_p90": time_us, "time_us_min": time_us, "time_us_max": time_us,
-                    "cv": 0.01, "algbw_gbps": size / time_us / 1e3, "busbw_gbps": size / time_us / 1e3 * factor,
-                    "busbw_factor": factor,
-                }))
+                lines.append(
+                    json.dumps(
+                        {
+                            "op": op,
+                            "scope": scope,
+                            "group_size": n,
+                            "n_groups": 1,
+                            "size_bytes": size,
+                            "count": size // 2,
+                            "dtype": "bfloat16",
+                            "in_place": False,
+                            "iters": 20,
+                            "time_us": time_us,
+                            "time_us_p10": time_us,
+                            "time_us_p90": time_us,
+                            "time_us_min": time_us,
+                            "time_us_max": time_us,
+                            "cv": 0.01,
+                            "algbw_gbps": size / time_us / 1e3,
+                            "busbw_gbps": size / time_us / 1e3 * factor,
+                            "busbw_factor": factor,
+                        }
+                    )
+                )
     (path / "records.jsonl").write_text("\n".join(lines) + "\n")
     return path
 
@@ -137,21 +165,40 @@ def test_plan_command_exit_codes_and_json(capsys, tmp_path):
 
 def test_plan_reads_a_measured_run_directory(tmp_path, capsys):
     run = write_run(tmp_path / "run", intra_gbps=300, inter_gbps=40)
-    args = plan_args("--model", "llama3-8b", "--gpus", "16", "--gpus-per-node", "8", "--bandwidth", str(run),
-                     "--global-batch", "64", "--seq-len", "4096", "--slowdown", "0.1", "--top", "3")
+    args = plan_args(
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--bandwidth",
+        str(run),
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--slowdown",
+        "0.1",
+        "--top",
+        "3",
+    )
     assert plan_command.main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["network"].startswith("measured")
     assert out["ranked"][0]["tokens_per_s"] > 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("tp=8,pp=4,dp=2,mbs=1,zero=5", "zero"),
-    ("tp=3", "divide"),
-    ("tp=8,bogus=1", "bad layout item"),
-    ("tp=2,dp=8", "uses 16 GPUs"),
-    ("vpp=2", "vpp > 1 needs pp > 1"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("tp=8,pp=4,dp=2,mbs=1,zero=5", "zero"),
+        ("tp=3", "divide"),
+        ("tp=8,bogus=1", "bad layout item"),
+        ("tp=2,dp=8", "uses 16 GPUs"),
+        ("vpp=2", "vpp > 1 needs pp > 1"),
+    ],
+)
 def test_bad_layout_strings_are_usage_errors(text, message):
     with pytest.raises(UsageError, match=message):
         parse_layout(text, 8)
@@ -163,12 +210,15 @@ def test_layout_string_round_trips():
     assert parse_layout(str(layout), 64) == layout
 
 
-@pytest.mark.parametrize("model, gpus, seq, text, refusal", [
-    # 12 divides mixtral-8x22b's 48 heads but neither divides its 8 KV heads nor is a multiple of them
-    ("mixtral-8x22b", 24, 4096, "tp=12,dp=2", "KV heads"),
-    # the load-balanced ring cuts the sequence into 2*cp chunks: 4097 tokens do not split into 4
-    ("llama3-8b", 8, 4097, "cp=2,dp=4", "2*cp"),
-])
+@pytest.mark.parametrize(
+    "model, gpus, seq, text, refusal",
+    [
+        # 12 divides mixtral-8x22b's 48 heads but neither divides its 8 KV heads nor is a multiple of them
+        ("mixtral-8x22b", 24, 4096, "tp=12,dp=2", "KV heads"),
+        # the load-balanced ring cuts the sequence into 2*cp chunks: 4097 tokens do not split into 4
+        ("llama3-8b", 8, 4097, "cp=2,dp=4", "2*cp"),
+    ],
+)
 def test_evaluate_layout_refuses_what_the_search_refuses(model, gpus, seq, text, refusal):
     p = planner(model, gpus, 64, seq)
     layout = parse_layout(text, gpus)

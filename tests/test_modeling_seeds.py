@@ -38,7 +38,10 @@ def test_sixteen_bytes_breakdown_names_the_optimizer_parts():
     ledger = static_ledger(1, PRECISIONS["16"])
     assert ledger["bytes_per_param"] == 16
     assert {k: v["bytes_per_param"] for k, v in ledger["optimizer_parts"].items()} == {
-        "fp32 master": 4, "Adam m": 4, "Adam v": 4}
+        "fp32 master": 4,
+        "Adam m": 4,
+        "Adam v": 4,
+    }
 
 
 def test_compute_budget_70b_on_1e12_tokens():
@@ -86,11 +89,21 @@ def test_175b_needs_at_least_44_gpus_at_20_bytes(capsys):
     assert "upper bound of 20 B/param: at least 44 GPUs" in out
 
 
-@pytest.mark.parametrize("name, billions", [
-    ("llama2-7b", 6.74), ("llama2-13b", 13.02), ("llama2-70b", 68.98), ("llama3-8b", 8.03),
-    ("llama3-70b", 70.55), ("llama3.1-405b", 405.85), ("gpt3-175b", 174.57), ("mixtral-8x7b", 46.70),
-    ("deepseek-moe-16b", 16.38), ("llama3.2-1b", 1.24),
-])
+@pytest.mark.parametrize(
+    "name, billions",
+    [
+        ("llama2-7b", 6.74),
+        ("llama2-13b", 13.02),
+        ("llama2-70b", 68.98),
+        ("llama3-8b", 8.03),
+        ("llama3-70b", 70.55),
+        ("llama3.1-405b", 405.85),
+        ("gpt3-175b", 174.57),
+        ("mixtral-8x7b", 46.70),
+        ("deepseek-moe-16b", 16.38),
+        ("llama3.2-1b", 1.24),
+    ],
+)
 def test_preset_parameter_counts_match_published_sizes(name, billions):
     assert PRESETS[name].total_params / 1e9 == pytest.approx(billions, abs=0.01)
 
@@ -100,10 +113,12 @@ def test_mixtral_active_parameters():
 
 
 def test_modeling_never_imports_torch():
-    code = ("import sys; import commbench.modeling.planner, commbench.modeling.measured, "
-            "commbench.commands.plan, commbench.commands.estimate; "
-            "from commbench.modeling import models, hardware, memory, compute, comm, network, cluster, step, schedule; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; import commbench.modeling.planner, commbench.modeling.measured, "
+        "commbench.commands.plan, commbench.commands.estimate; "
+        "from commbench.modeling import models, hardware, memory, compute, comm, network, cluster, step, schedule; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -113,9 +128,18 @@ def test_hugging_face_configs_load(tmp_path):
 
     from commbench.modeling.model_config import load_model
 
-    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "tie_word_embeddings": False,
-               "num_local_experts": 8, "num_experts_per_tok": 2}
+    mixtral = {
+        "model_type": "mixtral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+    }
     (tmp_path / "mixtral").mkdir()
     (tmp_path / "mixtral" / "config.json").write_text(json.dumps(mixtral))
     assert load_model(str(tmp_path / "mixtral")).total_params == PRESETS["mixtral-8x7b"].total_params

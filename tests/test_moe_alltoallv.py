@@ -31,8 +31,20 @@ def test_uniform_all_to_allv_matches_all_to_all_of_the_same_bytes(cli, tmp_path)
 
 
 def test_zipf_rows_report_the_hottest_rank_and_check_correctness(cli, tmp_path):
-    result = cli("run", *FAST, "--ops", "all_to_allv", "--routing", "zipf:1.2", "--tokens", "16,64",
-                 "--routing-seed", "7", "--out", str(tmp_path))
+    result = cli(
+        "run",
+        *FAST,
+        "--ops",
+        "all_to_allv",
+        "--routing",
+        "zipf:1.2",
+        "--tokens",
+        "16,64",
+        "--routing-seed",
+        "7",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     for r in only_run(tmp_path).records:
         splits = np.array(r["split_bytes"])
@@ -49,8 +61,19 @@ def test_zipf_rows_report_the_hottest_rank_and_check_correctness(cli, tmp_path):
 
 
 def test_a_wrong_element_is_counted(cli, tmp_path):
-    cli("run", *FAST, "--ops", "all_to_allv", "--routing", "zipf:1", "--tokens", "16", "--out", str(tmp_path),
-                 env={"COMMBENCH_INJECT_CORRUPTION": "2:all_to_allv"})
+    cli(
+        "run",
+        *FAST,
+        "--ops",
+        "all_to_allv",
+        "--routing",
+        "zipf:1",
+        "--tokens",
+        "16",
+        "--out",
+        str(tmp_path),
+        env={"COMMBENCH_INJECT_CORRUPTION": "2:all_to_allv"},
+    )
     assert [r["wrong"] for r in only_run(tmp_path).records] == [1]
 
 

@@ -53,19 +53,23 @@ def test_folding_lets_ep_exceed_dp_and_places_each_group():
 def test_plan_json_says_which_expert_groups_stay_in_an_nvlink_domain():
     dgx = _parts("deepseek-v3", 256, 256, "tp=1,pp=4,ep=64,etp=1", routing="uniform")[1]["placement"]
     # Megatron-Bridge's 256-GPU GB200 runs: 64 GPUs of each NVL72 rack (one NVLink domain each)
-    nvl72 = _parts("deepseek-v3", 256, 256, "tp=1,pp=4,ep=64,etp=1", routing="uniform",
-                   hardware="gb200-nvl72", nvlink_domain=64)[1]["placement"]
+    nvl72 = _parts(
+        "deepseek-v3", 256, 256, "tp=1,pp=4,ep=64,etp=1", routing="uniform", hardware="gb200-nvl72", nvlink_domain=64
+    )[1]["placement"]
     assert dgx["nvlink_domain_gpus"] == 8 and not dgx["ep"]["inside_domain"] and dgx["ep"]["domains"] == 8
     assert nvl72["nvlink_domain_gpus"] == 64 and nvl72["ep"]["inside_domain"]
 
 
-@pytest.mark.parametrize("layout,experts,rule", [
-    ("tp=2,dp=8,ep=32,etp=1", 64, "ep*etp = 32*1 must divide tp*cp*dp = 16"),
-    ("tp=2,dp=16,ep=16,etp=4", 64, "ep*etp = 16*4 must divide tp*cp*dp = 32"),
-    ("tp=1,dp=32,ep=32", 8, "ep=32 must divide the 8 experts"),
-    ("tp=2,dp=16,ep=8,sp=0", 8, "needs sequence parallelism"),
-    ("tp=1,dp=8,ep=2", None, "need an MoE model"),
-])
+@pytest.mark.parametrize(
+    "layout,experts,rule",
+    [
+        ("tp=2,dp=8,ep=32,etp=1", 64, "ep*etp = 32*1 must divide tp*cp*dp = 16"),
+        ("tp=2,dp=16,ep=16,etp=4", 64, "ep*etp = 16*4 must divide tp*cp*dp = 32"),
+        ("tp=1,dp=32,ep=32", 8, "ep=32 must divide the 8 experts"),
+        ("tp=2,dp=16,ep=8,sp=0", 8, "needs sequence parallelism"),
+        ("tp=1,dp=8,ep=2", None, "need an MoE model"),
+    ],
+)
 def test_layouts_megatron_core_rejects_are_refused_naming_the_rule(layout, experts, rule):
     from commbench.modeling.layout import check_moe_rules
 
@@ -75,8 +79,19 @@ def test_layouts_megatron_core_rejects_are_refused_naming_the_rule(layout, exper
 
 
 def test_plan_refuses_a_folding_violation_in_one_line(cli):
-    result = cli("plan", "--model", "qwen3-30b-a3b", "--gpus", "16", "--global-batch", "64", "--seq-len", "4096",
-                 "--layout", "tp=2,dp=8,ep=32,etp=1")
+    result = cli(
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--layout",
+        "tp=2,dp=8,ep=32,etp=1",
+    )
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "parallel folding" in result.stderr
 
@@ -124,8 +139,7 @@ def test_qwen3_235b_grouped_gemm_shape_etp_and_allgather_by_hand():
     assert layer["etp_scatter"]["size_bytes"] == 2 * 2048 * 8 * 4096 * 2
     assert layer["shared_experts"] == {"forward_s": 0.0, "backward_s": 0.0}
     # the allgather dispatcher gathers the ETP x EP group's tokens (16 ranks x 2048), whatever top-k is
-    _, gathered = _parts("qwen3-235b-a22b", 256, 512, "tp=2,pp=8,ep=8,etp=2", routing="uniform",
-                         dispatcher="allgather")
+    _, gathered = _parts("qwen3-235b-a22b", 256, 512, "tp=2,pp=8,ep=8,etp=2", routing="uniform", dispatcher="allgather")
     assert gathered["moe_layer"]["dispatch"]["size_bytes"] == 16 * 2048 * 4096 * 2
     assert gathered["moe_layer"]["dispatch"]["group"] == "tpep"
 
@@ -133,8 +147,9 @@ def test_qwen3_235b_grouped_gemm_shape_etp_and_allgather_by_hand():
 def test_capacity_factor_drops_and_padding_computes_the_capacity():
     _, dropless = _parts("qwen3-30b-a3b", 16, 64, "tp=1,dp=16,ep=16", routing="zipf:1.2")
     _, capped = _parts("qwen3-30b-a3b", 16, 64, "tp=1,dp=16,ep=16", routing="zipf:1.2", capacity_factor=1.0)
-    _, padded = _parts("qwen3-30b-a3b", 16, 64, "tp=1,dp=16,ep=16", routing="zipf:1.2", capacity_factor=1.25,
-                       pad_to_capacity=True)
+    _, padded = _parts(
+        "qwen3-30b-a3b", 16, 64, "tp=1,dp=16,ep=16", routing="zipf:1.2", capacity_factor=1.25, pad_to_capacity=True
+    )
     assert dropless["moe_layer"]["dropped_token_share"] == 0
     assert 0 < capped["moe_layer"]["dropped_token_share"] < 1
     hot = [p["moe_layer"]["grouped_gemm"]["pacing_load_over_even"] for p in (dropless, capped, padded)]
@@ -161,10 +176,24 @@ def test_zipf_routing_raises_ep_time_with_the_hottest_ranks_share():
 
 
 def test_overlap_choices_hide_ep_time(cli):
-    args = ["plan", "--model", "deepseek-v3", "--gpus", "1024", "--global-batch", "1024", "--seq-len", "4096",
-            "--layout", "tp=2,pp=16,ep=64,etp=1", "--json"]
-    runs = {overlap: json.loads(cli(*args, "--moe-overlap", overlap).stdout) for overlap in ("none", "shared-expert",
-                                                                                             "1f1b-a2a")}
+    args = [
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpus",
+        "1024",
+        "--global-batch",
+        "1024",
+        "--seq-len",
+        "4096",
+        "--layout",
+        "tp=2,pp=16,ep=64,etp=1",
+        "--json",
+    ]
+    runs = {
+        overlap: json.loads(cli(*args, "--moe-overlap", overlap).stdout)
+        for overlap in ("none", "shared-expert", "1f1b-a2a")
+    }
     ep = {name: run["categories_s"]["ep"] for name, run in runs.items()}
     assert ep["1f1b-a2a"] < ep["shared-expert"] < ep["none"]
     assert runs["1f1b-a2a"]["moe"][0]["execution"]["a2a_overlap_1f1b"] is True
@@ -183,8 +212,9 @@ def test_flex_dispatch_sends_a_token_once_per_remote_node():
 def test_the_memory_ledger_holds_one_moe_layers_dispatch_buffers():
     # Qwen3-235B, tp=2, ep=8, etp=2, uniform: 2048 tokens x 8 copies out, 2 x that in after the ETP
     # gather, dispatch and combine each, 4096 wide in bf16
-    planner = build_planner(PlanSpec(model="qwen3-235b-a22b", gpus=256, global_batch=512, seq_len=4096,
-                                     routing="uniform"))
+    planner = build_planner(
+        PlanSpec(model="qwen3-235b-a22b", gpus=256, global_batch=512, seq_len=4096, routing="uniform")
+    )
     result, _ = planner.evaluate_layout(parse_layout("tp=2,pp=8,ep=8,etp=2", 256))
     assert result.memory["moe_dispatch"] == 2 * 2 * 4096 * (2048 * 8 + 2 * 2048 * 8)
     dense = build_planner(PlanSpec(model="llama2-7b", gpus=8, global_batch=64, seq_len=4096))

@@ -23,13 +23,17 @@ def test_all_to_allv_over_emulated_inter_node_links(emulated_cluster, tmp_path):
     rows = {}
     for routing in ("uniform", "zipf:1.2"):
         out = tmp_path / routing.replace(":", "-")
-        results = torchrun_per_node(emulated_cluster, 2, [*ARGS, "--routing", routing, "--scopes", SCOPES[routing]], out, timeout=300)
+        results = torchrun_per_node(
+            emulated_cluster, 2, [*ARGS, "--routing", routing, "--scopes", SCOPES[routing]], out, timeout=300
+        )
         assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
         rows[routing] = load_run(list_runs(out)[0]).records
     for r in rows["uniform"]:
-        print(f"uniform {r['scope']} {r['tokens_per_rank']} tokens: all_to_allv {r['time_us']:.0f} us (p10 {r['time_us_p10']:.0f}, "
-              f"p90 {r['time_us_p90']:.0f}), all_to_all of the same bytes {r['uniform_time_us']:.0f} us "
-              f"(p10 {r['uniform_time_us_p10']:.0f}, p90 {r['uniform_time_us_p90']:.0f})")
+        print(
+            f"uniform {r['scope']} {r['tokens_per_rank']} tokens: all_to_allv {r['time_us']:.0f} us (p10 {r['time_us_p10']:.0f}, "
+            f"p90 {r['time_us_p90']:.0f}), all_to_all of the same bytes {r['uniform_time_us']:.0f} us "
+            f"(p10 {r['uniform_time_us_p10']:.0f}, p90 {r['uniform_time_us_p90']:.0f})"
+        )
         assert r["wrong"] == 0 and (r["group_size"], r["n_groups"]) == ((4, 1) if r["scope"] == "world" else (2, 2))
         if r["scope"] == "inter":
             # within noise: the two rows' p10..p90 spreads overlap (the shaped link paces both)
@@ -41,12 +45,16 @@ def test_all_to_allv_over_emulated_inter_node_links(emulated_cluster, tmp_path):
             # 36-58 and 32-52 ms): alike when the medians are within 25% or the spreads overlap; a real
             # skew cost (uniform routing paying 2x) fails both
             medians_close = r["time_us"] == pytest.approx(r["uniform_time_us"], rel=0.25)
-            spreads_overlap = r["time_us_p10"] <= r["uniform_time_us_p90"] and r["uniform_time_us_p10"] <= r["time_us_p90"]
+            spreads_overlap = (
+                r["time_us_p10"] <= r["uniform_time_us_p90"] and r["uniform_time_us_p10"] <= r["time_us_p90"]
+            )
             assert medians_close or spreads_overlap, r
     for r in rows["zipf:1.2"]:
         ratio = r["recv_bytes_max"] / r["recv_bytes_mean"]
-        print(f"zipf:1.2 {r['tokens_per_rank']} tokens: max/mean received {ratio:.3f}, penalty {r['skew_penalty']:.3f} "
-              f"({r['time_us']:.0f} us / {r['uniform_time_us']:.0f} us)")
+        print(
+            f"zipf:1.2 {r['tokens_per_rank']} tokens: max/mean received {ratio:.3f}, penalty {r['skew_penalty']:.3f} "
+            f"({r['time_us']:.0f} us / {r['uniform_time_us']:.0f} us)"
+        )
         assert r["wrong"] == 0 and r["hottest_rank"] == 0 and r["group_size"] == 2 and ratio > 1.4
         # the hottest rank's inbound link carries max/mean times the uniform exchange's bytes
         assert r["skew_penalty"] == pytest.approx(ratio, rel=0.15)

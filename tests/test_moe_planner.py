@@ -18,10 +18,15 @@ def skewed_run(path):
     routing whose time at the busiest rank's bytes is 5% above all_to_all's (labelled synthetic)."""
     write_run(path, intra_gbps=360, inter_gbps=12)
     info = json.loads((path / "run.json").read_text())
-    (path / "run.json").write_text(json.dumps({**info, "synthetic": True, "note": "tests/test_moe_planner.py: made up"}))
+    (path / "run.json").write_text(
+        json.dumps({**info, "synthetic": True, "note": "tests/test_moe_planner.py: made up"})
+    )
     records = [json.loads(line) for line in (path / "records.jsonl").read_text().splitlines()]
-    routed = [{**r, "op": "all_to_allv", "routing": SKEW, "time_us": r["time_us"] * 1.05} for r in records
-              if r["op"] == "all_to_all"]
+    routed = [
+        {**r, "op": "all_to_allv", "routing": SKEW, "time_us": r["time_us"] * 1.05}
+        for r in records
+        if r["op"] == "all_to_all"
+    ]
     (path / "records.jsonl").write_text("\n".join(json.dumps(r) for r in records + routed) + "\n")
     return path
 
@@ -76,20 +81,59 @@ def test_measured_all_to_allv_curve_of_the_routing_prices_ep(planners):
 
 def test_plan_json_reports_the_skew_cost(cli, tmp_path):
     run = skewed_run(tmp_path / "run")
-    result = cli("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256", "--seq-len", "4096",
-                 "--bandwidth", str(run), "--routing", SKEW, "--top", "3", "--json")
+    result = cli(
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "256",
+        "--seq-len",
+        "4096",
+        "--bandwidth",
+        str(run),
+        "--routing",
+        SKEW,
+        "--top",
+        "3",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     skew = json.loads(result.stdout)["ep_skew"]
     assert skew["routing"] == SKEW and skew["source"] == "given (--routing)"
     for row in skew["layouts"]:
         assert row["ep_s"] == pytest.approx(row["ep_uniform_s"] + row["skew_cost_s"])
         assert (row["skew_cost_s"] > 0) == ("ep=" in row["layout"]) and row["max_over_mean"] >= 1
-    default = cli("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256", "--seq-len", "4096",
-                  "--top", "1", "--json")
+    default = cli(
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "256",
+        "--seq-len",
+        "4096",
+        "--top",
+        "1",
+        "--json",
+    )
     assert json.loads(default.stdout)["ep_skew"]["routing"] == "zipf:0.3"
     assert "assumption" in json.loads(default.stdout)["ep_skew"]["source"]
-    bad = cli("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256", "--seq-len", "4096",
-              "--routing", "zipf:nan")
+    bad = cli(
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "256",
+        "--seq-len",
+        "4096",
+        "--routing",
+        "zipf:nan",
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "finite" in bad.stderr
 
 

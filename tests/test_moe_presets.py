@@ -16,9 +16,12 @@ CONFIGS = json.loads((Path(__file__).parent / "fixtures" / "models" / "moe_prese
 # gpt-oss-120b 116.8B/5.1B (OpenAI's model card). DeepSeek and OpenAI leave the input embedding
 # out of the active count.
 PUBLISHED = {
-    "deepseek-v3": (671, 37, 0.5, 1.0, True), "qwen3-235b-a22b": (235, 22, 0.5, 0.5, False),
-    "qwen3-30b-a3b": (30.5, 3.3, 0.05, 0.1, False), "mixtral-8x22b": (141, 39, 0.5, 0.5, False),
-    "llama4-maverick": (400, 17, 1.0, 0.5, False), "gpt-oss-120b": (116.8, 5.1, 0.05, 0.05, True),
+    "deepseek-v3": (671, 37, 0.5, 1.0, True),
+    "qwen3-235b-a22b": (235, 22, 0.5, 0.5, False),
+    "qwen3-30b-a3b": (30.5, 3.3, 0.05, 0.1, False),
+    "mixtral-8x22b": (141, 39, 0.5, 0.5, False),
+    "llama4-maverick": (400, 17, 1.0, 0.5, False),
+    "gpt-oss-120b": (116.8, 5.1, 0.05, 0.05, True),
 }
 
 

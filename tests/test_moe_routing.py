@@ -46,8 +46,10 @@ def test_rows_keep_their_tokens_and_a_seed_repeats():
         matrix = token_matrix(parse_routing(text), shape(seed=3))
         assert (matrix.sum(axis=1) == 4096 * 2).all(), text
         assert (matrix == token_matrix(parse_routing(text), shape(seed=3))).all()
-    assert (token_matrix(parse_routing("dirichlet:0.5"), shape(seed=1))
-            != token_matrix(parse_routing("dirichlet:0.5"), shape(seed=2))).any()
+    assert (
+        token_matrix(parse_routing("dirichlet:0.5"), shape(seed=1))
+        != token_matrix(parse_routing("dirichlet:0.5"), shape(seed=2))
+    ).any()
 
 
 def test_capacity_factor_drops_beyond_capacity():

@@ -35,4 +35,5 @@ def test_a_published_row_is_priced_at_its_layout_and_b300_is_not_scored():
     b300 = next(r for r in rows if r["system"] == "DGX-B300")
     assert "no hardware preset" in SCORECARD.predict(b300)["not_scored"]
     assert SCORECARD.published_step(h100) == h100["global_batch"] * h100["seq_len"] / (
-        h100["tokens_per_s_per_gpu"] * h100["gpus"])
+        h100["tokens_per_s_per_gpu"] * h100["gpus"]
+    )

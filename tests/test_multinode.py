@@ -20,11 +20,38 @@ def torchrun_per_node(cluster, ranks_per_node, args, out, port=29611, timeout=60
     """One torchrun per node, c10d store on node 0, gloo over each node's eth0."""
     procs = []
     for i in range(len(cluster.nodes)):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.nodes)),
-               "--nproc-per-node", str(ranks_per_node), "--node-rank", str(i), "--master-addr", cluster.addr(0),
-               "--master-port", str(port), "-m", "commbench", "run", "--out", str(out), "--no-progress", *args]
-        procs.append(cluster.node(i).popen(cmd, env={"GLOO_SOCKET_IFNAME": "eth0", **(env or {})}, cwd=REPO,
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(len(cluster.nodes)),
+            "--nproc-per-node",
+            str(ranks_per_node),
+            "--node-rank",
+            str(i),
+            "--master-addr",
+            cluster.addr(0),
+            "--master-port",
+            str(port),
+            "-m",
+            "commbench",
+            "run",
+            "--out",
+            str(out),
+            "--no-progress",
+            *args,
+        ]
+        procs.append(
+            cluster.node(i).popen(
+                cmd,
+                env={"GLOO_SOCKET_IFNAME": "eth0", **(env or {})},
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return wait_procs(procs, timeout)
 
 
@@ -34,20 +61,25 @@ def test_two_nodes_two_ranks_scopes_and_link_limit(emulated_cluster, tmp_path):
     run = load_run(list_runs(tmp_path)[0])
     assert run.info.complete
     assert [(node.hostname, node.ranks) for node in run.info.nodes] == [
-        (emulated_cluster.names[0], [0, 1]), (emulated_cluster.names[1], [2, 3])]
+        (emulated_cluster.names[0], [0, 1]),
+        (emulated_cluster.names[1], [2, 3]),
+    ]
     assert {r["scope"] for r in run.records} == {"world", "intra", "inter"}
     assert all(r["wrong"] == 0 for r in run.records)
 
     def busbw(scope, field="busbw_gbps"):
-        return max(r[field] for r in run.records
-                   if r["scope"] == scope and r["size_bytes"] == 64 << 20 and not r["in_place"])
+        return max(
+            r[field] for r in run.records if r["scope"] == scope and r["size_bytes"] == 64 << 20 and not r["in_place"]
+        )
 
     # the two rails (local rank 0 of each node, local rank 1 of each node) run at once and share
     # the nodes' one emulated link, so the link carries their aggregate
     ceiling = tcp_goodput_ceiling_gbps("1gbit")
     inter = busbw("inter", "aggregate_busbw_gbps")
-    print(f"inter-node all_reduce at 64 MiB: aggregate busbw {inter:.4f} GB/s = {inter / ceiling:.1%} of the "
-          f"{ceiling:.4f} GB/s ceiling (per rail {busbw('inter'):.4f}); intra-node busbw {busbw('intra'):.3f} GB/s")
+    print(
+        f"inter-node all_reduce at 64 MiB: aggregate busbw {inter:.4f} GB/s = {inter / ceiling:.1%} of the "
+        f"{ceiling:.4f} GB/s ceiling (per rail {busbw('inter'):.4f}); intra-node busbw {busbw('intra'):.3f} GB/s"
+    )
     assert 0.90 * ceiling <= inter <= 1.02 * ceiling
     assert busbw("intra") > 2 * inter
     inter_rows = [r for r in run.records if r["scope"] == "inter"]
@@ -85,8 +117,13 @@ def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_pa
     cutter = threading.Thread(target=cut_link_once_measuring)
     cutter.start()
     start = time.monotonic()
-    results = torchrun_per_node(emulated_cluster, 2, ["--ops", "all_reduce", "-b", "1K", "-e", "16M", "--scopes", "inter",
-                                                      "--timeout", "10"], tmp_path, timeout=240)
+    results = torchrun_per_node(
+        emulated_cluster,
+        2,
+        ["--ops", "all_reduce", "-b", "1K", "-e", "16M", "--scopes", "inter", "--timeout", "10"],
+        tmp_path,
+        timeout=240,
+    )
     cutter.join()
     elapsed = time.monotonic() - start
     code, _, err = results[0]
@@ -113,16 +150,22 @@ def test_fitted_table_predicts_sizes_left_out_of_the_fit(emulated_cluster, tmp_p
     synthetic, GPU-shaped nccl-tests all_reduce is in tests/test_bandwidth_table.py)."""
     from commbench.data.bandwidth_table import BandwidthTable
 
-    results = torchrun_per_node(emulated_cluster, 1, ["--ops", "sendrecv", "-b", "64K", "-e", "8M", "-n", "20"],
-                                tmp_path)
+    results = torchrun_per_node(
+        emulated_cluster, 1, ["--ops", "sendrecv", "-b", "64K", "-e", "8M", "-n", "20"], tmp_path
+    )
     assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
     run = load_run(list_runs(tmp_path)[0])
     errors = {}
     for op in ("sendrecv",):
         rows = sorted((r for r in run.records if r["op"] == op and not r["in_place"]), key=lambda r: r["size_bytes"])
         for parity in (0, 1):
-            table = BandwidthTable.from_records([r for i, r in enumerate(rows) if i % 2 == parity], source="fit half",
-                                                world_size=2, nodes=run.info.nodes, in_place=False)
+            table = BandwidthTable.from_records(
+                [r for i, r in enumerate(rows) if i % 2 == parity],
+                source="fit half",
+                world_size=2,
+                nodes=run.info.nodes,
+                in_place=False,
+            )
             for r in (r for i, r in enumerate(rows) if i % 2 != parity and r["size_bytes"] > 64 << 10):
                 predicted = table.time_us(op, "world", 2, r["size_bytes"])
                 errors[(op, r["size_bytes"])] = predicted / r["time_us"] - 1

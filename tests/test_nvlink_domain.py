@@ -51,8 +51,16 @@ def test_tp8_ep16_inside_the_rack_is_priced_on_nvlink(op):
 
 
 def _ep_and_tp_seconds(system, layout: Layout) -> tuple[float, float]:
-    planner = build_planner(PlanSpec(model="deepseek-moe-16b", gpus=layout.gpus, global_batch=256, seq_len=4096,
-                                     hardware="gb200-nvl72", nvlink_domain=system.nvlink_domain))
+    planner = build_planner(
+        PlanSpec(
+            model="deepseek-moe-16b",
+            gpus=layout.gpus,
+            global_batch=256,
+            seq_len=4096,
+            hardware="gb200-nvl72",
+            nvlink_domain=system.nvlink_domain,
+        )
+    )
     result = planner.step_model.evaluate(LayoutBatch.from_layouts([layout]))
     return float(result.categories["ep"][0]), float(result.categories["tp"][0])
 
@@ -69,13 +77,32 @@ def test_plan_prices_ep_inside_the_rack_on_nvlink_and_fails_on_the_host():
     assert rack_tp == pytest.approx(host_tp)  # TP=4 sits in one tray either way
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--hardware", "gb200-nvl72", "--gpus", "100"], "100 GPUs is not a whole number of 72-GPU NVLink domains"),
-    (["--hardware", "dgx-h100", "--gpus", "16", "--nvlink-domain", "12"], "not a whole number of 8-GPU hosts"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--hardware", "gb200-nvl72", "--gpus", "100"], "100 GPUs is not a whole number of 72-GPU NVLink domains"),
+        (["--hardware", "dgx-h100", "--gpus", "16", "--nvlink-domain", "12"], "not a whole number of 8-GPU hosts"),
+    ],
+)
 def test_a_domain_that_does_not_divide_is_one_line_exit_2(argv, message):
-    run = subprocess.run([sys.executable, "-m", "commbench", "plan", "--model", "llama2-7b", "--global-batch", "64",
-                          "--seq-len", "2048", *argv], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "plan",
+            "--model",
+            "llama2-7b",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "2048",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], run.stderr

@@ -31,12 +31,43 @@ DOMAINS = ("rack-a", "rack-a", "rack-b", "rack-b")
 def _sweep(cluster, out, port=29671):
     procs = []
     for i, domain in enumerate(DOMAINS):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "4", "--nproc-per-node", "2",
-               "--node-rank", str(i), "--master-addr", cluster.addr(0), "--master-port", str(port),
-               "-m", "commbench", "run", "--out", str(out), "--no-progress",
-               "--ops", "all_reduce,all_gather,reduce_scatter", "-b", "64K", "-e", "1M"]
-        procs.append(cluster.node(i).popen(cmd, env={"GLOO_SOCKET_IFNAME": "eth0", "COMMBENCH_NVLINK_DOMAIN": domain},
-                                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "4",
+            "--nproc-per-node",
+            "2",
+            "--node-rank",
+            str(i),
+            "--master-addr",
+            cluster.addr(0),
+            "--master-port",
+            str(port),
+            "-m",
+            "commbench",
+            "run",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--ops",
+            "all_reduce,all_gather,reduce_scatter",
+            "-b",
+            "64K",
+            "-e",
+            "1M",
+        ]
+        procs.append(
+            cluster.node(i).popen(
+                cmd,
+                env={"GLOO_SOCKET_IFNAME": "eth0", "COMMBENCH_NVLINK_DOMAIN": domain},
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return wait_procs(procs, 900)
 
 
@@ -59,7 +90,8 @@ def test_two_domain_run_gives_intra_and_inter_rows_the_planner_uses(emulated_clu
     intra = in_domain.cluster.cost.curves[("reduce_scatter", 4, 1)]  # the curve a 4-rank, one-domain group reads
     assert intra.scope == "intra" and intra.group_size == 4
     assert in_domain.cluster.cost.time_s("reduce_scatter", size, 4, in_domain_placement(in_domain)) == pytest.approx(
-        intra.time_us(size) * 1e-6)
+        intra.time_us(size) * 1e-6
+    )
     tp_in_domain = in_domain.step_model.evaluate(layout).comm.tp.fwd[0]
     tp_across_hosts = hosts_only.step_model.evaluate(layout).comm.tp.fwd[0]
     assert tp_in_domain != pytest.approx(tp_across_hosts)  # priced from other rows

@@ -19,8 +19,9 @@ from tests.test_topology_discovery import dgx_nvml, dgx_sysfs
 RACK = uuid.UUID("6a1f0c2e-94b7-4c1d-8e2a-5b3c7d9e0f11")
 
 
-def with_fabric(nvml, cluster: uuid.UUID | None, clique: int, state=real_nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
-                versioned=True):
+def with_fabric(
+    nvml, cluster: uuid.UUID | None, clique: int, state=real_nvml.NVML_GPU_FABRIC_STATE_COMPLETED, versioned=True
+):
     """The fake NVML of the DGX-class node, its GPUs registered in a multi-node NVLink fabric."""
     nvml.c_nvmlGpuFabricInfoV_t = real_nvml.c_nvmlGpuFabricInfoV_t
     nvml.c_nvmlGpuFabricInfo_t = real_nvml.c_nvmlGpuFabricInfo_t

@@ -43,9 +43,32 @@ def measured(tmp_path_factory):
     """One small 2-rank run shared by the tests: (run, the table rank 0 printed)."""
     out = tmp_path_factory.mktemp("overlap")
     result = subprocess.run(
-        [sys.executable, "-c", CLI, "overlap", "--nproc", "2", "--gemm-size", str(GEMM_SIZE), "-b", "64K", "-e", "256K",
-         "--iters", "3", "--warmup", "1", "--out", str(out), "--run-id", "cpu2"],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "overlap",
+            "--nproc",
+            "2",
+            "--gemm-size",
+            str(GEMM_SIZE),
+            "-b",
+            "64K",
+            "-e",
+            "256K",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--run-id",
+            "cpu2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
     return load_run(out / "cpu2"), result.stdout
@@ -80,7 +103,7 @@ def test_figures_are_consistent_with_their_definitions(measured):
         assert r["comm_slowdown"] == pytest.approx(r["comm_during_compute_us"] / r["comm_us"])
         assert r["comm_us"] == r["time_us"]
         assert r["time_us_min"] <= r["time_us_p10"] <= r["time_us"] <= r["time_us_p90"] <= r["time_us_max"]
-        assert r["gemm_tflops"] == pytest.approx(2 * GEMM_SIZE ** 3 / r["compute_us"] / 1e6)
+        assert r["gemm_tflops"] == pytest.approx(2 * GEMM_SIZE**3 / r["compute_us"] / 1e6)
         assert r["gemm_dtype"] == "float32" and r["gemm_threads"] >= 1
         assert r["slowest_rank"] in (0, 1)
 
@@ -123,15 +146,40 @@ def write_overlap_run(path, compute_us=100.0, compute_during_comm_us=130.0, kind
     records = []
     for op in OPS:
         for size in (1 << 20, 64 << 20):
-            records.append(OverlapRecord(
-                op=op, group_size=8, size_bytes=size, count=size // 4, dtype="float", in_place=False, iters=10,
-                timer="cuda_event", time_us=500.0, time_us_p10=500.0, time_us_p90=500.0, time_us_min=500.0,
-                time_us_max=500.0, cv=0.0, algbw_gbps=1.0, busbw_gbps=1.0, busbw_factor=1.0,
-                gemm_size=8192, gemm_dtype="bfloat16", gemm_threads=0, gemm_tflops=600.0,
-                compute_us=compute_us, comm_us=500.0, both_us=520.0, compute_during_comm_us=compute_during_comm_us,
-                comm_during_compute_us=510.0, overlap=0.8, overlap_unclamped=0.8,
-                compute_slowdown=compute_during_comm_us / compute_us, comm_slowdown=1.02,
-            ))
+            records.append(
+                OverlapRecord(
+                    op=op,
+                    group_size=8,
+                    size_bytes=size,
+                    count=size // 4,
+                    dtype="float",
+                    in_place=False,
+                    iters=10,
+                    timer="cuda_event",
+                    time_us=500.0,
+                    time_us_p10=500.0,
+                    time_us_p90=500.0,
+                    time_us_min=500.0,
+                    time_us_max=500.0,
+                    cv=0.0,
+                    algbw_gbps=1.0,
+                    busbw_gbps=1.0,
+                    busbw_factor=1.0,
+                    gemm_size=8192,
+                    gemm_dtype="bfloat16",
+                    gemm_threads=0,
+                    gemm_tflops=600.0,
+                    compute_us=compute_us,
+                    comm_us=500.0,
+                    both_us=520.0,
+                    compute_during_comm_us=compute_during_comm_us,
+                    comm_during_compute_us=510.0,
+                    overlap=0.8,
+                    overlap_unclamped=0.8,
+                    compute_slowdown=compute_during_comm_us / compute_us,
+                    comm_slowdown=1.02,
+                )
+            )
     writer.add_records(records)
     writer.finish(complete=True)
     return writer.path
@@ -150,8 +198,23 @@ def plan_args(**overrides) -> Namespace:
     """`commbench plan` for one layout as the command line parses it, with some options replaced."""
     parser = argparse.ArgumentParser()
     plan_command.add_arguments(parser)
-    args = parser.parse_args(["--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096",
-                              "--top", "3", "--layout", "tp=2,dp=4,zero=1", "--json"])
+    args = parser.parse_args(
+        [
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "4096",
+            "--top",
+            "3",
+            "--layout",
+            "tp=2,dp=4,zero=1",
+            "--json",
+        ]
+    )
     return Namespace(**{**vars(args), **overrides})
 
 
@@ -169,11 +232,14 @@ def test_plan_overlap_run_sets_the_slowdown_and_changes_the_step(tmp_path, capsy
         plan_command.main(plan_args(overlap_run=str(run), slowdown=0.1))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--gemm-size", "0"), "--gemm-size"),
-    (("--min-bytes", "4M", "--max-bytes", "1M"), "--min-bytes"),
-    (("--iters", "0"), "--iters"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--gemm-size", "0"), "--gemm-size"),
+        (("--min-bytes", "4M", "--max-bytes", "1M"), "--min-bytes"),
+        (("--iters", "0"), "--iters"),
+    ],
+)
 def test_bad_values_are_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message):
         overlap_command.main(parse(*argv))

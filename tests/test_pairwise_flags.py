@@ -23,8 +23,9 @@ def test_reads_the_tcp_segment_counters(tmp_path):
     assert read_tcp_counters(snmp) - TcpCounters(979, 36) == TcpCounters(10000, 200)
 
 
-@pytest.mark.parametrize("text", ["", "Tcp: OutSegs\n", "Tcp: OutSegs RetransSegs\nTcp: 12 x\n",
-                                  "Tcp: InSegs\nTcp: 3\n"])
+@pytest.mark.parametrize(
+    "text", ["", "Tcp: OutSegs\n", "Tcp: OutSegs RetransSegs\nTcp: 12 x\n", "Tcp: InSegs\nTcp: 3\n"]
+)
 def test_unreadable_counters_are_none_not_an_error(tmp_path, text):
     snmp = tmp_path / "snmp"
     snmp.write_text(text)
@@ -52,10 +53,12 @@ def pair(a, b, nodes, gbps, size=1 << 20, sent=None, resent=None):
 
 
 def test_lossy_pairs_are_flagged_at_full_bandwidth_and_the_common_node_named():
-    records = [pair(0, 1, ["n0", "n1"], 0.154, sent=3000, resent=1),
-               pair(0, 2, ["n0", "n2"], 0.148, sent=3100, resent=90),
-               pair(1, 2, ["n1", "n2"], 0.153, sent=3050, resent=60),
-               pair(0, 1, ["n0", "n1"], 0.0001, size=8, sent=30, resent=5)]  # latency row: never judged
+    records = [
+        pair(0, 1, ["n0", "n1"], 0.154, sent=3000, resent=1),
+        pair(0, 2, ["n0", "n2"], 0.148, sent=3100, resent=90),
+        pair(1, 2, ["n1", "n2"], 0.153, sent=3050, resent=60),
+        pair(0, 1, ["n0", "n1"], 0.0001, size=8, sent=30, resent=5),
+    ]  # latency row: never judged
     flagged = flag_outliers(records, 1 << 20, ratio=0.75, max_retransmit_pct=0.5)
     assert [r["outlier_reasons"] for r in flagged] == [[], ["lossy"], ["lossy"], []]
     assert [r["outlier"] for r in flagged] == [False, True, True, False]
@@ -63,7 +66,10 @@ def test_lossy_pairs_are_flagged_at_full_bandwidth_and_the_common_node_named():
 
 
 def test_slow_and_lossy_are_both_named_and_missing_counters_judge_bandwidth_only():
-    records = [pair(0, 1, ["n0", "n1"], 0.15), pair(0, 2, ["n0", "n2"], 0.02, sent=100, resent=10),
-               pair(1, 2, ["n1", "n2"], 0.15, sent=100, resent=0)]
+    records = [
+        pair(0, 1, ["n0", "n1"], 0.15),
+        pair(0, 2, ["n0", "n2"], 0.02, sent=100, resent=10),
+        pair(1, 2, ["n1", "n2"], 0.15, sent=100, resent=0),
+    ]
     flagged = flag_outliers(records, 1 << 20, ratio=0.75, max_retransmit_pct=0.5)
     assert [r["outlier_reasons"] for r in flagged] == [[], ["slow", "lossy"], []]

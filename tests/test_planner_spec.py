@@ -22,7 +22,9 @@ BASIC = dict(model="llama2-7b", gpus=8, global_batch=64, seq_len=4096)
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     plan.add_arguments(parser)
-    return parser.parse_args(["--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", *argv])
+    return parser.parse_args(
+        ["--model", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", *argv]
+    )
 
 
 def test_the_command_line_defaults_are_the_specs():
@@ -30,26 +32,58 @@ def test_the_command_line_defaults_are_the_specs():
 
 
 def test_every_option_reaches_the_spec():
-    args = parse("--gpus-per-node", "4", "--hardware", "dgx-a100", "--inter-network", "eth-25g", "--processor", "h200",
-                 "--precision", "fp32", "--execution", "torch-eager", "--slowdown", "0.1", "--top", "3",
-                 "--bandwidth", "RUN")
-    assert plan.spec_from_args(args) == PlanSpec(**BASIC, gpus_per_node=4, hardware="dgx-a100", inter_network="eth-25g",
-                                                 processor="h200", precision="fp32", execution="torch-eager",
-                                                 slowdown=0.1, top=3, bandwidth="RUN")
+    args = parse(
+        "--gpus-per-node",
+        "4",
+        "--hardware",
+        "dgx-a100",
+        "--inter-network",
+        "eth-25g",
+        "--processor",
+        "h200",
+        "--precision",
+        "fp32",
+        "--execution",
+        "torch-eager",
+        "--slowdown",
+        "0.1",
+        "--top",
+        "3",
+        "--bandwidth",
+        "RUN",
+    )
+    assert plan.spec_from_args(args) == PlanSpec(
+        **BASIC,
+        gpus_per_node=4,
+        hardware="dgx-a100",
+        inter_network="eth-25g",
+        processor="h200",
+        precision="fp32",
+        execution="torch-eager",
+        slowdown=0.1,
+        top=3,
+        bandwidth="RUN",
+    )
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"gpus": 0}, "--gpus must be between 1"),
-    ({"global_batch": None}, "--global-batch must be a whole number"),
-    ({"seq_len": 4096.5}, "--seq-len must be a whole number"),
-    ({"top": 1000}, "--top must be between 1 and 100"),
-    ({"gpus_per_node": True}, "--gpus-per-node must be a whole number"),
-    ({"precision": "8"}, "--precision must be one of 16, 12, 18, fp32"),
-    ({"execution": "jax"}, "--execution must be one of megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager, megatron"),
-    ({"slowdown": math.nan}, "slowdown must be between 0 and 10"),
-    ({"slowdown": -0.1}, "slowdown must be between 0 and 10"),
-    ({"slowdown": 0.1, "overlap_run": "RUN"}, "give --slowdown or --overlap-run, not both"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gpus": 0}, "--gpus must be between 1"),
+        ({"global_batch": None}, "--global-batch must be a whole number"),
+        ({"seq_len": 4096.5}, "--seq-len must be a whole number"),
+        ({"top": 1000}, "--top must be between 1 and 100"),
+        ({"gpus_per_node": True}, "--gpus-per-node must be a whole number"),
+        ({"precision": "8"}, "--precision must be one of 16, 12, 18, fp32"),
+        (
+            {"execution": "jax"},
+            "--execution must be one of megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager, megatron",
+        ),
+        ({"slowdown": math.nan}, "slowdown must be between 0 and 10"),
+        ({"slowdown": -0.1}, "slowdown must be between 0 and 10"),
+        ({"slowdown": 0.1, "overlap_run": "RUN"}, "give --slowdown or --overlap-run, not both"),
+    ],
+)
 def test_a_spec_refuses_bad_values_naming_the_option(change, message):
     with pytest.raises(UsageError, match=message):
         PlanSpec(**{**BASIC, **change})
@@ -60,8 +94,17 @@ def test_whole_numbers_written_as_floats_become_ints():
 
 
 def test_build_planner_applies_every_input():
-    planner = build_planner(PlanSpec(**BASIC, gpus_per_node=4, processor="h200", inter_network="eth-25g",
-                                     precision="12", execution="torch-eager", slowdown=0.25))
+    planner = build_planner(
+        PlanSpec(
+            **BASIC,
+            gpus_per_node=4,
+            processor="h200",
+            inter_network="eth-25g",
+            precision="12",
+            execution="torch-eager",
+            slowdown=0.25,
+        )
+    )
     system = planner.cluster.system
     assert system.gpus_per_host == 4 and system.nvlink_domain == 4  # a DGX domain follows its host
     assert system.processor == load_processor("h200") and system.inter == load_network("eth-25g")
@@ -91,10 +134,24 @@ def test_the_dashboard_planner_offers_every_plan_input(tmp_path):
     assert sorted(page.SPEC_CONTROLS.values()) == sorted(f.name for f in fields(PlanSpec))
     with app.server.app_context():
         assert set(page.SPEC_CONTROLS) <= set(component_ids(page.layout()))
-        request = page._request(*[{"plan-model": "llama2-7b", "plan-gpus": 8, "plan-batch": 64, "plan-seq": 4096,
-                                   "plan-bandwidth": page.PRESET_SOURCE, "plan-overlap-run": page.DEFAULTS,
-                                   "plan-hardware": "dgx-h100", "plan-precision": "16", "plan-execution": "megatron",
-                                   "plan-top": 5}.get(control) for control in page.SPEC_CONTROLS], " ")
+        request = page._request(
+            *[
+                {
+                    "plan-model": "llama2-7b",
+                    "plan-gpus": 8,
+                    "plan-batch": 64,
+                    "plan-seq": 4096,
+                    "plan-bandwidth": page.PRESET_SOURCE,
+                    "plan-overlap-run": page.DEFAULTS,
+                    "plan-hardware": "dgx-h100",
+                    "plan-precision": "16",
+                    "plan-execution": "megatron",
+                    "plan-top": 5,
+                }.get(control)
+                for control in page.SPEC_CONTROLS
+            ],
+            " ",
+        )
     assert request.spec == PlanSpec(**BASIC) and request.layout is None
 
 
@@ -112,7 +169,10 @@ def test_the_dashboard_evaluates_one_layout_as_plan_layout_does():
     spec = PlanSpec(**BASIC)
     fits = PlanCache().view(PlanRequest(spec, layout="tp=2,dp=4,zero=1"))
     assert [str(r.layout) for r in fits.ranked] == ["tp=2,pp=1,dp=4,mbs=1,zero=1,recompute=none"] and fits.fitting == 1
-    assert fits.timeline(0) and fits.ranked[0].step_s == build_planner(spec).evaluate_layout(fits.ranked[0].layout)[0].step_s
+    assert (
+        fits.timeline(0)
+        and fits.ranked[0].step_s == build_planner(spec).evaluate_layout(fits.ranked[0].layout)[0].step_s
+    )
     too_big = PlanCache().view(PlanRequest(spec, layout="dp=8,mbs=8"))
     assert too_big.fitting == 0 and any(w.startswith("does not fit: each GPU needs") for w in too_big.warnings)
     with pytest.raises(UsageError, match="uses 4 GPUs"):

@@ -18,17 +18,51 @@ from cluster.fixtures import require_cluster
 
 from tests.conftest import REPO
 
-SMALL = ["--hidden", "256", "--layers", "2", "--heads", "4", "--vocab", "1024", "--seq-len", "128",
-         "--global-batch", "4", "--pp-micro-batches", "2", "--steps", "2", "--warmup", "1", "--repeats", "2"]
+SMALL = [
+    "--hidden",
+    "256",
+    "--layers",
+    "2",
+    "--heads",
+    "4",
+    "--vocab",
+    "1024",
+    "--seq-len",
+    "128",
+    "--global-batch",
+    "4",
+    "--pp-micro-batches",
+    "2",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--repeats",
+    "2",
+]
 
 
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_validation_trains_every_layout_and_predicts_it(tmp_path):
     require_cluster()
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "validate_planner.py"), "--rounds", "1",
-                             "--max-bytes", "4M", "--work", str(tmp_path), *SMALL],
-                            capture_output=True, text=True, timeout=240, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "validate_planner.py"),
+            "--rounds",
+            "1",
+            "--max-bytes",
+            "4M",
+            "--work",
+            str(tmp_path),
+            *SMALL,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     summary = json.loads((tmp_path / "validation.json").read_text())
     assert set(summary["rows"]) == {"ddp", "fsdp", "tp", "pp", "local"}
@@ -62,13 +96,19 @@ def test_committed_out_of_sample_measurements_re_predict(tmp_path, monkeypatch):
     assert summary["layouts_in_mape"] == ["ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1"]
     assert summary["unseen_layouts"] == ["ddp-accum", "pp-mb1"] and summary["rounds"] == 3
     assert len(summary["mape_per_round_pct"]) == 3 and all(math.isfinite(m) for m in summary["mape_per_round_pct"])
-    assert set(summary["mape_pct"]) == {"predicted", "predicted_pooled", "predicted_quick", "predicted_megatron",
-                                        "without_slowdown"}
+    assert set(summary["mape_pct"]) == {
+        "predicted",
+        "predicted_pooled",
+        "predicted_quick",
+        "predicted_megatron",
+        "without_slowdown",
+    }
     assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
 
 
-def test_a_work_directory_says_which_layouts_were_unseen_and_older_ones_keep_the_first_validations(tmp_path,
-                                                                                                   monkeypatch):
+def test_a_work_directory_says_which_layouts_were_unseen_and_older_ones_keep_the_first_validations(
+    tmp_path, monkeypatch
+):
     monkeypatch.syspath_prepend(str(REPO / "bench"))
     import shutil
 
@@ -90,10 +130,23 @@ def test_the_accumulating_layouts_split_the_global_batch_as_their_names_say(monk
 
     runs = layout_runs(global_batch=8, pp_micro_batches=4)
     assert set(UNSEEN_LAYOUTS) <= set(PARALLEL_LAYOUTS) and set(PARALLEL_LAYOUTS) < set(runs)
-    micro_batches = {name: run.global_batch // (parse_layout(run.planner, run.gpus).dp * run.mbs)
-                     for name, run in runs.items()}
-    assert micro_batches == {"ddp": 1, "fsdp": 1, "tp": 1, "pp": 4, "ddp-accum": 2, "pp-mb1": 8, "tp-accum": 2,
-                             "fsdp-accum": 2, "pp-mb4": 2, "zero1": 1, "recompute": 1, "local": 1}
+    micro_batches = {
+        name: run.global_batch // (parse_layout(run.planner, run.gpus).dp * run.mbs) for name, run in runs.items()
+    }
+    assert micro_batches == {
+        "ddp": 1,
+        "fsdp": 1,
+        "tp": 1,
+        "pp": 4,
+        "ddp-accum": 2,
+        "pp-mb1": 8,
+        "tp-accum": 2,
+        "fsdp-accum": 2,
+        "pp-mb4": 2,
+        "zero1": 1,
+        "recompute": 1,
+        "local": 1,
+    }
 
 
 def test_validation_2_measurements_re_predict_with_the_layouts_they_were_the_first_to_measure(tmp_path, monkeypatch):
@@ -103,8 +156,17 @@ def test_validation_2_measurements_re_predict_with_the_layouts_they_were_the_fir
     from validate_planner import compare
 
     summary = compare(COMMITTED.parent / "out-of-sample-3", processors=tmp_path)
-    assert summary["layouts_in_mape"] == ["ddp", "fsdp", "tp", "pp", "ddp-accum", "pp-mb1", "tp-accum", "fsdp-accum",
-                                          "pp-mb4"]
+    assert summary["layouts_in_mape"] == [
+        "ddp",
+        "fsdp",
+        "tp",
+        "pp",
+        "ddp-accum",
+        "pp-mb1",
+        "tp-accum",
+        "fsdp-accum",
+        "pp-mb4",
+    ]
     assert summary["unseen_layouts"] == ["tp-accum", "fsdp-accum", "pp-mb4"] and summary["rounds"] == 3
     assert not any(summary["warnings"].get(name) for name in summary["layouts_in_mape"]), summary["warnings"]
 

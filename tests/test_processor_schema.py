@@ -47,14 +47,26 @@ def test_kernel_fields_are_optional(tmp_path):
     assert (proc.kernel_overhead_s, proc.optimizer_efficiency, proc.autograd_op_s) == (0.0, 1.0, (0.0, 0.0))
 
 
-@pytest.mark.parametrize("key, value", [
-    ("sm_count", 0), ("sm_count", 1.5), ("gemm_tile", [128]), ("gemm_tile", [0, 128]),
-    ("gemm_surface", {"int8": [[1, 1, 1, 0.5]]}), ("gemm_surface", {"bf16": [[64, 64, 64, 1.5]]}),
-    ("gemm_surface", {"bf16": []}), ("gemm_surface", {"bf16": [[64, 64, 0.5]]}),
-    ("attention_rates", {"flash2": {"forward": 0.5}}), ("attention_rates", {"flash2": {"forward": 0, "backward": 1}}),
-    ("kernel_overhead_s", -1e-6), ("kernel_overhead_s", float("nan")), ("optimizer_efficiency", 2),
-    ("autograd_op_s", {"forward": 1e-6}), ("autograd_op_s", {"forward": -1e-6, "backward": 0.0}),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("sm_count", 0),
+        ("sm_count", 1.5),
+        ("gemm_tile", [128]),
+        ("gemm_tile", [0, 128]),
+        ("gemm_surface", {"int8": [[1, 1, 1, 0.5]]}),
+        ("gemm_surface", {"bf16": [[64, 64, 64, 1.5]]}),
+        ("gemm_surface", {"bf16": []}),
+        ("gemm_surface", {"bf16": [[64, 64, 0.5]]}),
+        ("attention_rates", {"flash2": {"forward": 0.5}}),
+        ("attention_rates", {"flash2": {"forward": 0, "backward": 1}}),
+        ("kernel_overhead_s", -1e-6),
+        ("kernel_overhead_s", float("nan")),
+        ("optimizer_efficiency", 2),
+        ("autograd_op_s", {"forward": 1e-6}),
+        ("autograd_op_s", {"forward": -1e-6, "backward": 0.0}),
+    ],
+)
 def test_bad_kernel_fields_are_one_line(tmp_path, key, value):
     with pytest.raises(UsageError, match="not a processor description"):
         load_processor(write(tmp_path, {key: {"value": value, "source": "test"}}))

@@ -54,9 +54,14 @@ NCCL_XML = FIXTURES / "topology" / "dgx_h100_nccl_topo.xml"
 # reported with their input, and the repository stays clean.
 # In CI (CI=true) the examples are derandomized: the same inputs every run, so a submission's CI
 # result does not depend on the draw; locally each run explores new inputs.
-SETTINGS = settings(max_examples=60, deadline=timedelta(seconds=5), database=None, derandomize=bool(os.environ.get("CI")),
-                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=timedelta(seconds=5),
+    database=None,
+    derandomize=bool(os.environ.get("CI")),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow],
+)
 # hypothesis' deadline only judges an example once it returns; this guard stops one that never
 # does, and the memory cap one that would exhaust the (shared) machine before it hangs
 HANG_S = 20
@@ -98,13 +103,13 @@ def mutated_bytes(draw, original: bytes) -> bytes:
         if kind == "truncate":
             del data[at:]
         elif kind == "delete":
-            del data[at:at + draw(st.integers(1, 64))]
+            del data[at : at + draw(st.integers(1, 64))]
         elif kind == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=16) | hostile_text.map(lambda t: t.encode()))
         elif kind == "flip" and at < len(data):
             data[at] = draw(st.integers(0, 255))
         elif kind == "repeat":
-            data[at:at] = data[at:at + draw(st.integers(1, 200))]
+            data[at:at] = data[at : at + draw(st.integers(1, 200))]
     return bytes(data)
 
 
@@ -158,6 +163,7 @@ def _address_space() -> int:
 @contextlib.contextmanager
 def bounded(seconds: float = HANG_S, extra_memory: int = EXTRA_MEMORY):
     """Raise Hang after `seconds`, MemoryError past `extra_memory` more bytes, for the block only."""
+
     def interrupt(signum, frame):
         raise Hang(f"still busy after {seconds} s")
 
@@ -247,18 +253,41 @@ def with_hostile_changes(draw, valid: dict, hostile: dict, most: int = 2) -> dic
     return {**valid, **{key: draw(hostile[key]) for key in changed}}
 
 
-VALID_RUN_CONFIG = dict(ops=("all_reduce",), min_bytes=8, max_bytes=1 << 20, step_factor=2, dtype="float",
-                        backend="gloo", scopes=None, iters=None, warmup=2, check_iters=1, min_iters=5, max_iters=200,
-                        time_budget_ms=50.0, ci_pct=2.0, outlier_ratio=0.75, timeout_s=300.0)
+VALID_RUN_CONFIG = dict(
+    ops=("all_reduce",),
+    min_bytes=8,
+    max_bytes=1 << 20,
+    step_factor=2,
+    dtype="float",
+    backend="gloo",
+    scopes=None,
+    iters=None,
+    warmup=2,
+    check_iters=1,
+    min_iters=5,
+    max_iters=200,
+    time_budget_ms=50.0,
+    ci_pct=2.0,
+    outlier_ratio=0.75,
+    timeout_s=300.0,
+)
 HOSTILE_RUN_CONFIG = {
     "ops": st.lists(st.sampled_from(MEASURED_OPS) | st.text(max_size=12), max_size=4).map(tuple),
-    "min_bytes": hostile_ints, "max_bytes": hostile_ints, "step_factor": hostile_ints,
+    "min_bytes": hostile_ints,
+    "max_bytes": hostile_ints,
+    "step_factor": hostile_ints,
     "dtype": st.sampled_from(["bf16", "int8", "half", "FLOAT"]) | st.text(max_size=10),
     "backend": st.sampled_from(["auto", "nccl", "x"]) | st.text(max_size=6),
     "scopes": st.lists(st.sampled_from(["world", "intra", "inter"]) | st.text(max_size=6), max_size=3).map(tuple),
-    "iters": hostile_ints, "warmup": hostile_ints, "check_iters": hostile_ints, "min_iters": hostile_ints,
-    "max_iters": hostile_ints, "time_budget_ms": hostile_floats, "outlier_ratio": hostile_floats,
-    "timeout_s": hostile_floats, "ci_pct": hostile_floats,
+    "iters": hostile_ints,
+    "warmup": hostile_ints,
+    "check_iters": hostile_ints,
+    "min_iters": hostile_ints,
+    "max_iters": hostile_ints,
+    "time_budget_ms": hostile_floats,
+    "outlier_ratio": hostile_floats,
+    "timeout_s": hostile_floats,
+    "ci_pct": hostile_floats,
 }
 
 
@@ -284,14 +313,25 @@ def test_run_config_validates_or_refuses(fields):
 # option -> hostile values; the CLI only ever sees text
 RUN_OPTIONS = {
     "--ops": st.sampled_from(["all_reduce,pingpong", ",", "nope"]) | hostile_text,
-    "-b": hostile_text, "-e": hostile_text, "-f": hostile_text, "-d": hostile_text, "--scopes": hostile_text,
+    "-b": hostile_text,
+    "-e": hostile_text,
+    "-f": hostile_text,
+    "-d": hostile_text,
+    "--scopes": hostile_text,
     "--outlier-ratio": hostile_text | st.sampled_from(["nan", "inf", "0.5"]),
-    "--backend": st.sampled_from(["gloo", "nccl", "x"]), "-n": hostile_text, "-w": hostile_text,
+    "--backend": st.sampled_from(["gloo", "nccl", "x"]),
+    "-n": hostile_text,
+    "-w": hostile_text,
     "--time-budget-ms": hostile_text | st.sampled_from(["nan", "-inf", "1e400"]),
     "--ci-pct": hostile_text | st.sampled_from(["nan", "0", "-2", "101"]),
-    "--min-iters": hostile_text, "--max-iters": hostile_text, "-c": hostile_text,
+    "--min-iters": hostile_text,
+    "--max-iters": hostile_text,
+    "-c": hostile_text,
     "--timeout": hostile_text | st.sampled_from(["nan", "inf", "-1", "1e-300"]),
-    "--nproc": hostile_text, "--out": hostile_text, "--run-id": hostile_text, "--node-name": hostile_text,
+    "--nproc": hostile_text,
+    "--out": hostile_text,
+    "--run-id": hostile_text,
+    "--node-name": hostile_text,
 }
 VALID_RUN_ARGV = {"--ops": "all_reduce", "-b": "8", "-e": "1M", "--backend": "gloo", "--timeout": "60"}
 FLAGS = ["--pairwise", "-G", "--no-progress"]
@@ -340,10 +380,18 @@ def test_estimate_answers_or_refuses(options):
 
 
 layout_text = (
-    st.lists(st.sampled_from(["tp", "pp", "dp", "vpp", "cp", "ep", "zero", "mbs", "recompute", "sp", "x", ""])
-             .flatmap(lambda key: st.tuples(st.just(key), st.sampled_from(["=", "", "=="]),
-                                            st.sampled_from(["1", "2", "8", "0", "-1", "x", "selective", "²", "٣", ""])
-                                            | hostile_text)).map("".join), max_size=6).map(",".join)
+    st.lists(
+        st.sampled_from(["tp", "pp", "dp", "vpp", "cp", "ep", "zero", "mbs", "recompute", "sp", "x", ""])
+        .flatmap(
+            lambda key: st.tuples(
+                st.just(key),
+                st.sampled_from(["=", "", "=="]),
+                st.sampled_from(["1", "2", "8", "0", "-1", "x", "selective", "²", "٣", ""]) | hostile_text,
+            )
+        )
+        .map("".join),
+        max_size=6,
+    ).map(",".join)
     | hostile_text
 )
 
@@ -357,14 +405,25 @@ def test_layout_strings_parse_or_refuse(text, gpus):
         assert layout.gpus == gpus
 
 
-VALID_PLAN = {"--model": "llama2-7b", "--gpus": "16", "--global-batch": "64", "--seq-len": "2048",
-              "--hardware": "dgx-h100", "--top": "2"}
+VALID_PLAN = {
+    "--model": "llama2-7b",
+    "--gpus": "16",
+    "--global-batch": "64",
+    "--seq-len": "2048",
+    "--hardware": "dgx-h100",
+    "--top": "2",
+}
 HOSTILE_PLAN = {
-    "--model": st.sampled_from(sorted(PRESETS)) | hostile_text, "--gpus": number_text,
-    "--gpus-per-node": number_text, "--global-batch": number_text, "--seq-len": number_text, "--top": number_text,
+    "--model": st.sampled_from(sorted(PRESETS)) | hostile_text,
+    "--gpus": number_text,
+    "--gpus-per-node": number_text,
+    "--global-batch": number_text,
+    "--seq-len": number_text,
+    "--top": number_text,
     "--hardware": st.sampled_from(["dgx-a100", "h200", "tpu-v5"]) | hostile_text,
     "--inter-network": st.sampled_from(["ib-ndr", "eth-25g"]) | hostile_text,
-    "--slowdown": number_text, "--layout": layout_text,
+    "--slowdown": number_text,
+    "--layout": layout_text,
 }
 
 
@@ -381,13 +440,37 @@ def test_plan_answers_or_refuses(options):
 
 # --- model configs (Hugging Face config.json) ----------------------------------------------------
 
-HF_KEYS = ["hidden_size", "n_embd", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_key_value_heads",
-           "intermediate_size", "head_dim", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
-           "n_shared_experts", "first_k_dense_replace", "max_position_embeddings", "tie_word_embeddings",
-           "model_type", "_name_or_path"]
-LLAMA_CONFIG = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
-                "model_type": "llama", "num_local_experts": 8, "num_experts_per_tok": 2}
+HF_KEYS = [
+    "hidden_size",
+    "n_embd",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "num_key_value_heads",
+    "intermediate_size",
+    "head_dim",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "model_type",
+    "_name_or_path",
+]
+LLAMA_CONFIG = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+}
 
 hf_configs = (
     st.dictionaries(st.sampled_from(HF_KEYS), json_values, max_size=10)
@@ -426,15 +509,28 @@ def test_plan_on_a_mutated_config_answers_or_refuses(config, layout):
     with scratch_dir() as tmp:
         path = tmp / "config.json"
         path.write_text(_json_text(config))
-        argv = ["plan", "--model", str(path), "--gpus", "16", "--global-batch", "64", "--seq-len", "2048", "--top", "2",
-                "--json"]
+        argv = [
+            "plan",
+            "--model",
+            str(path),
+            "--gpus",
+            "16",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "2048",
+            "--top",
+            "2",
+            "--json",
+        ]
         run_cli(argv + (["--layout", layout] if layout else []))
 
 
 # --- nccl-tests output ---------------------------------------------------------------------------
 
 nccl_log_text = (
-    st.sampled_from(NCCL_LOGS).flatmap(lambda path: mutated_bytes(path.read_bytes()))
+    st.sampled_from(NCCL_LOGS)
+    .flatmap(lambda path: mutated_bytes(path.read_bytes()))
     .map(lambda data: data.decode("utf-8", errors="replace"))
     | hostile_text
 )
@@ -502,18 +598,30 @@ def test_mutated_run_directory_loads_or_refuses(data, target, structural):
 
 # --- traces and topology dumps -------------------------------------------------------------------
 
-TRACE_WITH_A_LIST_PID = json.dumps({"traceEvents": [
-    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": [], "tid": 100, "ts": 0, "dur": 5}]}).encode()
+TRACE_WITH_A_LIST_PID = json.dumps(
+    {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": [], "tid": 100, "ts": 0, "dur": 5}]}
+).encode()
 # found by the random examples once the list pid was fixed; pinned as an example so every run tries it
-TRACE_WITH_A_BOOLEAN_DISTRIBUTED_INFO = json.dumps({"distributedInfo": True, "traceEvents": [
-    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}).encode()
-TRACE_WITH_NULL_THREAD_NAME_ARGS = json.dumps({"traceEvents": [
-    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": None},
-    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}).encode()
+TRACE_WITH_A_BOOLEAN_DISTRIBUTED_INFO = json.dumps(
+    {
+        "distributedInfo": True,
+        "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}],
+    }
+).encode()
+TRACE_WITH_NULL_THREAD_NAME_ARGS = json.dumps(
+    {
+        "traceEvents": [
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": None},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+        ]
+    }
+).encode()
 
 
 trace_documents = (
-    st.sampled_from(TRACES).flatmap(lambda path: mutated_json(json.loads(path.read_text()))).map(_json_text)
+    st.sampled_from(TRACES)
+    .flatmap(lambda path: mutated_json(json.loads(path.read_text())))
+    .map(_json_text)
     .map(str.encode)
     | st.sampled_from(TRACES).flatmap(lambda path: mutated_bytes(path.read_bytes()))
     | json_values.map(_json_text).map(str.encode)
@@ -557,10 +665,19 @@ def test_nccl_topology_xml_imports_or_refuses(data):
             pass  # the reader's documented refusal, which `commbench topo` turns into one line
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--nproc"], ["import"], ["import", "csv", "x"], ["topo", "--import-nccl-xml"], ["trace", "--timeline-limit", "x"],
-    ["estimate"], ["plan", "--model", "x"], ["frobnicate"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--nproc"],
+        ["import"],
+        ["import", "csv", "x"],
+        ["topo", "--import-nccl-xml"],
+        ["trace", "--timeline-limit", "x"],
+        ["estimate"],
+        ["plan", "--model", "x"],
+        ["frobnicate"],
+    ],
+)
 def test_argparse_refusals_are_one_line(argv):
     code, _, err = run_cli(argv)
     assert code == 2 and len(err.strip().splitlines()) == 1, err

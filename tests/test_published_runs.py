@@ -15,12 +15,68 @@ from commbench.modeling.recipes import RECIPES
 
 RUNS = Path(__file__).resolve().parents[1] / "bench" / "published" / "runs.csv"
 
-REQUIRED = ("id", "source", "reference", "published_params_b", "gpu", "gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "network",
-            "model", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "tied_embeddings", "seq_len",
-            "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "recompute", "sp", "zero", "framework",
-            "execution", "precision", "metric", "value", "flops_convention", "assumed", "notes")
-WHOLE_NUMBERS = ("gpu_memory_gb", "gpus_per_node", "nodes", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
-                 "vocab", "seq_len", "global_batch", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+REQUIRED = (
+    "id",
+    "source",
+    "reference",
+    "published_params_b",
+    "gpu",
+    "gpu_memory_gb",
+    "gpus_per_node",
+    "nodes",
+    "gpus",
+    "network",
+    "model",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "mlp",
+    "tied_embeddings",
+    "seq_len",
+    "global_batch",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "mbs",
+    "recompute",
+    "sp",
+    "zero",
+    "framework",
+    "execution",
+    "precision",
+    "metric",
+    "value",
+    "flops_convention",
+    "assumed",
+    "notes",
+)
+WHOLE_NUMBERS = (
+    "gpu_memory_gb",
+    "gpus_per_node",
+    "nodes",
+    "gpus",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "seq_len",
+    "global_batch",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "mbs",
+)
 METRICS = {  # published figure -> plausible range in its unit
     "iteration_s": (0.01, 10_000.0),  # seconds per optimizer step
     "tokens_per_s": (100.0, 1e9),  # tokens per second, whole job
@@ -78,8 +134,13 @@ def row_problems(row: dict) -> list[str]:
         found.append("nodes*gpus_per_node < gpus")
     if n["heads"] % n["kv_heads"]:
         found.append("kv_heads does not divide heads")
-    for column, allowed in (("mlp", {"gelu", "swiglu"}), ("recompute", {"none", "selective", "full"}),
-                            ("sp", {"0", "1"}), ("tied_embeddings", {"0", "1"}), ("zero", {"0", "1", "2", "3"})):
+    for column, allowed in (
+        ("mlp", {"gelu", "swiglu"}),
+        ("recompute", {"none", "selective", "full"}),
+        ("sp", {"0", "1"}),
+        ("tied_embeddings", {"0", "1"}),
+        ("zero", {"0", "1", "2", "3"}),
+    ):
         if row[column] not in allowed:
             found.append(f"{column} must be one of {sorted(allowed)}, not {row[column]!r}")
     found += metric_problems(row)
@@ -102,8 +163,11 @@ def size_problems(row: dict, n: dict) -> list[str]:
     except ValueError:
         return [f"published_params_b {row['published_params_b']!r} is not a number"]
     shape = parameters(row, n)
-    return [] if abs(shape / published - 1) <= 0.04 else [
-        f"the shape gives {shape / 1e9:.2f}B parameters, the source says {published / 1e9:g}B"]
+    return (
+        []
+        if abs(shape / published - 1) <= 0.04
+        else [f"the shape gives {shape / 1e9:.2f}B parameters, the source says {published / 1e9:g}B"]
+    )
 
 
 def metric_problems(row: dict) -> list[str]:
@@ -131,9 +195,19 @@ def test_coverage_at_least_40_rows_4_sources_every_gpu():
     assert {r["gpu"] for r in rows} == set(GPUS)
 
 
-@pytest.mark.parametrize("column, value", [("reference", ""), ("reference", "some paper"), ("source", " "),
-                                           ("gpu", "A100,H100"), ("value", "fast"), ("metric", "mfu_percent"),
-                                           ("hidden", "4608"), ("published_params_b", "")])
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("reference", ""),
+        ("reference", "some paper"),
+        ("source", " "),
+        ("gpu", "A100,H100"),
+        ("value", "fast"),
+        ("metric", "mfu_percent"),
+        ("hidden", "4608"),
+        ("published_params_b", ""),
+    ],
+)
 def test_a_row_that_loses_its_source_or_units_is_caught(column, value):
     """Checked on the first row of every source, so a source added later is covered too."""
     rows = read_rows()
@@ -143,7 +217,9 @@ def test_a_row_that_loses_its_source_or_units_is_caught(column, value):
     for index in firsts.values():
         broken = rows.copy()
         broken[index] = {**rows[index], column: value}
-        assert any(line.startswith(rows[index]["id"]) or line.startswith("?") for line in problems(broken)), rows[index]["id"]
+        assert any(line.startswith(rows[index]["id"]) or line.startswith("?") for line in problems(broken)), rows[
+            index
+        ]["id"]
 
 
 def committed_halves(results: Path = RUNS.parents[1] / "RESULTS-published.md") -> dict[str, str]:

@@ -18,7 +18,7 @@ from tests.conftest import REPO
 
 def _run_command() -> list[list[str]]:
     text = (REPO / "README.md").read_text()
-    block = text[text.index("<!-- run-command -->"):].split("```")[1]
+    block = text[text.index("<!-- run-command -->") :].split("```")[1]
     line = next(row for row in block.splitlines() if row.strip() and not row.startswith("bash"))
     return [shlex.split(part) for part in line.split("&&")]
 
@@ -38,8 +38,13 @@ def test_the_run_command_sweeps_and_serves_the_run(tmp_path):
     (run_dir,) = (tmp_path / "results").iterdir()
     assert (run_dir / "records.jsonl").stat().st_size > 0
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", *dashboard, "--port", str(port)], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", *dashboard, "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, page = time.monotonic() + 90, None
         while time.monotonic() < deadline and page is None:

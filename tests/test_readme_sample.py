@@ -16,7 +16,7 @@ def _shape(lines: list[str]) -> list[str]:
 
 def _readme_trailer() -> list[str]:
     text = (REPO / "README.md").read_text()
-    sample = text[text.index("$ commbench run --nproc 2 -b 1K -e 4M"):]
+    sample = text[text.index("$ commbench run --nproc 2 -b 1K -e 4M") :]
     lines = sample[: sample.index("```")].splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("# Out of bounds values"))
     return lines[first:]

@@ -5,9 +5,22 @@ import pytest
 from commbench.data.overlap import OverlapRecord
 from commbench.data.records import RowFacts, Stats, build_record
 
-FACTS = RowFacts(op="all_reduce", scope="intra", group_size=4, n_groups=2, size_bytes=1_000_000, count=250_000,
-                 dtype="float", redop="sum", root=-1, in_place=False, iters=20, warmup=2, timer="host",
-                 stop_reason="fixed")
+FACTS = RowFacts(
+    op="all_reduce",
+    scope="intra",
+    group_size=4,
+    n_groups=2,
+    size_bytes=1_000_000,
+    count=250_000,
+    dtype="float",
+    redop="sum",
+    root=-1,
+    in_place=False,
+    iters=20,
+    warmup=2,
+    timer="host",
+    stop_reason="fixed",
+)
 STATS = Stats(median=100.0, p10=90.0, p90=120.0, min=80.0, max=150.0, mean=105.0, cv=0.1)
 
 
@@ -31,9 +44,21 @@ def test_reported_bandwidths_are_kept_as_a_log_prints_them():
 
 
 def test_a_record_subclass_takes_its_own_fields():
-    extra = dict(gemm_size=64, gemm_dtype="float32", gemm_threads=1, gemm_tflops=0.1, compute_us=50.0, comm_us=100.0,
-                 both_us=120.0, compute_during_comm_us=60.0, comm_during_compute_us=110.0, overlap=0.6,
-                 overlap_unclamped=0.6, compute_slowdown=1.2, comm_slowdown=1.1)
+    extra = dict(
+        gemm_size=64,
+        gemm_dtype="float32",
+        gemm_threads=1,
+        gemm_tflops=0.1,
+        compute_us=50.0,
+        comm_us=100.0,
+        both_us=120.0,
+        compute_during_comm_us=60.0,
+        comm_during_compute_us=110.0,
+        overlap=0.6,
+        overlap_unclamped=0.6,
+        compute_slowdown=1.2,
+        comm_slowdown=1.1,
+    )
     record = build_record(FACTS, STATS, 1.5, time_us_mean_nccl=100.0, wrong=0, record_class=OverlapRecord, **extra)
     assert isinstance(record, OverlapRecord) and record.both_us == 120.0 and record.busbw_gbps == pytest.approx(15.0)
 

@@ -32,10 +32,13 @@ def _one_error_line(capsys) -> str:
 
 
 @pytest.mark.parametrize("run_id", ["../x", "/abs"])
-@pytest.mark.parametrize("command", [
-    ["run", "--nproc", "2", "-e", "1K"],
-    ["import", "nccl-tests", str(LOG)],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--nproc", "2", "-e", "1K"],
+        ["import", "nccl-tests", str(LOG)],
+    ],
+)
 def test_a_path_as_run_id_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, command, run_id):
     out = tmp_path / "deep" / "out"
     run_id = str(tmp_path / "abs") if run_id == "/abs" else run_id
@@ -45,8 +48,23 @@ def test_a_path_as_run_id_is_one_line_exit_2_and_nothing_written(tmp_path, capsy
 
 
 def test_submit_refuses_a_path_as_run_id_before_sbatch(tmp_path, capsys):
-    assert cli(["submit", "--nodes", "1", "--ntasks-per-node", "1", "--out", str(tmp_path / "out"),
-                     "--", "--run-id", "../x"]) == 2
+    assert (
+        cli(
+            [
+                "submit",
+                "--nodes",
+                "1",
+                "--ntasks-per-node",
+                "1",
+                "--out",
+                str(tmp_path / "out"),
+                "--",
+                "--run-id",
+                "../x",
+            ]
+        )
+        == 2
+    )
     assert "run id '../x'" in _one_error_line(capsys)
     assert list(tmp_path.iterdir()) == []
 

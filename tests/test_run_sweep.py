@@ -56,7 +56,19 @@ def test_two_rank_sweep_matches_nccl_tests_contract(cli, tmp_path):
 
 
 def test_four_ranks_counts_and_factors(cli, tmp_path):
-    result = cli("run", "--nproc", "4", "-b", "1K", "-e", "16K", "--out", str(tmp_path), "--ops", ",".join(FIVE_OPS) + ",broadcast")
+    result = cli(
+        "run",
+        "--nproc",
+        "4",
+        "-b",
+        "1K",
+        "-e",
+        "16K",
+        "--out",
+        str(tmp_path),
+        "--ops",
+        ",".join(FIVE_OPS) + ",broadcast",
+    )
     assert result.returncode == 0, result.stderr
     run = only_run(tmp_path)
     for r in run.records:
@@ -80,7 +92,9 @@ def test_pingpong_reports_uni_and_bi(cli, tmp_path):
 
 def test_corrupted_rank_is_caught(cli, tmp_path):
     env = {"COMMBENCH_INJECT_CORRUPTION": "1:all_gather"}
-    result = cli("run", "--nproc", "2", "-b", "1K", "-e", "4K", "--ops", "all_reduce,all_gather", "--out", str(tmp_path), env=env)
+    result = cli(
+        "run", "--nproc", "2", "-b", "1K", "-e", "4K", "--ops", "all_reduce,all_gather", "--out", str(tmp_path), env=env
+    )
     assert result.returncode == 1
     assert "wrong elements" in result.stderr and "Traceback" not in result.stderr
     run = only_run(tmp_path)
@@ -91,8 +105,25 @@ def test_corrupted_rank_is_caught(cli, tmp_path):
 
 
 def test_torchrun_launch(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "commbench", "run", "-b", "1K", "-e", "2K", "--ops", "all_reduce", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "commbench",
+        "run",
+        "-b",
+        "1K",
+        "-e",
+        "2K",
+        "--ops",
+        "all_reduce",
+        "--out",
+        str(tmp_path),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
     run = only_run(tmp_path)
@@ -107,11 +138,38 @@ def test_srun_style_environment(tmp_path):
     procs = []
     for rank in range(2):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        env.update(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank), SLURM_NODEID="0",
-                   SLURM_JOB_ID="4242", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "commbench", "run", "-b", "1K", "-e", "1K", "--ops", "sendrecv", "--out", str(tmp_path)],
-            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env.update(
+            SLURM_PROCID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_LOCALID=str(rank),
+            SLURM_NODEID="0",
+            SLURM_JOB_ID="4242",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "commbench",
+                    "run",
+                    "-b",
+                    "1K",
+                    "-e",
+                    "1K",
+                    "--ops",
+                    "sendrecv",
+                    "--out",
+                    str(tmp_path),
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outputs = [proc.communicate(timeout=300) for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], outputs
     run = only_run(tmp_path)
@@ -119,8 +177,25 @@ def test_srun_style_environment(tmp_path):
 
 
 def test_half_precision_and_fixed_iterations(cli, tmp_path):
-    result = cli("run", "--nproc", "2", "-b", "1K", "-e", "2K", "-d", "half", "-n", "7", "-w", "3", "--ops", "all_reduce",
-                 "--out", str(tmp_path))
+    result = cli(
+        "run",
+        "--nproc",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "2K",
+        "-d",
+        "half",
+        "-n",
+        "7",
+        "-w",
+        "3",
+        "--ops",
+        "all_reduce",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     run = only_run(tmp_path)
     assert {r["iters"] for r in run.records} == {7} and {r["dtype"] for r in run.records} == {"half"}

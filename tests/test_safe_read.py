@@ -62,12 +62,15 @@ def test_size_cap_names_the_kind_and_the_cap(tmp_path, monkeypatch):
         read_text(big, safe_read.CONFIG)
 
 
-@pytest.mark.parametrize("text, why", [
-    ("[" * 100_000 + "]" * 100_000, "nested too deep"),
-    ("[" * 500 + "]" * 500, "nested too deep"),  # under Python's recursion limit, over ours
-    ('{"hidden_size": ' + "9" * 5000 + "}", "integer longer than"),
-    ('{"value": TOPSECRET-1234}', "unreadable JSON"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+        ("[" * 500 + "]" * 500, "nested too deep"),  # under Python's recursion limit, over ours
+        ('{"hidden_size": ' + "9" * 5000 + "}", "integer longer than"),
+        ('{"value": TOPSECRET-1234}', "unreadable JSON"),
+    ],
+)
 def test_hostile_json_is_one_line_that_never_quotes_the_file(tmp_path, text, why):
     path = tmp_path / "config.json"
     path.write_text(text)
@@ -91,7 +94,15 @@ def test_utf16_and_binary_are_named(tmp_path):
 def test_jsonl_bad_lines_are_counted_and_skipped(tmp_path, monkeypatch):
     monkeypatch.setattr(safe_read, "MAX_LINE_BYTES", 1024)
     path = tmp_path / "records.jsonl"
-    lines = ['{"a": 1}', "not json", "[" * 300 + "]" * 300, "x" * 5000, '{"a": ' + "1" * 70 + "}", b"\xff\xfe{}", '{"a": 2}']
+    lines = [
+        '{"a": 1}',
+        "not json",
+        "[" * 300 + "]" * 300,
+        "x" * 5000,
+        '{"a": ' + "1" * 70 + "}",
+        b"\xff\xfe{}",
+        '{"a": 2}',
+    ]
     path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line.encode() for line in lines) + b"\n")
     report = LineReport()
     assert list(iter_jsonl(path, RECORDS, report)) == [(1, {"a": 1}), (7, {"a": 2})]
@@ -102,8 +113,19 @@ def test_jsonl_bad_lines_are_counted_and_skipped(tmp_path, monkeypatch):
 def test_a_run_whose_records_are_dev_zero_loads_with_a_warning(tmp_path):
     run = tmp_path / "run1"
     run.mkdir()
-    (run / "run.json").write_text(json.dumps({"schema_version": 1, "run_id": "run1", "kind": "sweep", "complete": True,
-                                                 "created": "2026-12-01T00:00:00+00:00", "backend": "gloo", "world_size": 2}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "run_id": "run1",
+                "kind": "sweep",
+                "complete": True,
+                "created": "2026-12-01T00:00:00+00:00",
+                "backend": "gloo",
+                "world_size": 2,
+            }
+        )
+    )
     (run / "records.jsonl").symlink_to("/dev/zero")
     loaded = load_run(run)
     assert loaded.records == [] and any("records.jsonl: points outside" in w for w in loaded.warnings)

@@ -59,9 +59,14 @@ def fake_slurm(tmp_path: Path, nodes: dict[str, dict]) -> dict[str, str]:
         node.setdefault("partitions", ["debug"])
         node.setdefault("reason", "")
     (tmp_path / "nodes.json").write_text(json.dumps(nodes))
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO),
-            "FAKE_SLURM_NODES": str(tmp_path / "nodes.json"), "FAKE_SLURM_LOG": str(tmp_path / "calls.jsonl"),
-            "COMMBENCH_DB": str(tmp_path / "store.duckdb")}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+        "FAKE_SLURM_NODES": str(tmp_path / "nodes.json"),
+        "FAKE_SLURM_LOG": str(tmp_path / "calls.jsonl"),
+        "COMMBENCH_DB": str(tmp_path / "store.duckdb"),
+    }
 
 
 def writes(tmp_path: Path) -> list[list[str]]:
@@ -75,8 +80,9 @@ def nodes_now(tmp_path: Path) -> dict:
 
 
 def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, env=env, check=False,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "commbench", *args], capture_output=True, text=True, env=env, check=False, timeout=120
+    )
 
 
 def fleet(n: int, **overrides) -> dict[str, dict]:
@@ -101,7 +107,12 @@ def test_no_scontrol_write_without_drain_and_drain_writes_the_commbench_reason(t
     assert node["state"] == "drained" and node["reason"].startswith("commbench: check: example-cpu-2rank failed ")
     (row,) = read_actions(env["COMMBENCH_DB"])
     assert (row["node"], row["verb"], row["evidence_run"], row["result"], row["source"]) == (
-        "vm", "drain", "example-cpu-2rank", "done", "check")
+        "vm",
+        "drain",
+        "example-cpu-2rank",
+        "done",
+        "check",
+    )
     assert row["command"].startswith("scontrol update NodeName=vm State=DRAIN")
 
 
@@ -112,12 +123,17 @@ def test_resume_undoes_only_commbench_drains_never_an_admins(tmp_path):
     assert writes(tmp_path) == [["scontrol", "update", "NodeName=dgx-h100-017", "State=RESUME"]]
     assert nodes_now(tmp_path)["dgx-h100-017"]["state"] == "idle"
 
-    env = fake_slurm(tmp_path / "admin", fleet(3, **{"dgx-h100-017": {"state": "drained", "reason": "bad DIMM, ticket 4411"}}))
+    env = fake_slurm(
+        tmp_path / "admin", fleet(3, **{"dgx-h100-017": {"state": "drained", "reason": "bad DIMM, ticket 4411"}})
+    )
     kept = cli(env, "check", str(PASSING), "--expect", "dgx-h100", "--resume")
     assert kept.returncode == 0, kept.stdout + kept.stderr
     assert writes(tmp_path / "admin") == []
     assert nodes_now(tmp_path / "admin")["dgx-h100-017"] == {
-        "state": "drained", "reason": "bad DIMM, ticket 4411", "partitions": ["debug"]}
+        "state": "drained",
+        "reason": "bad DIMM, ticket 4411",
+        "partitions": ["debug"],
+    }
     assert "left alone: dgx-h100-017: drained by someone else (bad DIMM, ticket 4411): not resumed" in kept.stdout
 
 
@@ -144,15 +160,26 @@ def test_the_last_idle_node_is_kept_unless_asked():
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     env = fake_slurm(tmp_path, fleet(4))
-    for args in (["--drain", "--max-drain", "150%"], ["--drain", "--max-drain", "-5%"], ["--drain", "--keep-idle", "-1"]):
+    for args in (
+        ["--drain", "--max-drain", "150%"],
+        ["--drain", "--max-drain", "-5%"],
+        ["--drain", "--keep-idle", "-1"],
+    ):
         bad = cli(env, "check", str(FAILING), "--expect", "dgx-h100", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (args, bad.stderr)
     unknown = cli(env, "check", str(FAILING), "--expect", "dgx-h100", "--drain")  # host "vm" is not in this fleet
     assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == [
-        "commbench check: error: vm: Slurm knows no such node (sinfo -N lists 4 nodes)"]
+        "commbench check: error: vm: Slurm knows no such node (sinfo -N lists 4 nodes)"
+    ]
     no_slurm = {**env, "PATH": "/nonexistent"}
-    gone = subprocess.run([sys.executable, "-m", "commbench", "check", str(FAILING), "--expect", "dgx-h100", "--drain"],
-                          capture_output=True, text=True, env=no_slurm, timeout=120, check=False)
+    gone = subprocess.run(
+        [sys.executable, "-m", "commbench", "check", str(FAILING), "--expect", "dgx-h100", "--drain"],
+        capture_output=True,
+        text=True,
+        env=no_slurm,
+        timeout=120,
+        check=False,
+    )
     assert gone.returncode == 2 and len(gone.stderr.strip().splitlines()) == 1
     assert "sinfo and scontrol not found on PATH" in gone.stderr
     assert writes(tmp_path) == []
@@ -161,8 +188,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_health_bad_input_is_one_line_and_exit_2(tmp_path):
     env = fake_slurm(tmp_path, fleet(2))
     cases = [
-        ({**env, "PATH": "/nonexistent"}, ["--nic-rate", "1gbit", "--nic-peer", "127.0.0.2", "--slurm"],
-         "sinfo and scontrol not found on PATH"),
+        (
+            {**env, "PATH": "/nonexistent"},
+            ["--nic-rate", "1gbit", "--nic-peer", "127.0.0.2", "--slurm"],
+            "sinfo and scontrol not found on PATH",
+        ),
         (env, ["--checks", "nic", "--nic-rate", "1gbit"], "--checks nic needs --nic-peer ADDR"),
         (env, ["--nic-rate", "fast", "--nic-peer", "127.0.0.2"], "bad rate 'fast'"),
         (env, ["--checks", "disk", "--baseline", "x.json"], "choose from intra, nic"),
@@ -170,9 +200,18 @@ def test_health_bad_input_is_one_line_and_exit_2(tmp_path):
         (env, ["--slurm", "--nic-rate", "1gbit", "--max-drain", "101%"], "between 0% and 100%"),
     ]
     for run_env, args, message in cases:
-        bad = subprocess.run([sys.executable, "-m", "commbench", "health", *args], capture_output=True, text=True,
-                             env=run_env, timeout=120, check=False)
-        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and message in bad.stderr, (args, bad.stderr)
+        bad = subprocess.run(
+            [sys.executable, "-m", "commbench", "health", *args],
+            capture_output=True,
+            text=True,
+            env=run_env,
+            timeout=120,
+            check=False,
+        )
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and message in bad.stderr, (
+            args,
+            bad.stderr,
+        )
     assert writes(tmp_path) == []
 
 
@@ -186,8 +225,9 @@ def test_health_fails_a_nic_only_when_the_nic_was_the_limit():
     busy = _grade(Figure("nic eth0 egress", 0.22, "Gbit/s", bound="sender"), line_rate, 0.5)
     full = _grade(Figure("nic eth0 egress", 0.95, "Gbit/s", bound="link"), line_rate, 0.5)
     assert (shaped["status"], busy["status"], full["status"]) == ("FAIL", "inconclusive", "pass")
-    assert shaped["line"] == ("FAIL nic eth0 egress: 0.3 Gbit/s, 30% of the expected 1 (limit 50%; "
-                              "line rate --nic-rate 1 Gbit/s)")
+    assert shaped["line"] == (
+        "FAIL nic eth0 egress: 0.3 Gbit/s, 30% of the expected 1 (limit 50%; line rate --nic-rate 1 Gbit/s)"
+    )
     assert _grade(Figure("intra gloo loopback", None, "GB/s", note="timed out"), None, 0.3)["status"] == "FAIL"
 
 
@@ -214,9 +254,21 @@ def test_an_older_store_gains_the_actions_table_in_place(tmp_path):
     con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     con.close()
     assert read_actions(db) == []  # a reader of the older file sees no actions, and no error
-    record_actions(db, [{"when": "2026-12-01T10:00:00Z", "node": "vm", "verb": "drain", "verdict": "check: slow",
-                         "evidence_run": "example-cpu-2rank", "command": "scontrol update NodeName=vm State=DRAIN",
-                         "result": "done", "source": "check"}])
+    record_actions(
+        db,
+        [
+            {
+                "when": "2026-12-01T10:00:00Z",
+                "node": "vm",
+                "verb": "drain",
+                "verdict": "check: slow",
+                "evidence_run": "example-cpu-2rank",
+                "command": "scontrol update NodeName=vm State=DRAIN",
+                "result": "done",
+                "source": "check",
+            }
+        ],
+    )
     assert [(row["node"], str(row["when"])) for row in read_actions(db)] == [("vm", "2026-12-01 10:00:00")]
     assert query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(STORE_SCHEMA_VERSION),)]
     assert query(db, "SELECT run_id FROM runs")[1] == [("example-cpu-2rank",)]  # the runs stay
@@ -227,11 +279,26 @@ def test_health_names_each_gpu_pairs_path_from_nvml(monkeypatch):
     from commbench.topology import nvml
     from commbench.topology.model import Gpu, NvLink
 
-    gpus = [Gpu(index=i, pci_bus_id=f"0000:0{i}:00.0",
-                nvlinks=[NvLink(link=0, active=True, remote_pci_bus_id="0000:01:00.0" if i == 0 else "0000:00:00.0",
-                                remote_type="GPU")] if i < 2 else []) for i in range(3)]
-    view = nvml.NvmlView(gpus=gpus, pcie_words={("0000:00:00.0", "0000:02:00.0"): "SYS",
-                                                ("0000:02:00.0", "0000:00:00.0"): "SYS"})
+    gpus = [
+        Gpu(
+            index=i,
+            pci_bus_id=f"0000:0{i}:00.0",
+            nvlinks=[
+                NvLink(
+                    link=0,
+                    active=True,
+                    remote_pci_bus_id="0000:01:00.0" if i == 0 else "0000:00:00.0",
+                    remote_type="GPU",
+                )
+            ]
+            if i < 2
+            else [],
+        )
+        for i in range(3)
+    ]
+    view = nvml.NvmlView(
+        gpus=gpus, pcie_words={("0000:00:00.0", "0000:02:00.0"): "SYS", ("0000:02:00.0", "0000:00:00.0"): "SYS"}
+    )
     monkeypatch.setattr(nvml, "read_gpus", lambda: view)
     paths = health.pair_paths()
     assert (paths[(0, 1)], paths[(1, 0)], paths[(0, 2)], paths[(1, 2)]) == ("NV1", "NV1", "SYS", "PCIe (level unknown)")

@@ -20,8 +20,10 @@ from commbench.data.schema import Record
 STORE_FIXTURES = Path(__file__).parent / "fixtures" / "store"
 MOE_RUN = STORE_FIXTURES / "moe-run-zipf"
 SCHEMA_3_SQL = STORE_FIXTURES / "store-schema-3.sql"
-OLD_RUNS = [Path(__file__).parent / "golden" / "runs" / name
-            for name in ("example-overlap-cpu", "example-pairwise-3nodes-lossy-node3")]
+OLD_RUNS = [
+    Path(__file__).parent / "golden" / "runs" / name
+    for name in ("example-overlap-cpu", "example-pairwise-3nodes-lossy-node3")
+]
 SPREAD = ("uniform_time_us_p10", "uniform_time_us_p90")
 
 
@@ -33,8 +35,12 @@ def test_the_fields_are_declared_numbers_in_microseconds():
     for name in SPREAD:
         info = Record.model_fields[name]
         assert info.annotation == float | None and info.default is None
-        assert "all_to_allv" in info.description and ("(us)" in info.description or "as uniform_time_us_p10" in info.description)
-    assert list(Record.model_fields).index("uniform_time_us_p10") == list(Record.model_fields).index("uniform_time_us") + 1
+        assert "all_to_allv" in info.description and (
+            "(us)" in info.description or "as uniform_time_us_p10" in info.description
+        )
+    assert (
+        list(Record.model_fields).index("uniform_time_us_p10") == list(Record.model_fields).index("uniform_time_us") + 1
+    )
 
 
 def test_a_moe_record_round_trips_through_validation_and_the_store(tmp_path):
@@ -47,9 +53,12 @@ def test_a_moe_record_round_trips_through_validation_and_the_store(tmp_path):
         assert Record.model_validate(validated.model_dump()).model_dump() == validated.model_dump()
     db = tmp_path / "r.duckdb"
     assert store.ingest(db, [MOE_RUN]).added == [load_run(MOE_RUN).run_id]
-    _columns, rows = store.query(db, "SELECT uniform_time_us, uniform_time_us_p10, uniform_time_us_p90, extra "
-                                    "FROM records ORDER BY row")
-    assert rows == [(row["uniform_time_us"], row["uniform_time_us_p10"], row["uniform_time_us_p90"], None) for row in raw]
+    _columns, rows = store.query(
+        db, "SELECT uniform_time_us, uniform_time_us_p10, uniform_time_us_p90, extra FROM records ORDER BY row"
+    )
+    assert rows == [
+        (row["uniform_time_us"], row["uniform_time_us_p10"], row["uniform_time_us_p90"], None) for row in raw
+    ]
 
 
 def test_old_run_directories_read_and_store_the_fields_as_null(tmp_path):
@@ -102,7 +111,9 @@ def test_a_store_schema_3_database_is_migrated_in_place_keeping_every_row(tmp_pa
     assert moved and all(set(SPREAD) <= set(extra) for extra in moved.values())  # where schema 3 kept them
 
     assert store.ingest(db, []).summary() == "0 added, 0 updated, 0 unchanged, 0 skipped"  # opening to write migrates
-    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(store.STORE_SCHEMA_VERSION),)]
+    assert store.query(db, "SELECT value FROM meta WHERE key = 'schema_version'")[1] == [
+        (str(store.STORE_SCHEMA_VERSION),)
+    ]
     con = duckdb.connect(str(db), read_only=True)
     try:
         for table, (columns, rows) in before.items():
@@ -122,12 +133,12 @@ def test_a_store_schema_3_database_is_migrated_in_place_keeping_every_row(tmp_pa
         else:
             assert [new[name] for name in SPREAD] == [None, None]  # never had them: null, not a copy
         assert new["stop_reason"] is None  # schema 5's column: these runs never kept it
-        assert {**old, "extra": extra} == {name: value for name, value in new.items()
-                                           if name not in SPREAD and name != "stop_reason"}
+        assert {**old, "extra": extra} == {
+            name: value for name, value in new.items() if name not in SPREAD and name != "stop_reason"
+        }
 
     fresh = tmp_path / "fresh.duckdb"
     store.ingest(fresh, [MOE_RUN, *OLD_RUNS])
     assert _records_by_name(fresh) == migrated  # in place, the same rows a new ingest stores
     store.ingest(db, [MOE_RUN, *OLD_RUNS])  # rewrites the runs: columns named, whatever their order
     assert _records_by_name(db) == migrated
-

@@ -21,9 +21,35 @@ DELAY_US = 20000  # far above what a one-rank op costs even on a loaded machine 
 def straggler_run(out, rank: int):
     env = {**os.environ, "COMMBENCH_INJECT_DELAY": f"{rank}:all_reduce", "COMMBENCH_INJECT_DELAY_US": str(DELAY_US)}
     result = subprocess.run(
-        [sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "1K", "-e", "1K", "--ops", "all_reduce",
-         "--scopes", "world,inter", "-n", "5", "-w", "1", "--out", str(out), "--no-progress"],
-        capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "run",
+            "--nproc",
+            "2",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "--ops",
+            "all_reduce",
+            "--scopes",
+            "world,inter",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     return load_run(list_runs(out)[0]).records
 

@@ -31,10 +31,30 @@ DIAGNOSE = ["--timeout", "60", "--iters", "3"]
 def submit_diagnose(sc, tmp_path: Path, *diagnose_args: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = {**sc.env, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
-    p = subprocess.run([*CLI, "submit", "--diagnose", "--nodes", str(NODES), "--out", str(tmp_path / "results"),
-                        "--env", "GLOO_SOCKET_IFNAME=eth0", "--wait", "--", *diagnose_args],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
-    print(f"\nsubmit --diagnose --wait on {NODES} nodes took {time.monotonic() - t0:.0f} s\n{p.stdout}{p.stderr[-3000:]}")
+    p = subprocess.run(
+        [
+            *CLI,
+            "submit",
+            "--diagnose",
+            "--nodes",
+            str(NODES),
+            "--out",
+            str(tmp_path / "results"),
+            "--env",
+            "GLOO_SOCKET_IFNAME=eth0",
+            "--wait",
+            "--",
+            *diagnose_args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    print(
+        f"\nsubmit --diagnose --wait on {NODES} nodes took {time.monotonic() - t0:.0f} s\n{p.stdout}{p.stderr[-3000:]}"
+    )
     return p, env
 
 
@@ -52,16 +72,17 @@ def test_submit_diagnose_wait_names_the_slow_node_in_the_exclude_list(slurm_clus
     assert re.search(rf"^nodes to drain: {slow} \(", p.stdout, re.MULTILINE), p.stdout
     assert "links to inspect: none" in p.stdout
     assert re.search(rf"^diagnosis: {re.escape(str(tmp_path / 'results' / f'slurm-{job}'))}/", p.stdout, re.MULTILINE)
-    jobs = subprocess.run([*CLI, "jobs", "--json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    jobs = subprocess.run([*CLI, "jobs", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert [(row["job_id"], row["command"], row["state"]) for row in json.loads(jobs.stdout)] == [
-        (job, "diagnose", "COMPLETED")]
+        (job, "diagnose", "COMPLETED")
+    ]
 
 
 @pytest.mark.cluster
 @pytest.mark.slurm
 def test_a_node_cut_off_mid_diagnosis_is_named_and_the_failed_job_still_shows_the_diagnosis(
-        slurm_cluster_factory, tmp_path):
+    slurm_cluster_factory, tmp_path
+):
     """The templates start diagnose without --kill-on-bad-exit and submit shows a failed job's diagnosis:
     Slurm ends the job NODE_FAIL when it loses the cut node, after rank 0 has written its report."""
     sc = slurm_cluster_factory(nodes=NODES, rate="1gbit")

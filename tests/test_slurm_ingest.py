@@ -29,9 +29,31 @@ def test_submit_wait_with_db_ingests_the_job_run(slurm_cluster, tmp_path):
     env = {**slurm_cluster.env, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
     results, db = tmp_path / "results", tmp_path / "fleet.duckdb"
     submitted = subprocess.run(
-        [sys.executable, "-c", CLI, "submit", "--nodes", "2", "--ntasks-per-node", "2", "--out", str(results),
-         "--env", "GLOO_SOCKET_IFNAME=eth0", "--db", str(db), "--wait", "--", *TINY_RUN],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "submit",
+            "--nodes",
+            "2",
+            "--ntasks-per-node",
+            "2",
+            "--out",
+            str(results),
+            "--env",
+            "GLOO_SOCKET_IFNAME=eth0",
+            "--db",
+            str(db),
+            "--wait",
+            "--",
+            *TINY_RUN,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job = int(re.search(r"submitted job (\d+)", submitted.stdout).group(1))
     (run_dir,) = list_runs(results / f"slurm-{job}")
@@ -40,7 +62,8 @@ def test_submit_wait_with_db_ingests_the_job_run(slurm_cluster, tmp_path):
 
     slurm_name = re.search(r"^ClusterName=(\S+)$", Path(env["SLURM_CONF"]).read_text(), re.M).group(1)
     ((run_id, kind, cluster, n_nodes, world_size, path),) = store.query(
-        db, "SELECT run_id, kind, cluster, n_nodes, world_size, path FROM runs")[1]
+        db, "SELECT run_id, kind, cluster, n_nodes, world_size, path FROM runs"
+    )[1]
     assert (run_id, kind, cluster, n_nodes, world_size) == (run.run_id, "sweep", slurm_name, 2, 4)
     assert Path(path).resolve() == run_dir.resolve()
     assert run.info.cluster == slurm_name

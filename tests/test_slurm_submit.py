@@ -27,8 +27,10 @@ from commbench.measure import slurm
 
 REPO = Path(__file__).resolve().parents[1]
 # `python -m commbench`, with submit and jobs registered until cli.py lists them itself
-CLI = ("import sys; from commbench.cli import COMMANDS, main; "
-       "COMMANDS.setdefault('submit', 'submit'); COMMANDS.setdefault('jobs', 'jobs'); sys.exit(main(sys.argv[1:]))")
+CLI = (
+    "import sys; from commbench.cli import COMMANDS, main; "
+    "COMMANDS.setdefault('submit', 'submit'); COMMANDS.setdefault('jobs', 'jobs'); sys.exit(main(sys.argv[1:]))"
+)
 # small and quick: 4 ranks on 2 cores, all_reduce and sendrecv from 1 KiB to 4 MiB in steps of 4x
 QUICK_RUN = ["--ops", "all_reduce,sendrecv", "-b", "1K", "--max-bytes", "4M", "-f", "4"]
 TINY_RUN = ["--ops", "all_reduce", "-b", "1K", "-e", "64K", "-f", "8"]
@@ -49,14 +51,30 @@ def _bash_syntax_ok(text: str) -> bool:
 
 def test_render_srun_fills_directives_settings_and_run_options():
     opts = slurm.JobOptions(
-        nodes=3, ranks_per_node=4, gpus_per_node=4, cpus_per_rank=2, partition="gpu", time_limit="1:00:00",
-        exclusive=True, results_dir="/data/res dir", python="/opt/py/bin/python",
-        run_args=("--ops", "all_reduce", "--run-id", "a b"), env=(("NCCL_DEBUG", "INFO"),)).validate()
+        nodes=3,
+        ranks_per_node=4,
+        gpus_per_node=4,
+        cpus_per_rank=2,
+        partition="gpu",
+        time_limit="1:00:00",
+        exclusive=True,
+        results_dir="/data/res dir",
+        python="/opt/py/bin/python",
+        run_args=("--ops", "all_reduce", "--run-id", "a b"),
+        env=(("NCCL_DEBUG", "INFO"),),
+    ).validate()
     text = slurm.render(opts)
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
-    for directive in ("--nodes=3", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=2",
-                      "--partition=gpu", "--time=1:00:00", "--exclusive"):
+    for directive in (
+        "--nodes=3",
+        "--ntasks-per-node=4",
+        "--gpus-per-node=4",
+        "--cpus-per-task=2",
+        "--partition=gpu",
+        "--time=1:00:00",
+        "--exclusive",
+    ):
         assert f"#SBATCH {directive}" in lines, directive
     assert "##SBATCH --account=myproject" in lines  # not asked: stays switched off
     assert "COMMBENCH_PYTHON=${COMMBENCH_PYTHON:-/opt/py/bin/python}" in lines
@@ -104,8 +122,10 @@ def test_templates_ship_with_the_package():
 def test_parse_squeue_scontrol_and_sacct():
     queued = slurm.parse_squeue("12|PENDING|0:00||Resources\n13|RUNNING|1:02|n[0-1]|None\n14_2|RUNNING|0:01|n0|None\n")
     assert {k: (v.state, v.nodes) for k, v in queued.items()} == {12: ("PENDING", ""), 13: ("RUNNING", "n[0-1]")}
-    fields = slurm.parse_scontrol("JobId=7 JobName=commbench JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 "
-                                  "RunTime=00:01:03 NodeList=n[0-1] StdOut=/w/commbench-7.out")
+    fields = slurm.parse_scontrol(
+        "JobId=7 JobName=commbench JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 "
+        "RunTime=00:01:03 NodeList=n[0-1] StdOut=/w/commbench-7.out"
+    )
     status = slurm.status_from_scontrol(fields)
     assert (status.job_id, status.state, status.exit_code) == (7, "TIMEOUT", "0:15")
     assert status.stdout_path == "/w/commbench-7.out"
@@ -124,8 +144,10 @@ def _fake_slurm(bin_dir: Path, monkeypatch, **scripts: str) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
 
 
-FORGOTTEN = dict(squeue="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1",
-                 scontrol="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1")
+FORGOTTEN = dict(
+    squeue="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1",
+    scontrol="echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1",
+)
 
 
 def test_a_job_slurmctld_forgot_is_looked_up_in_sacct(tmp_path, monkeypatch):
@@ -135,8 +157,9 @@ def test_a_job_slurmctld_forgot_is_looked_up_in_sacct(tmp_path, monkeypatch):
 
 
 def test_without_accounting_a_forgotten_job_is_unknown(tmp_path, monkeypatch):
-    _fake_slurm(tmp_path / "bin", monkeypatch, **FORGOTTEN,
-                sacct="echo 'Slurm accounting storage is disabled' >&2; exit 1")
+    _fake_slurm(
+        tmp_path / "bin", monkeypatch, **FORGOTTEN, sacct="echo 'Slurm accounting storage is disabled' >&2; exit 1"
+    )
     assert slurm.job_status(7).state == slurm.UNKNOWN
 
 
@@ -164,19 +187,24 @@ def test_registry_merges_states_and_keeps_clusters_apart(tmp_path, monkeypatch):
         handle.write('{"event": "submitted", "job_id"')  # a torn line
     subs = slurm.submissions()
     assert [(s.cluster, s.job_id, s.state, s.elapsed) for s in subs] == [
-        ("alpha", 5, "COMPLETED", "00:01:02"), ("beta", 5, "", "")]
+        ("alpha", 5, "COMPLETED", "00:01:02"),
+        ("beta", 5, "", ""),
+    ]
 
 
 # ---- bad input ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--", "--ops", "bogus"], "unknown 'bogus'"),
-    (["--", "--out", "x"], "give the results folder to submit"),
-    (["--time", "2h"], "not a Slurm time limit"),
-    (["--launcher", "mpirun"], "invalid choice"),
-    (["--env", "NOEQUALS"], "expected NAME=VALUE"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--", "--ops", "bogus"], "unknown 'bogus'"),
+        (["--", "--out", "x"], "give the results folder to submit"),
+        (["--time", "2h"], "not a Slurm time limit"),
+        (["--launcher", "mpirun"], "invalid choice"),
+        (["--env", "NOEQUALS"], "expected NAME=VALUE"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(commands, capsys, argv, message):
     assert _exit_code(["submit", "--nodes", "2", "--ntasks-per-node", "2", "--dry-run", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -210,13 +238,24 @@ def site(slurm_cluster, tmp_path_factory):
 
 
 def commbench(site, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLI, *args], cwd=site.work, env=site.env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args], cwd=site.work, env=site.env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def submit_args(site, *extra: str) -> list[str]:
-    return ["submit", "--nodes", "2", "--ntasks-per-node", "2", "--out", str(site.results),
-            "--env", "GLOO_SOCKET_IFNAME=eth0", *extra]
+    return [
+        "submit",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "2",
+        "--out",
+        str(site.results),
+        "--env",
+        "GLOO_SOCKET_IFNAME=eth0",
+        *extra,
+    ]
 
 
 def job_id_of(stdout: str) -> int:
@@ -281,8 +320,14 @@ def test_a_failing_job_is_reported_with_its_log_tail(site):
 def test_a_job_over_its_time_limit_is_reported_timeout(site):
     # a sendrecv that would take hours; SlurmCluster.expire moves its end time to now
     endless = ["--ops", "sendrecv", "-b", "16M", "-e", "16M", "-n", "100000", "--scopes", "inter"]
-    proc = subprocess.Popen([sys.executable, "-c", CLI, *submit_args(site, "--time", "10", "--wait", "--", *endless)],
-                            cwd=site.work, env=site.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, *submit_args(site, "--time", "10", "--wait", "--", *endless)],
+        cwd=site.work,
+        env=site.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         job = job_id_of(proc.stdout.readline())
         # expire only once the ranks are measuring: expiring a job whose batch script has not yet
@@ -321,14 +366,28 @@ def test_templates_run_unmodified_with_sbatch(site):
     2 CPU nodes (no GPUs, 4 cores): what a user would do on the command line."""
     names = site.sc.ec.names
     results = site.work / "template-results"
-    env = {"COMMBENCH_PYTHON": sys.executable, "COMMBENCH_RESULTS": str(results), "GLOO_SOCKET_IFNAME": "eth0",
-           "COMMBENCH_RANKS_PER_NODE": "2"}
+    env = {
+        "COMMBENCH_PYTHON": sys.executable,
+        "COMMBENCH_RESULTS": str(results),
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "COMMBENCH_RANKS_PER_NODE": "2",
+    }
     overrides = {"srun": ["--ntasks-per-node=2", "--cpus-per-task=1"], "torchrun": ["--cpus-per-task=2"]}
     jobs = {}
     for launcher, args in overrides.items():
-        sub = site.sc.run(["sbatch", "--parsable", "--gpus-per-node=0", *args,
-                           str(REPO / "slurm" / f"commbench-{launcher}.sbatch"), *TINY_RUN],
-                          env={**site.env, **env}, cwd=site.work, check=True)
+        sub = site.sc.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--gpus-per-node=0",
+                *args,
+                str(REPO / "slurm" / f"commbench-{launcher}.sbatch"),
+                *TINY_RUN,
+            ],
+            env={**site.env, **env},
+            cwd=site.work,
+            check=True,
+        )
         jobs[launcher] = int(sub.stdout.strip())
     for launcher, job in jobs.items():
         assert site.sc.wait(job, timeout=150) == "COMPLETED", _logs(site, job, results)
@@ -357,13 +416,16 @@ def test_render_calibrate_runs_it_on_every_node():
     assert "COMMBENCH_COMMAND=${COMMBENCH_COMMAND:-run}" in slurm.render(slurm.JobOptions(nodes=1, ranks_per_node=2))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--ntasks-per-node", "2", "--", "--quick"], "one task per node"),
-    (["--ntasks-per-node", "1", "--", "--dtype", "fp8"], "--dtype 'fp8': unknown"),
-    (["--ntasks-per-node", "1", "--", "--gemm-dims", "0"], "out of range"),
-    (["--ntasks-per-node", "1", "--", "--out", "x.json"], "give the results folder to submit"),
-    (["--ntasks-per-node", "1", "--", "--max-bytes", "4M"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ntasks-per-node", "2", "--", "--quick"], "one task per node"),
+        (["--ntasks-per-node", "1", "--", "--dtype", "fp8"], "--dtype 'fp8': unknown"),
+        (["--ntasks-per-node", "1", "--", "--gemm-dims", "0"], "out of range"),
+        (["--ntasks-per-node", "1", "--", "--out", "x.json"], "give the results folder to submit"),
+        (["--ntasks-per-node", "1", "--", "--max-bytes", "4M"], "unrecognized arguments"),
+    ],
+)
 def test_calibrate_options_are_checked_before_queueing(commands, capsys, argv, message):
     assert _exit_code(["submit", "--command", "calibrate", "--nodes", "2", "--dry-run", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -373,9 +435,30 @@ def test_calibrate_options_are_checked_before_queueing(commands, capsys, argv, m
 @pytest.mark.cluster
 @pytest.mark.slurm
 def test_submit_calibrate_writes_one_processor_per_node(site):
-    p = commbench(site, "submit", "--command", "calibrate", "--nodes", "2", "--ntasks-per-node", "1", "--out",
-                  str(site.results), "--wait", "--", "--quick", "--gemm-dims", "32,64", "--attention", "64x2x16",
-                  "--repeats", "1", "--threads", "1", timeout=300)
+    p = commbench(
+        site,
+        "submit",
+        "--command",
+        "calibrate",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--out",
+        str(site.results),
+        "--wait",
+        "--",
+        "--quick",
+        "--gemm-dims",
+        "32,64",
+        "--attention",
+        "64x2x16",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     job = job_id_of(p.stdout)
     files = sorted((site.results / f"slurm-{job}").glob("processor-*.json"))
@@ -391,8 +474,12 @@ def test_submit_calibrate_writes_one_processor_per_node(site):
 def test_dry_run_diagnose_runs_it_once_per_node_without_killing_the_step(commands, capsys):
     """--diagnose renders diagnose with one task per node (the default), its options as given, and
     srun without --kill-on-bad-exit: a failing node is what the diagnosis reports."""
-    assert cli_main(["submit", "--diagnose", "--nodes", "4", "--out", "/r", "--dry-run", "--",
-                     "--group-size", "4", "--json"]) == 0
+    assert (
+        cli_main(
+            ["submit", "--diagnose", "--nodes", "4", "--out", "/r", "--dry-run", "--", "--group-size", "4", "--json"]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert "COMMBENCH_COMMAND=${COMMBENCH_COMMAND:-diagnose}" in lines
@@ -407,17 +494,30 @@ def test_dry_run_diagnose_runs_it_once_per_node_without_killing_the_step(command
 @pytest.mark.parametrize("command, kill, quiet", [("diagnose", "0", ""), ("run", "1", " --no-progress")])
 @pytest.mark.parametrize("launcher", slurm.LAUNCHERS)
 def test_the_rendered_script_starts_diagnose_without_kill_on_bad_exit_or_progress_flag(
-        tmp_path, command, kill, quiet, launcher):
+    tmp_path, command, kill, quiet, launcher
+):
     """Run the rendered script with stand-in srun and scontrol; srun prints what it was asked to start."""
     fake = tmp_path / "bin"
     fake.mkdir()
     for tool, body in {"srun": 'echo "$@"', "scontrol": "echo n0"}.items():
         (fake / tool).write_text(f"#!/bin/sh\n{body}\n")
         (fake / tool).chmod(0o755)
-    opts = slurm.JobOptions(nodes=2, ranks_per_node=1, launcher=launcher, command=command, python="python",
-                            results_dir=str(tmp_path), run_args=("--timeout", "5")).validate()
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[0-1]",
-           "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2"}
+    opts = slurm.JobOptions(
+        nodes=2,
+        ranks_per_node=1,
+        launcher=launcher,
+        command=command,
+        python="python",
+        results_dir=str(tmp_path),
+        run_args=("--timeout", "5"),
+    ).validate()
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "n[0-1]",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "2",
+    }
     proc = subprocess.run(["bash", "-c", slurm.render(opts)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     started = (tmp_path / "slurm-7" / "job.log").read_text().splitlines()[-1]
@@ -425,19 +525,22 @@ def test_the_rendered_script_starts_diagnose_without_kill_on_bad_exit_or_progres
     assert started.endswith(f"-m commbench {command} --out {tmp_path / 'slurm-7'}{quiet} --timeout 5"), started
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--nodes", "4", "--ntasks-per-node", "2"], "diagnose runs one task per node"),
-    (["--nodes", "1"], "diagnose needs at least 2 nodes"),
-    (["--nodes", "4", "--", "--group-size", "8"], "--group-size 8: must be between 2 and the job's 4 nodes"),
-    (["--nodes", "4", "--", "--simulate", "64"], "--simulate describes a cluster model"),
-    (["--nodes", "4", "--", "--slow", "n1"], "--slow describes a cluster model"),
-    (["--nodes", "4", "--", "--out", "x"], "give the results folder to submit"),
-    (["--nodes", "4", "--", "--timeout", "0"], "--timeout 0: must be positive"),
-    (["--nodes", "4", "--", "--iters", "0"], "--iters 0: must be at least 1"),
-    (["--nodes", "4", "--", "--max-bytes", "4M"], "unrecognized arguments: --max-bytes"),
-    (["--nodes", "4", "--command", "calibrate"], "--diagnose is --command diagnose"),
-    (["--nodes", "4", "--db", "x.duckdb"], "--db and --cluster apply to --command run, not diagnose"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--nodes", "4", "--ntasks-per-node", "2"], "diagnose runs one task per node"),
+        (["--nodes", "1"], "diagnose needs at least 2 nodes"),
+        (["--nodes", "4", "--", "--group-size", "8"], "--group-size 8: must be between 2 and the job's 4 nodes"),
+        (["--nodes", "4", "--", "--simulate", "64"], "--simulate describes a cluster model"),
+        (["--nodes", "4", "--", "--slow", "n1"], "--slow describes a cluster model"),
+        (["--nodes", "4", "--", "--out", "x"], "give the results folder to submit"),
+        (["--nodes", "4", "--", "--timeout", "0"], "--timeout 0: must be positive"),
+        (["--nodes", "4", "--", "--iters", "0"], "--iters 0: must be at least 1"),
+        (["--nodes", "4", "--", "--max-bytes", "4M"], "unrecognized arguments: --max-bytes"),
+        (["--nodes", "4", "--command", "calibrate"], "--diagnose is --command diagnose"),
+        (["--nodes", "4", "--db", "x.duckdb"], "--db and --cluster apply to --command run, not diagnose"),
+    ],
+)
 def test_diagnose_bad_input_is_refused_before_queueing(commands, capsys, argv, message):
     assert _exit_code(["submit", "--diagnose", "--dry-run", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -455,19 +558,32 @@ def test_wait_summarises_the_diagnosis_and_records_the_command(commands, capsys,
 
     monkeypatch.setenv("COMMBENCH_JOBS_FILE", str(tmp_path / "jobs.jsonl"))
     job_dir = tmp_path / "slurm-9"
-    report = {"source": "measured (test)", "nodes": 4, "rounds": 5, "group_tests": 9, "reference": None,
-              "drain": [{"node": "n2", "reasons": ["slow"], "evidence": []}],
-              "links": [{"link": ["n0", "n3"], "reasons": ["slow"], "evidence": []}],
-              "exclude": "n2", "good": "n[0-1,3]", "round_log": []}
+    report = {
+        "source": "measured (test)",
+        "nodes": 4,
+        "rounds": 5,
+        "group_tests": 9,
+        "reference": None,
+        "drain": [{"node": "n2", "reasons": ["slow"], "evidence": []}],
+        "links": [{"link": ["n0", "n3"], "reasons": ["slow"], "evidence": []}],
+        "exclude": "n2",
+        "good": "n[0-1,3]",
+        "round_log": [],
+    }
     run_dir = save_run(report, job_dir, {}, synthetic=False, note="test")
     sub = slurm.Submission(9, "ci", "t0", "srun", 4, 1, str(job_dir), ["--timeout", "60"], command="diagnose")
     slurm.remember_submission(sub)
     assert submit_command.report(sub, slurm.JobStatus(9, "COMPLETED", "scontrol", elapsed="00:01:10")) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["job 9 COMPLETED after 00:01:10", f"diagnosis: {run_dir}",
-                   "4 nodes, 5 concurrent rounds, 9 group tests (measured (test))",
-                   "nodes to drain: n2 (slow)", "links to inspect: n0 <-> n3 (slow)", "good nodes: n[0-1,3]",
-                   "# exclude: n2"]
+    assert out == [
+        "job 9 COMPLETED after 00:01:10",
+        f"diagnosis: {run_dir}",
+        "4 nodes, 5 concurrent rounds, 9 group tests (measured (test))",
+        "nodes to drain: n2 (slow)",
+        "links to inspect: n0 <-> n3 (slow)",
+        "good nodes: n[0-1,3]",
+        "# exclude: n2",
+    ]
     assert [s.command for s in slurm.submissions()] == ["diagnose"]
 
 
@@ -475,8 +591,18 @@ def test_a_failed_diagnose_job_still_shows_the_diagnosis_it_wrote(commands, caps
     from commbench.diagnose.report import save_run
 
     job_dir = tmp_path / "slurm-9"
-    report = {"source": "s", "nodes": 2, "rounds": 1, "group_tests": 1, "reference": None, "drain": [],
-              "links": [], "exclude": "", "good": "n[0-1]", "round_log": []}
+    report = {
+        "source": "s",
+        "nodes": 2,
+        "rounds": 1,
+        "group_tests": 1,
+        "reference": None,
+        "drain": [],
+        "links": [],
+        "exclude": "",
+        "good": "n[0-1]",
+        "round_log": [],
+    }
     save_run(report, job_dir, {}, synthetic=False, note="test")
     (job_dir / "job.log").write_text("1: lost the rendezvous\n")
     sub = slurm.Submission(9, "ci", "t0", "srun", 2, 1, str(job_dir), command="diagnose")

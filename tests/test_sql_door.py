@@ -22,27 +22,30 @@ def db(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("statement", [
-    "EXPLAIN ANALYZE COPY (SELECT 'touch /tmp/pwned') TO '{out}' (HEADER false)",
-    "EXPLAIN SELECT 1",
-    "SELECT read_text('/etc/passwd')",
-    "SELECT * FROM read_text('/etc/passwd')",
-    "SELECT content FROM read_blob('/proc/self/environ')",
-    "SELECT * FROM glob('/root/.*')",
-    "SELECT * FROM read_csv('http://127.0.0.1:1/x')",
-    "SELECT * FROM sqlite_scan('/tmp/x.db', 't')",
-    "SELECT * FROM '/etc/passwd'",
-    "WITH x AS (SELECT * FROM read_json('/etc/hosts')) SELECT * FROM x",
-    "SELECT * FROM runs WHERE run_id IN (SELECT filename FROM read_text('/etc/passwd'))",
-    "ATTACH '{out}' AS other",
-    "INSTALL httpfs",
-    "LOAD httpfs",
-    "PRAGMA enable_profiling",
-    "SET enable_external_access = true",
-    "CALL pragma_version()",
-    "SELECT 1; SELECT 2",
-    "SELECT 1; COPY runs TO '{out}'",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "EXPLAIN ANALYZE COPY (SELECT 'touch /tmp/pwned') TO '{out}' (HEADER false)",
+        "EXPLAIN SELECT 1",
+        "SELECT read_text('/etc/passwd')",
+        "SELECT * FROM read_text('/etc/passwd')",
+        "SELECT content FROM read_blob('/proc/self/environ')",
+        "SELECT * FROM glob('/root/.*')",
+        "SELECT * FROM read_csv('http://127.0.0.1:1/x')",
+        "SELECT * FROM sqlite_scan('/tmp/x.db', 't')",
+        "SELECT * FROM '/etc/passwd'",
+        "WITH x AS (SELECT * FROM read_json('/etc/hosts')) SELECT * FROM x",
+        "SELECT * FROM runs WHERE run_id IN (SELECT filename FROM read_text('/etc/passwd'))",
+        "ATTACH '{out}' AS other",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "PRAGMA enable_profiling",
+        "SET enable_external_access = true",
+        "CALL pragma_version()",
+        "SELECT 1; SELECT 2",
+        "SELECT 1; COPY runs TO '{out}'",
+    ],
+)
 def test_db_sql_refuses_what_is_not_one_plain_select(db, tmp_path, capsys, statement):
     out = tmp_path / "written"
     assert cli_main(["db", "sql", statement.format(out=out), "--db", str(db)]) == 2
@@ -52,12 +55,15 @@ def test_db_sql_refuses_what_is_not_one_plain_select(db, tmp_path, capsys, state
     assert not out.exists()
 
 
-@pytest.mark.parametrize("statement", [
-    "SELECT count(*) AS n FROM records",
-    "WITH r AS (SELECT op, busbw_gbps FROM records) SELECT op, max(busbw_gbps) FROM r GROUP BY op",
-    "SELECT * FROM range(3)",
-    "SELECT table_name FROM duckdb_tables()",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT count(*) AS n FROM records",
+        "WITH r AS (SELECT op, busbw_gbps FROM records) SELECT op, max(busbw_gbps) FROM r GROUP BY op",
+        "SELECT * FROM range(3)",
+        "SELECT table_name FROM duckdb_tables()",
+    ],
+)
 def test_plain_selects_over_the_tables_still_work(db, capsys, statement):
     assert cli_main(["db", "sql", statement, "--db", str(db)]) == 0
     assert "row(s)" in capsys.readouterr().out

@@ -85,8 +85,13 @@ def one_rank_group():
 
 def _measure(port, clock, monkeypatch, warm=None, **options):
     cfg = RunConfig(ops=("all_reduce",), check_iters=0, **options).validate()
-    session = Session(cfg=cfg, env=RankEnv(0, 1, 0, "127.0.0.1", port, "test"), backend="gloo",
-                      device=torch.device("cpu"), nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])])
+    session = Session(
+        cfg=cfg,
+        env=RankEnv(0, 1, 0, "127.0.0.1", port, "test"),
+        backend="gloo",
+        device=torch.device("cpu"),
+        nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])],
+    )
     monkeypatch.setattr(harness, "HostTimer", lambda wait=None: clock)
     monkeypatch.setattr(harness, "timer_for", lambda session: clock)
     collective = get_collective("all_reduce")
@@ -125,7 +130,9 @@ def test_scattered_times_run_until_the_budget_is_spent(one_rank_group, monkeypat
     assert measured.stop_reason == "budget"
     timed = sum(clock.asked[5:])
     pace = min(scattered[:timed])
-    assert timed == measured.iters and 10_000 <= pace * timed < 10_000 + pace * timed / 2  # spent at the fastest op's pace
+    assert (
+        timed == measured.iters and 10_000 <= pace * timed < 10_000 + pace * timed / 2
+    )  # spent at the fastest op's pace
     # --max-iters ends it first when the budget is larger
     clock = ScriptedClock(Script(FALLING_THEN_FLAT, scattered).times())
     measured, _, _ = _measure(one_rank_group, clock, monkeypatch, time_budget_ms=1000.0, max_iters=30)
@@ -146,7 +153,7 @@ def test_warm_up_is_bounded_when_times_keep_falling(one_rank_group, monkeypatch)
     falling = [10_000.0 - 50 * i for i in range(WARMUP_LIMIT - 1)]  # never settles
     clock = ScriptedClock(Script(falling, [100.0] * 50).times())
     measured, _, _ = _measure(one_rank_group, clock, monkeypatch, time_budget_ms=1e6)
-    assert measured.warmups == WARMUP_LIMIT and sum(clock.asked[: -1]) == WARMUP_LIMIT
+    assert measured.warmups == WARMUP_LIMIT and sum(clock.asked[:-1]) == WARMUP_LIMIT
 
 
 def test_nccl_tests_overrides_are_honoured(one_rank_group, monkeypatch):

@@ -22,9 +22,22 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "examples" / "exampl
 
 
 def record(size: int, samples, in_place=False):
-    facts = RowFacts(op="all_reduce", scope="world", group_size=2, n_groups=1, size_bytes=size, count=size // 4,
-                     dtype="float", redop="sum", root=-1, in_place=in_place, iters=len(samples), warmup=0, timer="host",
-                     stop_reason="fixed")
+    facts = RowFacts(
+        op="all_reduce",
+        scope="world",
+        group_size=2,
+        n_groups=1,
+        size_bytes=size,
+        count=size // 4,
+        dtype="float",
+        redop="sum",
+        root=-1,
+        in_place=in_place,
+        iters=len(samples),
+        warmup=0,
+        timer="host",
+        stop_reason="fixed",
+    )
     return build_record(facts, Stats.of(samples), 1.0, time_us_mean_nccl=None, wrong=0).model_dump()
 
 
@@ -73,4 +86,6 @@ def test_fp32_activations_double_the_16_bit_terms():
     b16, b32 = (activation_bytes_per_layer(j, batch, none)[0] for j in (sixteen, fp32))
     masks = 2 * 4096 * model.hidden  # two 1-byte hidden dropout masks per token
     assert b32 - masks == pytest.approx(2 * (b16 - masks))
-    assert activation_bytes_per_layer(fp32, batch, full)[0] == pytest.approx(2 * activation_bytes_per_layer(sixteen, batch, full)[0])
+    assert activation_bytes_per_layer(fp32, batch, full)[0] == pytest.approx(
+        2 * activation_bytes_per_layer(sixteen, batch, full)[0]
+    )

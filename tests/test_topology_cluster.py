@@ -33,7 +33,10 @@ def test_merge_places_each_node_once():
     ]
     cluster = merge_nodes(reported, IDENTITIES)
     assert [(n.hostname, n.node_id, n.ranks) for n in cluster.nodes] == [
-        ("n2", 0, [0, 1]), ("n1", 1, [2, 3]), ("n3", 2, [4, 5]), ("spare", None, []),
+        ("n2", 0, [0, 1]),
+        ("n1", 1, [2, 3]),
+        ("n3", 2, [4, 5]),
+        ("spare", None, []),
     ]
     assert cluster.nodes[1].notes == ["a"]
     assert cluster.nodes[2].source == "none" and "no topology" in cluster.nodes[2].notes[0]

@@ -49,8 +49,14 @@ def test_this_machine_json(topo):
 
 
 def test_imported_dgx_views(topo):
-    code, out, _ = topo("--import-nccl-xml", str(FIXTURES / "dgx_h100_nccl_topo.xml"),
-                        "--import-smi-topo", str(FIXTURES / "dgx_h100_nvidia_smi_topo.txt"), "--node-name", "dgx-a01")
+    code, out, _ = topo(
+        "--import-nccl-xml",
+        str(FIXTURES / "dgx_h100_nccl_topo.xml"),
+        "--import-smi-topo",
+        str(FIXTURES / "dgx_h100_nvidia_smi_topo.txt"),
+        "--node-name",
+        "dgx-a01",
+    )
     assert code == 0
     assert out.count("NV18") == 2 * 8 * 7  # both matrices
     assert "NIC9 = mlx5_9" in out and "nccl-xml:dgx_h100_nccl_topo.xml" in out
@@ -98,18 +104,27 @@ def test_foreign_sysfs_falls_back_to_the_kernel(monkeypatch):
 
 
 @pytest.mark.cluster
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"),
-                    reason="needs root, ip and nsenter to build a network namespace")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"),
+    reason="needs root, ip and nsenter to build a network namespace",
+)
 def test_discovery_inside_a_namespace_entered_with_nsenter():
     """The emulated cluster's way in: /sys stays the host's, the interfaces are the namespace's."""
     namespace, host_end = f"topons{os.getpid()}", f"topov{os.getpid()}"
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
-        subprocess.run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", namespace], check=True)
+        subprocess.run(
+            ["ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", namespace], check=True
+        )
         subprocess.run(["ip", "netns", "exec", namespace, "ip", "link", "set", "eth0", "mtu", "1400", "up"], check=True)
         script = "import json; from commbench.topology import discover_node; print(json.dumps(discover_node('n1').to_dict()))"
-        result = subprocess.run(["nsenter", f"--net=/var/run/netns/{namespace}", sys.executable, "-c", script],
-                                check=True, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            ["nsenter", f"--net=/var/run/netns/{namespace}", sys.executable, "-c", script],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         subprocess.run(["ip", "netns", "del", namespace], check=False)  # takes the veth pair with it
     node = json.loads(result.stdout)

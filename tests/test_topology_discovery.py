@@ -58,7 +58,7 @@ def fake_nvml(gpus: list[FakeGpu], levels: dict[tuple[int, int], int], state_by_
         return gpus[handle].nvlinks[index]
 
     def field_values(handle, fields):
-        (field_id, index), = fields
+        ((field_id, index),) = fields
         assert field_id == real_nvml.NVML_FI_DEV_NVLINK_GET_STATE
         link(handle, index)
         return [types.SimpleNamespace(nvmlReturn=real_nvml.NVML_SUCCESS, value=types.SimpleNamespace(uiVal=1))]
@@ -78,7 +78,9 @@ def fake_nvml(gpus: list[FakeGpu], levels: dict[tuple[int, int], int], state_by_
     nvml.nvmlDeviceGetPciInfo = lambda handle: types.SimpleNamespace(busId=gpus[handle].bus_id)
     nvml.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(total=gpus[handle].memory_bytes)
     nvml.nvmlDeviceGetCudaComputeCapability = lambda handle: (9, 0)
-    nvml.nvmlDeviceGetNumaNodeId = lambda handle: gpus[handle].numa_node if gpus[handle].numa_node is not None else not_supported()
+    nvml.nvmlDeviceGetNumaNodeId = lambda handle: (
+        gpus[handle].numa_node if gpus[handle].numa_node is not None else not_supported()
+    )
     nvml.nvmlDeviceGetCpuAffinity = cpu_affinity
     nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda handle: gpus[handle].pcie[0]
     nvml.nvmlDeviceGetMaxPcieLinkGeneration = lambda handle: gpus[handle].pcie[1]
@@ -113,28 +115,59 @@ class FakeSysfs:
         self._link(self.root / "bus" / "pci" / "devices" / path[-1], directory)
         return directory
 
-    def rdma(self, name: str, device: Path, link_layer: str, state="4: ACTIVE", phys_state="5: LinkUp",
-             rate="400 Gb/sec (4X NDR)", gid_types=(), netdev: str | None = None) -> None:
+    def rdma(
+        self,
+        name: str,
+        device: Path,
+        link_layer: str,
+        state="4: ACTIVE",
+        phys_state="5: LinkUp",
+        rate="400 Gb/sec (4X NDR)",
+        gid_types=(),
+        netdev: str | None = None,
+    ) -> None:
         rdma = self.root / "class" / "infiniband" / name
         port = rdma / "ports" / "1"
         (port / "gid_attrs" / "types").mkdir(parents=True)
         self._link(rdma / "device", device)
         (rdma / "node_guid").write_text("a088:c203:00ab:1200\n")
-        for attribute, value in [("state", state), ("phys_state", phys_state), ("rate", rate), ("link_layer", link_layer)]:
+        for attribute, value in [
+            ("state", state),
+            ("phys_state", phys_state),
+            ("rate", rate),
+            ("link_layer", link_layer),
+        ]:
             (port / attribute).write_text(value + "\n")
         for index, gid_type in enumerate(gid_types):
             (port / "gid_attrs" / "types" / str(index)).write_text(gid_type + "\n")
         if netdev:
             self.netdev(netdev, device=device, kind="32" if link_layer == "InfiniBand" else "1")
 
-    def netdev(self, name: str, device: Path | None = None, kind="1", speed="400000", mtu="9000",
-               operstate="up", ifindex="5", iflink="5", extra_dirs=()) -> Path:
+    def netdev(
+        self,
+        name: str,
+        device: Path | None = None,
+        kind="1",
+        speed="400000",
+        mtu="9000",
+        operstate="up",
+        ifindex="5",
+        iflink="5",
+        extra_dirs=(),
+    ) -> Path:
         """An interface; with `device`, under that PCI function, else under devices/virtual/net."""
         parent = device / "net" if device else self.root / "devices" / "virtual" / "net"
         interface = parent / name
         interface.mkdir(parents=True)
-        attributes = {"type": kind, "speed": speed, "mtu": mtu, "operstate": operstate,
-                      "address": "94:6d:ae:f4:5a:20", "ifindex": ifindex, "iflink": iflink}
+        attributes = {
+            "type": kind,
+            "speed": speed,
+            "mtu": mtu,
+            "operstate": operstate,
+            "address": "94:6d:ae:f4:5a:20",
+            "ifindex": ifindex,
+            "iflink": iflink,
+        }
         for attribute, value in attributes.items():
             (interface / attribute).write_text(value + "\n")
         for directory in extra_dirs:
@@ -166,7 +199,9 @@ def dgx_nvml(state_by_field_values=False):
     switch_of_link = [0] * 5 + [1] * 4 + [2] * 4 + [3] * 5
     switch_links = [(f"00000000:{0xE0 + switch:02x}:00.0", NVLINK_TO_SWITCH) for switch in switch_of_link]
     gpus = [
-        FakeGpu("NVIDIA H100 80GB HBM3", "0000" + dgx_gpu_bus(i).upper(), i // 4, DGX_CPUS[i // 4], nvlinks=switch_links)
+        FakeGpu(
+            "NVIDIA H100 80GB HBM3", "0000" + dgx_gpu_bus(i).upper(), i // 4, DGX_CPUS[i // 4], nvlinks=switch_links
+        )
         for i in range(8)
     ]
     levels = {(a, b): NODE if a // 4 == b // 4 else SYSTEM for a in range(8) for b in range(a + 1, 8)}
@@ -181,12 +216,24 @@ def dgx_sysfs(root: Path) -> FakeSysfs:
         sysfs.pci(switch + [f"0000:{bridge + 2:02x}:00.0", dgx_gpu_bus(i)], numa)
         nic = sysfs.pci(switch + [f"0000:{bridge + 2:02x}:01.0", f"0000:{bridge + 4:02x}:00.0"], numa)
         down = i == 7  # one compute port with its cable pulled
-        sysfs.rdma(f"mlx5_{i}", nic, "InfiniBand", netdev=f"ibp{bridge + 4}s0",
-                   state="1: DOWN" if down else "4: ACTIVE", phys_state="2: Polling" if down else "5: LinkUp")
+        sysfs.rdma(
+            f"mlx5_{i}",
+            nic,
+            "InfiniBand",
+            netdev=f"ibp{bridge + 4}s0",
+            state="1: DOWN" if down else "4: ACTIVE",
+            phys_state="2: Polling" if down else "5: LinkUp",
+        )
     for function in (0, 1):  # a dual-port storage NIC running RoCE v2
         port = sysfs.pci(["pci0000:a7", "0000:a7:01.0", f"0000:a8:00.{function}"], 1)
-        sysfs.rdma(f"mlx5_{8 + function}", port, "Ethernet", rate="400 Gb/sec (4X)",
-                   gid_types=["IB/RoCE v1", "RoCE v2"], netdev=f"ens8f{function}np{function}")
+        sysfs.rdma(
+            f"mlx5_{8 + function}",
+            port,
+            "Ethernet",
+            rate="400 Gb/sec (4X)",
+            gid_types=["IB/RoCE v1", "RoCE v2"],
+            netdev=f"ens8f{function}np{function}",
+        )
     management = sysfs.pci(["pci0000:00", "0000:00:1c.0", "0000:06:00.0"], 0)
     sysfs.netdev("eno3", device=management, speed="1000", mtu="1500")
     # host plumbing that is not a NIC of the node
@@ -250,12 +297,23 @@ def test_dgx_nics(dgx):
     assert names == [f"mlx5_{i}" for i in range(10)] + ["eno3"]  # IPoIB/RoCE netdevs folded in, plumbing left out
     infiniband = node.nics[0]
     assert (infiniband.kind, infiniband.port, infiniband.up, infiniband.rate_gbps, infiniband.rate_detail) == (
-        "InfiniBand", 1, True, 400.0, "4X NDR")
+        "InfiniBand",
+        1,
+        True,
+        400.0,
+        "4X NDR",
+    )
     assert (infiniband.pci_bus_id, infiniband.numa_node, infiniband.netdev) == ("0000:19:00.0", 0, "ibp25s0")
     assert infiniband.state == "ACTIVE / LinkUp"
     assert node.nics[7].up is False and node.nics[7].state == "DOWN / Polling"
     roce = node.nics[9]
-    assert (roce.kind, roce.roce_version, roce.netdev, roce.mtu, roce.numa_node) == ("RoCE", "RoCE v2", "ens8f1np1", 9000, 1)
+    assert (roce.kind, roce.roce_version, roce.netdev, roce.mtu, roce.numa_node) == (
+        "RoCE",
+        "RoCE v2",
+        "ens8f1np1",
+        9000,
+        1,
+    )
     ethernet = node.nics[10]
     assert (ethernet.kind, ethernet.rate_gbps, ethernet.mtu, ethernet.up) == ("Ethernet", 1.0, 1500, True)
 
@@ -266,8 +324,14 @@ def test_dgx_nics(dgx):
 # the other socket. mlx5_0 has a host bridge of its own on socket 0; mlx5_1 shares GPU0's host
 # bridge through another root port. (Four GPUs in a tree show at most three levels among them.)
 BOX_GPU_PATHS = {
-    0: (["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0", "0000:05:00.0"], 0),
-    1: (["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:01.0", "0000:06:00.0"], 0),
+    0: (
+        ["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0", "0000:05:00.0"],
+        0,
+    ),
+    1: (
+        ["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:01.0", "0000:06:00.0"],
+        0,
+    ),
     2: (["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0", "0000:07:00.0"], 0),
     3: (["pci0000:80", "0000:80:01.0", "0000:81:00.0"], 1),
 }
@@ -276,8 +340,14 @@ BOX_GPU_PATHS = {
 @pytest.fixture
 def pcie_box(tmp_path, monkeypatch):
     gpus = [
-        FakeGpu("NVIDIA L40S", "0000" + path[-1].upper(), None, list(range(0, 32)) if numa == 0 else list(range(32, 64)),
-                memory_bytes=48 * 2**30, pcie=(1, 4, 16, 16))
+        FakeGpu(
+            "NVIDIA L40S",
+            "0000" + path[-1].upper(),
+            None,
+            list(range(0, 32)) if numa == 0 else list(range(32, 64)),
+            memory_bytes=48 * 2**30,
+            pcie=(1, 4, 16, 16),
+        )
         for path, numa in BOX_GPU_PATHS.values()
     ]
     levels = {(0, 1): SINGLE, (0, 2): MULTIPLE, (1, 2): MULTIPLE, (0, 3): SYSTEM, (1, 3): SYSTEM, (2, 3): SYSTEM}
@@ -285,10 +355,17 @@ def pcie_box(tmp_path, monkeypatch):
     sysfs = FakeSysfs(tmp_path)
     for path, numa in BOX_GPU_PATHS.values():
         sysfs.pci(path, numa)
-    sysfs.rdma("mlx5_0", sysfs.pci(["pci0000:40", "0000:40:01.0", "0000:41:00.0"], 0), "Ethernet",
-               rate="100 Gb/sec (4X EDR)", gid_types=["IB/RoCE v1"], netdev="enp65s0np0")
-    sysfs.rdma("mlx5_1", sysfs.pci(["pci0000:00", "0000:00:02.0", "0000:08:00.0"], 0), "InfiniBand",
-               rate="200 Gb/sec (4X HDR)")
+    sysfs.rdma(
+        "mlx5_0",
+        sysfs.pci(["pci0000:40", "0000:40:01.0", "0000:41:00.0"], 0),
+        "Ethernet",
+        rate="100 Gb/sec (4X EDR)",
+        gid_types=["IB/RoCE v1"],
+        netdev="enp65s0np0",
+    )
+    sysfs.rdma(
+        "mlx5_1", sysfs.pci(["pci0000:00", "0000:00:02.0", "0000:08:00.0"], 0), "InfiniBand", rate="200 Gb/sec (4X HDR)"
+    )
     return discover_node("box", sysfs_root=tmp_path)
 
 

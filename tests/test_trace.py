@@ -225,10 +225,26 @@ def test_odd_correlation_ids_and_args_are_ignored(tmp_path):
     from commbench.traces.analysis import analyse_traces
 
     events = [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 0, "dur": 1,
-         "args": {"correlation": []}},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "pid": 0, "tid": 7, "ts": 5, "dur": 10,
-         "args": {"correlation": [1]}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1,
+            "args": {"correlation": []},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllGather_RING_LL",
+            "pid": 0,
+            "tid": 7,
+            "ts": 5,
+            "dur": 10,
+            "args": {"correlation": [1]},
+        },
         {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 8, "ts": 5, "dur": 10, "args": [1, 2]},
     ]
     path = tmp_path / "odd.json"

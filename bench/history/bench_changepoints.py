@@ -27,8 +27,9 @@ PROFILE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "history-
 RUNS, AT, DROP = 300, 200, 0.07
 
 
-def detected_runs(profile: dict, size: int, with_in_place: bool, penalty: float, seed: int,
-                  injection: Injection | None) -> list[int]:
+def detected_runs(
+    profile: dict, size: int, with_in_place: bool, penalty: float, seed: int, injection: Injection | None
+) -> list[int]:
     """1-based runs where the detector starts a new segment in one generated history."""
     out_of_place, in_place = generate_rows(profile, [(size, False), (size, True)], RUNS, injection=injection, seed=seed)
     starts = find_change_points(out_of_place, penalty_per_log_n=penalty, companion=in_place if with_in_place else None)
@@ -45,21 +46,37 @@ def main() -> None:
     args = parser.parse_args()
     profile = read_profile(PROFILE)
     sigma = {(row["size_bytes"], row["in_place"]): row["run_sigma"] for row in profile["rows"]}
-    print(f"{'size':>5} {'sigma out/in':>13} {'detector':<13} {'penalty':>7} {'exact':>8} {'within 2':>9} "
-          f"{'within 5':>9} {'found':>8} {'false alarms':>13}")
+    print(
+        f"{'size':>5} {'sigma out/in':>13} {'detector':<13} {'penalty':>7} {'exact':>8} {'within 2':>9} "
+        f"{'within 5':>9} {'found':>8} {'false alarms':>13}"
+    )
     for size in map(parse_size, args.sizes.split(",")):
         for name, with_in_place in (("out-of-place", False), ("+ in-place", True)):
             for penalty in map(float, args.penalties.split(",")):
                 injection = Injection(at=AT, drop=DROP)
-                errors = [min((abs(run - AT) for run in detected_runs(profile, size, with_in_place, penalty, seed, injection)),
-                              default=None) for seed in range(args.first_seed, args.first_seed + args.histories)]
-                alarms = sum(bool(detected_runs(profile, size, with_in_place, penalty, seed, None))
-                             for seed in range(args.first_seed + 100_000, args.first_seed + 100_000 + args.flat))
-                exact, within_2, within_5 = (sum(error is not None and error <= runs for error in errors) for runs in (0, 2, 5))
+                errors = [
+                    min(
+                        (
+                            abs(run - AT)
+                            for run in detected_runs(profile, size, with_in_place, penalty, seed, injection)
+                        ),
+                        default=None,
+                    )
+                    for seed in range(args.first_seed, args.first_seed + args.histories)
+                ]
+                alarms = sum(
+                    bool(detected_runs(profile, size, with_in_place, penalty, seed, None))
+                    for seed in range(args.first_seed + 100_000, args.first_seed + 100_000 + args.flat)
+                )
+                exact, within_2, within_5 = (
+                    sum(error is not None and error <= runs for error in errors) for runs in (0, 2, 5)
+                )
                 found = sum(error is not None for error in errors)
                 n = args.histories
-                print(f"{format_size(size):>5} {sigma[(size, False)]:6.3f}/{sigma[(size, True)]:.3f} {name:<13} {penalty:7.1f} "
-                      f"{exact:>4}/{n:<3} {within_2:>4}/{n:<3} {within_5:>4}/{n:<3} {found:>4}/{n:<3} {alarms:>6}/{args.flat}")
+                print(
+                    f"{format_size(size):>5} {sigma[(size, False)]:6.3f}/{sigma[(size, True)]:.3f} {name:<13} {penalty:7.1f} "
+                    f"{exact:>4}/{n:<3} {within_2:>4}/{n:<3} {within_5:>4}/{n:<3} {found:>4}/{n:<3} {alarms:>6}/{args.flat}"
+                )
 
 
 if __name__ == "__main__":

@@ -56,16 +56,34 @@ def history(db: Path):
 
 def history_command(db: Path) -> None:
     """`commbench history ... --size 64M --json` as a user runs it: a fresh interpreter, imports included."""
-    subprocess.run([sys.executable, "-m", "commbench", "history", "--cluster", "bench", "--op", "all_reduce",
-                    "--size", "64M", "--db", str(db), "--json"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "history",
+            "--cluster",
+            "bench",
+            "--op",
+            "all_reduce",
+            "--size",
+            "64M",
+            "--db",
+            str(db),
+            "--json",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10000)
     parser.add_argument("--work", default="/tmp/commbench-bench-store")
-    parser.add_argument("--history-only", action="store_true",
-                        help="reuse WORK's database and time the history query three times")
+    parser.add_argument(
+        "--history-only", action="store_true", help="reuse WORK's database and time the history query three times"
+    )
     args = parser.parse_args()
     work = Path(args.work)
     runs_dir, db = work / "runs", work / "bench.duckdb"
@@ -78,9 +96,17 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     profile = read_profile(PROFILE)
     print(f"# {args.runs} generated runs of {len(profile['rows'])} rows, load average before: {os.getloadavg()[0]:.2f}")
-    timed("generate run directories", lambda: generate_history(
-        runs_dir, profile, args.runs, cluster="bench", seed=1, injection=Injection(at=args.runs * 2 // 3, drop=0.07,
-                                                                                  versions={"nccl": "2.23.4"})))
+    timed(
+        "generate run directories",
+        lambda: generate_history(
+            runs_dir,
+            profile,
+            args.runs,
+            cluster="bench",
+            seed=1,
+            injection=Injection(at=args.runs * 2 // 3, drop=0.07, versions={"nccl": "2.23.4"}),
+        ),
+    )
     report = timed("first ingest", lambda: store.ingest(db, [runs_dir]))
     print(f"#   {report.summary()}")
     report = timed("re-ingest, nothing changed", lambda: store.ingest(db, [runs_dir]))

@@ -35,12 +35,27 @@ def profile_of(runs_dir: str, command: str, load: str) -> dict:
     rows = []
     for (size, in_place), values in sorted(busbw.items()):
         logs = np.log(values)
-        rows.append({"size_bytes": size, "in_place": in_place, "busbw_gbps": float(np.median(values)),
-                     "run_sigma": float(1.4826 * np.median(np.abs(logs - np.median(logs)))),
-                     "iter_cv": float(np.median(cvs[(size, in_place)]))})
-    return {"measured": {"host": socket.gethostname(), "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
-                         "command": command, "runs": len(runs), "load": load},
-            "op": ops.pop(), "group_size": runs[0].records[0]["group_size"], "rows": rows}
+        rows.append(
+            {
+                "size_bytes": size,
+                "in_place": in_place,
+                "busbw_gbps": float(np.median(values)),
+                "run_sigma": float(1.4826 * np.median(np.abs(logs - np.median(logs)))),
+                "iter_cv": float(np.median(cvs[(size, in_place)])),
+            }
+        )
+    return {
+        "measured": {
+            "host": socket.gethostname(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
+            "command": command,
+            "runs": len(runs),
+            "load": load,
+        },
+        "op": ops.pop(),
+        "group_size": runs[0].records[0]["group_size"],
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -61,8 +76,10 @@ def main() -> None:
         json.dump(profile, handle, indent=1)
         handle.write("\n")
     for row in profile["rows"]:
-        print(f"{row['size_bytes']:>10} {'in ' if row['in_place'] else 'out'}  busbw {row['busbw_gbps']:.3f} GB/s  "
-              f"run sigma {row['run_sigma']:.3f}  iter cv {row['iter_cv']:.3f}")
+        print(
+            f"{row['size_bytes']:>10} {'in ' if row['in_place'] else 'out'}  busbw {row['busbw_gbps']:.3f} GB/s  "
+            f"run sigma {row['run_sigma']:.3f}  iter cv {row['iter_cv']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -94,8 +94,9 @@ class GPT(nn.Module):
     """Token ids (b, s) -> logits (b, s, vocab). A pipeline stage keeps only its part: the first
     stage has the embeddings, the last the final norm and head, each a share of the blocks."""
 
-    def __init__(self, cfg: GPTConfig, first: bool = True, last: bool = True, blocks: int | None = None,
-                 recompute: bool = False):
+    def __init__(
+        self, cfg: GPTConfig, first: bool = True, last: bool = True, blocks: int | None = None, recompute: bool = False
+    ):
         super().__init__()
         self.recompute = recompute  # full recompute: keep each block's input, rebuild the rest in backward
         self.tok = nn.Embedding(cfg.vocab, cfg.hidden) if first else None

@@ -52,8 +52,10 @@ class LayoutRun:
 
 def layout_runs(global_batch: int, pp_micro_batches: int) -> dict[str, LayoutRun]:
     if global_batch % (2 * WORLD_SIZE) or global_batch % pp_micro_batches:
-        raise ValueError(f"global batch {global_batch} must split over {WORLD_SIZE} ranks into 2 micro-batches "
-                         f"each and into {pp_micro_batches} micro-batches")
+        raise ValueError(
+            f"global batch {global_batch} must split over {WORLD_SIZE} ranks into 2 micro-batches "
+            f"each and into {pp_micro_batches} micro-batches"
+        )
     half, pp_mbs = global_batch // WORLD_SIZE, global_batch // pp_micro_batches
     runs = (
         LayoutRun("ddp", f"dp=2,mbs={half},zero=0", 2, global_batch, half, 1),

@@ -49,10 +49,20 @@ def gpt_spec(model: dict) -> ModelSpec:
     """bench/validation/gpt.py as a ModelSpec: two LayerNorms (weight and bias) per block, a learned
     position table of seq_len rows and a final LayerNorm, no biases elsewhere."""
     h = model["hidden"]
-    return ModelSpec(name="validation GPT", hidden=h, layers=model["layers"], heads=model["heads"],
-                     kv_heads=model["heads"], ffn_hidden=4 * h, vocab=model["vocab"], mlp="gelu",
-                     tied_embeddings=False, max_seq_len=model["seq_len"], layer_extra_params=4 * h,
-                     model_extra_params=model["seq_len"] * h + 2 * h)
+    return ModelSpec(
+        name="validation GPT",
+        hidden=h,
+        layers=model["layers"],
+        heads=model["heads"],
+        kv_heads=model["heads"],
+        ffn_hidden=4 * h,
+        vocab=model["vocab"],
+        mlp="gelu",
+        tied_embeddings=False,
+        max_seq_len=model["seq_len"],
+        layer_extra_params=4 * h,
+        model_extra_params=model["seq_len"] * h + 2 * h,
+    )
 
 
 # an input of the prediction left out -> what the processor JSON (or the slowdown) becomes without it
@@ -64,15 +74,24 @@ ABLATIONS = {
     "autograd-op": "the eager autograd op's cost (the per-kernel overhead instead)",
     "attention-rates": "the per-backend attention rates (one attention efficiency instead)",
 }
-_ABLATED_FIELDS = {"surface": "gemm_surface", "kernel-overhead": "kernel_overhead_s", "attention-rates": "attention_rates",
-                   "autograd-op": "autograd_op_s"}
+_ABLATED_FIELDS = {
+    "surface": "gemm_surface",
+    "kernel-overhead": "kernel_overhead_s",
+    "attention-rates": "attention_rates",
+    "autograd-op": "autograd_op_s",
+}
 
 
 def calibrated_processor(calibrations: list[dict], ablate: tuple[str, ...] = ()) -> dict:
     """The processor JSON `commbench calibrate` writes, from these calibrations' timings."""
     latest = calibrations[-1]
-    description = processor_json(combine(calibrations), {**CPU_FACTS, "name": "this CPU, 1 thread per rank"},
-                                 latest["host"], latest["measured_at"], latest["commbench"])
+    description = processor_json(
+        combine(calibrations),
+        {**CPU_FACTS, "name": "this CPU, 1 thread per rank"},
+        latest["host"],
+        latest["measured_at"],
+        latest["commbench"],
+    )
     return ablated(description, ablate)
 
 
@@ -89,9 +108,16 @@ def ablated(description: dict, ablate: tuple[str, ...]) -> dict:
 PROCESSOR_CHOICES = ("own", "pooled", "quick")
 
 
-def predict(training: dict, bandwidth_run: Path, processor_dir: Path, processors: str = "own",
-            execution: str = TRAINING_EXECUTION, slowdown: float | None = None, ablate: tuple[str, ...] = (),
-            quick: dict | None = None) -> tuple[dict[str, dict], dict[str, StepResult], dict[str, list[str]]]:
+def predict(
+    training: dict,
+    bandwidth_run: Path,
+    processor_dir: Path,
+    processors: str = "own",
+    execution: str = TRAINING_EXECUTION,
+    slowdown: float | None = None,
+    ablate: tuple[str, ...] = (),
+    quick: dict | None = None,
+) -> tuple[dict[str, dict], dict[str, StepResult], dict[str, list[str]]]:
     """Per trained layout: the processor JSON used, the planner's step result and the measured network's warnings.
 
     `processors`: "own" (each layout's calibrations), "pooled" (every calibration of the round) or
@@ -119,14 +145,25 @@ def predict(training: dict, bandwidth_run: Path, processor_dir: Path, processors
         processor_file = processor_dir / f"{name}-{processors}{''.join('-without-' + a for a in ablate)}.json"
         processor_file.write_text(json.dumps(description, indent=1))
         descriptions[name] = description
-        system = System("emulated cluster: network-namespace nodes, 1 rank each", load_processor(str(processor_file)),
-                        1, ethernet, ethernet)
+        system = System(
+            "emulated cluster: network-namespace nodes, 1 rank each",
+            load_processor(str(processor_file)),
+            1,
+            ethernet,
+            ethernet,
+        )
         cost = MeasuredNetwork(bandwidth_run, fallback=PresetNetwork(system))
         run = runs[name]
         # DistributedDataParallel(bucket_cap_mb=25) is TrainingJob's default bucket; a CPU run: no CUDA context
-        job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch,
-                          precision=PRECISIONS["fp32"], on_gpu=False, dropout=False,
-                          execution=EXECUTIONS[execution])
+        job = TrainingJob(
+            gpt_spec(model),
+            seq_len=model["seq_len"],
+            global_batch=run.global_batch,
+            precision=PRECISIONS["fp32"],
+            on_gpu=False,
+            dropout=False,
+            execution=EXECUTIONS[execution],
+        )
         overlap = {} if slowdown is None else {"slowdown_intra": slowdown, "slowdown_inter": slowdown}
         planner = Planner(job, Cluster(run.gpus, system, cost, **overlap))
         results[name], _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
@@ -143,19 +180,28 @@ def predict_memory(training: dict) -> dict[str, dict]:
     model = training["model"]
     runs = layout_runs(training["global_batch"], training["pp_micro_batches"])
     ethernet = load_network("eth-25g")
-    system = System("emulated cluster: network-namespace nodes, 1 rank each", load_processor("h100"), 1, ethernet,
-                    ethernet)
+    system = System(
+        "emulated cluster: network-namespace nodes, 1 rank each", load_processor("h100"), 1, ethernet, ethernet
+    )
     predicted = {}
     for name in training["layouts"]:
         run = runs[name]
-        job = TrainingJob(gpt_spec(model), seq_len=model["seq_len"], global_batch=run.global_batch,
-                          precision=PRECISIONS["fp32"], on_gpu=False, dropout=False,
-                          execution=EXECUTIONS[TRAINING_EXECUTION])
+        job = TrainingJob(
+            gpt_spec(model),
+            seq_len=model["seq_len"],
+            global_batch=run.global_batch,
+            precision=PRECISIONS["fp32"],
+            on_gpu=False,
+            dropout=False,
+            execution=EXECUTIONS[TRAINING_EXECUTION],
+        )
         planner = Planner(job, Cluster(run.gpus, system, PresetNetwork(system)))
         result, _ = planner.evaluate_layout(parse_layout(run.planner, run.gpus))
         stages = [stage["memory_bytes"] for stage in result.stages]
         per_rank = [stages[r] if len(stages) > 1 else stages[0] for r in range(training["world_size"])]
-        predicted[name] = {"ranks": [ledger["allocator_peak"] for ledger in per_rank], "ledgers": per_rank,
-                           "moments": [result.stages[min(r, len(stages) - 1)]["peak_moment"]
-                                       for r in range(training["world_size"])]}
+        predicted[name] = {
+            "ranks": [ledger["allocator_peak"] for ledger in per_rank],
+            "ledgers": per_rank,
+            "moments": [result.stages[min(r, len(stages) - 1)]["peak_moment"] for r in range(training["world_size"])],
+        }
     return predicted

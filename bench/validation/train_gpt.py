@@ -62,9 +62,14 @@ def calibration_grid(cfg: GPTConfig, run: LayoutRun, repeats: int) -> Grid:
     """This layout's GEMMs and attention core (batch folded into heads: SDPA treats both alike), the
     elementwise kernels over its MLP activation, and the optimizer step over CALIBRATION_PARAMS."""
     activation = run.mbs * cfg.seq_len * cfg.ffn // run.tp
-    return Grid(gemm_dims=(), attention=((cfg.seq_len, run.mbs * cfg.heads // run.tp, cfg.head_dim),),
-                elementwise_elements=max(activation, 1 << 20), optimizer_params=CALIBRATION_PARAMS,
-                repeats=repeats, gemm_shapes=tuple(gemm_shapes(cfg, run)))
+    return Grid(
+        gemm_dims=(),
+        attention=((cfg.seq_len, run.mbs * cfg.heads // run.tp, cfg.head_dim),),
+        elementwise_elements=max(activation, 1 << 20),
+        optimizer_params=CALIBRATION_PARAMS,
+        repeats=repeats,
+        gemm_shapes=tuple(gemm_shapes(cfg, run)),
+    )
 
 
 def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
@@ -73,8 +78,12 @@ def calibrate(cfg: GPTConfig, run: LayoutRun, repeats: int) -> dict:
     local = measure(torch.device("cpu"), ("fp32",), calibration_grid(cfg, run, repeats))
     ranks = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, local)
-    return {**combine(ranks, statistic=max), "measured_at": utc_now(), "host": socket.gethostname(),
-            "commbench": __version__}
+    return {
+        **combine(ranks, statistic=max),
+        "measured_at": utc_now(),
+        "host": socket.gethostname(),
+        "commbench": __version__,
+    }
 
 
 # layouts -----------------------------------------------------------------------------------
@@ -125,13 +134,14 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
             model._set_unshard_async_op(True)
             blocks = list(model.blocks)
             for i, block in enumerate(blocks):
-                block.set_modules_to_forward_prefetch(blocks[i + 1:i + 2])
-                block.set_modules_to_backward_prefetch(blocks[i - 1:i] if i else [])
+                block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 2])
+                block.set_modules_to_backward_prefetch(blocks[i - 1 : i] if i else [])
         if name == "zero1":
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
-                                                lr=LEARNING_RATE, fused=True)
+            optimizer = ZeroRedundancyOptimizer(
+                model.parameters(), optimizer_class=torch.optim.AdamW, lr=LEARNING_RATE, fused=True
+            )
         else:
             optimizer = adamw(model.parameters())
 
@@ -160,8 +170,16 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
         mesh = init_device_mesh("cpu", (world,))
         model = GPT(cfg)
         for block in model.blocks:
-            parallelize_module(block, mesh, {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
-                                             "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()})
+            parallelize_module(
+                block,
+                mesh,
+                {
+                    "attn.qkv": ColwiseParallel(),
+                    "attn.proj": RowwiseParallel(),
+                    "mlp.fc1": ColwiseParallel(),
+                    "mlp.fc2": RowwiseParallel(),
+                },
+            )
         parallelize_module(model, mesh, {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
         optimizer = adamw(model.parameters())
         x, y = batch(cfg, run.global_batch, seed=1)  # both ranks work on the same sequences
@@ -170,7 +188,7 @@ def build_step(name: str, cfg: GPTConfig, run: LayoutRun):
             optimizer.zero_grad(set_to_none=True)
             for start in range(0, run.global_batch, run.mbs):
                 with loss_parallel():
-                    lm_loss(model(x[start:start + run.mbs]), y[start:start + run.mbs]).backward()
+                    lm_loss(model(x[start : start + run.mbs]), y[start : start + run.mbs]).backward()
             optimizer.step()
 
         return step
@@ -226,8 +244,11 @@ def measure_memory(args, cfg: GPTConfig, runs: dict[str, LayoutRun]) -> dict:
         dist.all_gather_object(ranks, local)
         results[name] = {"planner_layout": runs[name].planner, "ranks": ranks}
         if dist.get_rank() == 0:
-            print(f"layout {name}: peak " + ", ".join(f"rank {r} {m['peak_bytes'] / 1e6:.1f} MB"
-                                                        for r, m in enumerate(ranks)), flush=True)
+            print(
+                f"layout {name}: peak "
+                + ", ".join(f"rank {r} {m['peak_bytes'] / 1e6:.1f} MB" for r, m in enumerate(ranks)),
+                flush=True,
+            )
         dist.barrier()
     return results
 
@@ -246,9 +267,12 @@ def time_steps(step, steps: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layouts", default="ddp,fsdp,tp,pp,local",
-                        help="comma-separated: ddp, fsdp, tp, pp, ddp-accum, pp-mb1, tp-accum, fsdp-accum, pp-mb4, "
-                             "zero1, recompute, local")
+    parser.add_argument(
+        "--layouts",
+        default="ddp,fsdp,tp,pp,local",
+        help="comma-separated: ddp, fsdp, tp, pp, ddp-accum, pp-mb1, tp-accum, fsdp-accum, pp-mb4, "
+        "zero1, recompute, local",
+    )
     parser.add_argument("--hidden", type=int, default=GPTConfig.hidden)
     parser.add_argument("--layers", type=int, default=GPTConfig.layers)
     parser.add_argument("--heads", type=int, default=GPTConfig.heads)
@@ -260,8 +284,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each calibration kernel")
     parser.add_argument("--out", required=True, help="JSON file rank 0 writes")
-    parser.add_argument("--memory", action="store_true",
-                        help="measure each layout's peak allocator bytes per rank instead of timing it")
+    parser.add_argument(
+        "--memory", action="store_true", help="measure each layout's peak allocator bytes per rank instead of timing it"
+    )
     parser.add_argument("--memory-steps", type=int, default=2, help="training steps the memory is measured over")
     args = parser.parse_args()
 
@@ -272,11 +297,23 @@ def main() -> int:
     if args.memory:
         memory = measure_memory(args, cfg, runs)
         if dist.get_rank() == 0:
-            Path(args.out).write_text(json.dumps({
-                "model": cfg.to_dict(), "global_batch": args.global_batch, "pp_micro_batches": args.pp_micro_batches,
-                "steps": args.memory_steps, "world_size": dist.get_world_size(), "torch": torch.__version__,
-                "optimizer": f"AdamW lr={LEARNING_RATE}, fused, fp32", "measured_at": utc_now(),
-                "host": socket.gethostname(), "layouts": memory}, indent=1))
+            Path(args.out).write_text(
+                json.dumps(
+                    {
+                        "model": cfg.to_dict(),
+                        "global_batch": args.global_batch,
+                        "pp_micro_batches": args.pp_micro_batches,
+                        "steps": args.memory_steps,
+                        "world_size": dist.get_world_size(),
+                        "torch": torch.__version__,
+                        "optimizer": f"AdamW lr={LEARNING_RATE}, fused, fp32",
+                        "measured_at": utc_now(),
+                        "host": socket.gethostname(),
+                        "layouts": memory,
+                    },
+                    indent=1,
+                )
+            )
         dist.destroy_process_group()
         return 0
     results = {}
@@ -289,18 +326,37 @@ def main() -> int:
         before = calibrate(cfg, run, args.repeats)
         step_s = time_steps(step, args.steps)
         calibrations = [before, calibrate(cfg, run, args.repeats)]
-        results[name] = {"planner_layout": run.planner, "step_s": step_s, "median_step_s": statistics.median(step_s),
-                         "calibrations": calibrations, "load_average": [load_before, os.getloadavg()[0]]}
+        results[name] = {
+            "planner_layout": run.planner,
+            "step_s": step_s,
+            "median_step_s": statistics.median(step_s),
+            "calibrations": calibrations,
+            "load_average": [load_before, os.getloadavg()[0]],
+        }
         if dist.get_rank() == 0:
-            print(f"layout {name}: median step {results[name]['median_step_s']:.3f} s over {len(step_s)} steps "
-                  f"(load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"layout {name}: median step {results[name]['median_step_s']:.3f} s over {len(step_s)} steps "
+                f"(load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
         dist.barrier()
     if dist.get_rank() == 0:
-        Path(args.out).write_text(json.dumps({
-            "model": cfg.to_dict(), "global_batch": args.global_batch, "pp_micro_batches": args.pp_micro_batches,
-            "warmup": args.warmup, "steps": args.steps, "world_size": dist.get_world_size(),
-            "torch": torch.__version__, "optimizer": f"AdamW lr={LEARNING_RATE}, fused, fp32", "layouts": results,
-        }, indent=1))
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "model": cfg.to_dict(),
+                    "global_batch": args.global_batch,
+                    "pp_micro_batches": args.pp_micro_batches,
+                    "warmup": args.warmup,
+                    "steps": args.steps,
+                    "world_size": dist.get_world_size(),
+                    "torch": torch.__version__,
+                    "optimizer": f"AdamW lr={LEARNING_RATE}, fused, fp32",
+                    "layouts": results,
+                },
+                indent=1,
+            )
+        )
     dist.destroy_process_group()
     return 0
 

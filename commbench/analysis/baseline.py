@@ -41,10 +41,23 @@ def build_baseline(runs: list[RunRows]) -> dict[str, Any]:
         times = np.array([run.rows[key]["time_us"] for run in runs], dtype=float)
         busbw = np.array([run.rows[key]["busbw_gbps"] for run in runs], dtype=float)
         median = float(np.median(times))
-        rows.append({"key": list(key), "row": describe_key(key), "n_runs": len(runs), "time_us": median,
-                     "time_us_mad": float(np.median(np.abs(times - median))), "busbw_gbps": float(np.median(busbw))})
-    return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created": utc_now(),
-            "runs": [run.run_id for run in runs], "rows": rows}
+        rows.append(
+            {
+                "key": list(key),
+                "row": describe_key(key),
+                "n_runs": len(runs),
+                "time_us": median,
+                "time_us_mad": float(np.median(np.abs(times - median))),
+                "busbw_gbps": float(np.median(busbw)),
+            }
+        )
+    return {
+        "format": BASELINE_FORMAT,
+        "version": BASELINE_VERSION,
+        "created": utc_now(),
+        "runs": [run.run_id for run in runs],
+        "rows": rows,
+    }
 
 
 def expected_baseline(run: RunRows, system: Any) -> dict[str, Any]:
@@ -64,13 +77,29 @@ def expected_baseline(run: RunRows, system: Any) -> dict[str, Any]:
     rows = []
     for key in largest.values():
         record = run.rows[key]
-        tier = system.intra if record["scope"] == "intra" or (record["scope"] == "world" and nodes == 1) else system.inter
+        tier = (
+            system.intra if record["scope"] == "intra" or (record["scope"] == "world" and nodes == 1) else system.inter
+        )
         busbw = tier.busbw_per_rank(system.gpus_per_host)  # bytes/s
         time_us = record["size_bytes"] * record["busbw_factor"] / busbw * 1e6
-        rows.append({"key": list(key), "row": describe_key(key), "n_runs": 0, "time_us": time_us, "time_us_mad": 0.0,
-                     "busbw_gbps": busbw / 1e9, "source": f"{system.name}: {tier.name}"})
-    return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created": utc_now(),
-            "runs": [f"preset {system.name}"], "rows": rows}
+        rows.append(
+            {
+                "key": list(key),
+                "row": describe_key(key),
+                "n_runs": 0,
+                "time_us": time_us,
+                "time_us_mad": 0.0,
+                "busbw_gbps": busbw / 1e9,
+                "source": f"{system.name}: {tier.name}",
+            }
+        )
+    return {
+        "format": BASELINE_FORMAT,
+        "version": BASELINE_VERSION,
+        "created": utc_now(),
+        "runs": [f"preset {system.name}"],
+        "rows": rows,
+    }
 
 
 def write_baseline(baseline: dict[str, Any], path: str | Path) -> None:
@@ -86,7 +115,9 @@ def read_baseline(path: str | Path) -> dict[str, Any]:
     if not isinstance(baseline, dict) or baseline.get("format") != BASELINE_FORMAT:
         raise UsageError(f"{path}: not a commbench baseline (make one with `commbench baseline create`)")
     if baseline.get("version", 0) > BASELINE_VERSION:
-        raise UsageError(f"{path}: baseline version {baseline['version']} is newer than this commbench reads ({BASELINE_VERSION})")
+        raise UsageError(
+            f"{path}: baseline version {baseline['version']} is newer than this commbench reads ({BASELINE_VERSION})"
+        )
     return baseline
 
 
@@ -97,9 +128,9 @@ class RowGrade:
     baseline_us: float
     limit_us: float
     time_us: float | None
-    change: float | None          # time / baseline - 1
+    change: float | None  # time / baseline - 1
     passed: bool
-    why: str                      # pass, slower, missing
+    why: str  # pass, slower, missing
 
 
 def grade(run: RunRows, baseline: dict[str, Any], tolerance: float) -> list[RowGrade]:
@@ -113,12 +144,27 @@ def grade(run: RunRows, baseline: dict[str, Any], tolerance: float) -> list[RowG
             continue
         time_us = record["time_us"]
         passed = time_us <= limit
-        grades.append(RowGrade(entry["row"], entry["key"], entry["time_us"], limit, time_us,
-                               time_us / entry["time_us"] - 1, passed, "pass" if passed else "slower"))
+        grades.append(
+            RowGrade(
+                entry["row"],
+                entry["key"],
+                entry["time_us"],
+                limit,
+                time_us,
+                time_us / entry["time_us"] - 1,
+                passed,
+                "pass" if passed else "slower",
+            )
+        )
     return grades
 
 
 def grades_to_dict(run_id: str, grades: list[RowGrade], tolerance: float) -> dict[str, Any]:
     failed = [g for g in grades if not g.passed]
-    return {"run": run_id, "tolerance": tolerance, "passed": not failed, "rows": [asdict(g) for g in grades],
-            "failed": len(failed)}
+    return {
+        "run": run_id,
+        "tolerance": tolerance,
+        "passed": not failed,
+        "rows": [asdict(g) for g in grades],
+        "failed": len(failed),
+    }

@@ -38,13 +38,13 @@ class RowComparison:
     row: str
     time_a_us: float
     time_b_us: float
-    time_change: float                  # time_B / time_A - 1
-    busbw_change: float                 # busbw_B / busbw_A - 1
-    ci_low: float | None = None         # bounds of time_change
+    time_change: float  # time_B / time_A - 1
+    busbw_change: float  # busbw_B / busbw_A - 1
+    ci_low: float | None = None  # bounds of time_change
     ci_high: float | None = None
     p: float | None = None
     q: float | None = None
-    verdict: str = "no samples"         # slower, faster, no significant change, no samples
+    verdict: str = "no samples"  # slower, faster, no significant change, no samples
 
     @property
     def flagged(self) -> bool:
@@ -70,7 +70,9 @@ class Comparison:
         return result
 
 
-def compare_runs(a: RunRows, b: RunRows, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def compare_runs(
+    a: RunRows, b: RunRows, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD
+) -> Comparison:
     common = [key for key in a.rows if key in b.rows]
     rows = [_row(key, a, b) for key in common]
     tested = [row for row in rows if row.p is not None]
@@ -79,16 +81,29 @@ def compare_runs(a: RunRows, b: RunRows, alpha: float = DEFAULT_ALPHA, threshold
         for row, q in zip(tested, adjusted):
             row.q = float(q)
             row.verdict = _verdict(row, alpha, threshold)
-    return Comparison(run_a=a.run_id, run_b=b.run_id, rows=rows, differences=run_differences(a.info, b.info),
-                      only_in_a=len(a.rows) - len(common), only_in_b=len(b.rows) - len(common),
-                      alpha=alpha, threshold=threshold)
+    return Comparison(
+        run_a=a.run_id,
+        run_b=b.run_id,
+        rows=rows,
+        differences=run_differences(a.info, b.info),
+        only_in_a=len(a.rows) - len(common),
+        only_in_b=len(b.rows) - len(common),
+        alpha=alpha,
+        threshold=threshold,
+    )
 
 
 def _row(key: tuple[Any, ...], a: RunRows, b: RunRows) -> RowComparison:
     time_a, time_b = a.rows[key]["time_us"], b.rows[key]["time_us"]
     change = time_b / time_a - 1 if time_a > 0 else float("nan")
-    row = RowComparison(key=key, row=describe_key(key), time_a_us=time_a, time_b_us=time_b,
-                        time_change=change, busbw_change=1 / (1 + change) - 1 if change > -1 else float("nan"))
+    row = RowComparison(
+        key=key,
+        row=describe_key(key),
+        time_a_us=time_a,
+        time_b_us=time_b,
+        time_change=change,
+        busbw_change=1 / (1 + change) - 1 if change > -1 else float("nan"),
+    )
     samples_a, samples_b = a.samples.get(key), b.samples.get(key)
     if samples_a and samples_b and len(samples_a) >= 3 and len(samples_b) >= 3:
         row.ci_low, row.ci_high = bootstrap_ratio_interval(np.asarray(samples_a), np.asarray(samples_b))

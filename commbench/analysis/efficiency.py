@@ -82,14 +82,19 @@ def benchmark_entry(table: BandwidthTable, op: str, scope: str, group_size: int,
     try:
         return table.entry(op, scope, group_size)
     except LookupError as exc:
-        alike = [e for e in table.entries(op) if e.group_size == group_size and table.placement(e.scope, e.group_size) == placement]
+        alike = [
+            e
+            for e in table.entries(op)
+            if e.group_size == group_size and table.placement(e.scope, e.group_size) == placement
+        ]
         if not alike:
             raise exc from None
         return max(alike, key=lambda e: e.fit.busbw_gbps)
 
 
-def row_efficiency(record: dict[str, Any], samples: dict[str, Any], entry: Entry, rank_hosts: dict[str, str],
-                   seed: int = 0) -> RowEfficiency:
+def row_efficiency(
+    record: dict[str, Any], samples: dict[str, Any], entry: Entry, rank_hosts: dict[str, str], seed: int = 0
+) -> RowEfficiency:
     sizes = np.asarray(samples["size_bytes"], dtype=float)
     times = np.asarray(samples["time_us"], dtype=float)
     expected = np.asarray(entry.time_us(sizes), dtype=float).reshape(sizes.shape)
@@ -98,12 +103,22 @@ def row_efficiency(record: dict[str, Any], samples: dict[str, Any], entry: Entry
     low, high = _bootstrap(ratios, seed)
     moved = sizes * float(record["busbw_factor"])
     return RowEfficiency(
-        comm_id=record["comm_id"], comm_name=record.get("comm_name") or "unknown", hosts=list(record.get("hosts") or []),
-        op=record["op"], scope=record["scope"], group_size=int(record["group_size"]), size_bytes=int(record["size_bytes"]),
-        size_bucket=list(record.get("size_bucket") or [record["size_bytes"], record["size_bytes"]]), calls=len(times),
-        job_busbw_gbps=float(np.median(moved / times) / 1e3), benchmark_busbw_gbps=float(np.median(moved / expected) / 1e3),
+        comm_id=record["comm_id"],
+        comm_name=record.get("comm_name") or "unknown",
+        hosts=list(record.get("hosts") or []),
+        op=record["op"],
+        scope=record["scope"],
+        group_size=int(record["group_size"]),
+        size_bytes=int(record["size_bytes"]),
+        size_bucket=list(record.get("size_bucket") or [record["size_bytes"], record["size_bytes"]]),
+        calls=len(times),
+        job_busbw_gbps=float(np.median(moved / times) / 1e3),
+        benchmark_busbw_gbps=float(np.median(moved / expected) / 1e3),
         job_busbw_mean_gbps=float(moved.sum() / times.sum() / 1e3),
-        efficiency=efficiency, ci_low=low, ci_high=high, benchmark_entry=entry.label,
+        efficiency=efficiency,
+        ci_low=low,
+        ci_high=high,
+        benchmark_entry=entry.label,
         extrapolated=bool(sizes.min() < entry.sizes[0] or sizes.max() > entry.sizes[-1]),
         slow_ranks=_slow_ranks(samples, rank_hosts),
     )
@@ -128,8 +143,15 @@ def _slow_ranks(samples: dict[str, Any], rank_hosts: dict[str, str], top: int = 
         return []
     typical = float(np.median(medians))
     ordered = sorted(zip(ranks, medians), key=lambda pair: -pair[1])[:top]
-    return [{"rank": int(rank), "host": rank_hosts.get(str(rank), "?"), "median_us": float(median),
-             "vs_comm_median": float(median / typical) if typical > 0 else 1.0} for rank, median in ordered]
+    return [
+        {
+            "rank": int(rank),
+            "host": rank_hosts.get(str(rank), "?"),
+            "median_us": float(median),
+            "vs_comm_median": float(median / typical) if typical > 0 else 1.0,
+        }
+        for rank, median in ordered
+    ]
 
 
 @dataclass
@@ -146,14 +168,28 @@ class JobEfficiency:
         """Each communicator with a row below the threshold, its worst row first."""
         found: dict[str, dict[str, Any]] = {}
         for row in sorted(self.far_below, key=lambda r: r.efficiency):
-            comm = found.setdefault(row.comm_id, {"comm_id": row.comm_id, "comm_name": row.comm_name, "hosts": row.hosts,
-                                                  "worst_efficiency": row.efficiency, "rows": 0, "slow_ranks": row.slow_ranks})
+            comm = found.setdefault(
+                row.comm_id,
+                {
+                    "comm_id": row.comm_id,
+                    "comm_name": row.comm_name,
+                    "hosts": row.hosts,
+                    "worst_efficiency": row.efficiency,
+                    "rows": 0,
+                    "slow_ranks": row.slow_ranks,
+                },
+            )
             comm["rows"] += 1
         return list(found.values())
 
 
-def job_efficiency(records: list[dict[str, Any]], samples: dict[tuple[Any, ...], dict[str, Any]], communicators: list[dict[str, Any]],
-                   tables: dict[bool, BandwidthTable], below: float = FAR_BELOW) -> JobEfficiency:
+def job_efficiency(
+    records: list[dict[str, Any]],
+    samples: dict[tuple[Any, ...], dict[str, Any]],
+    communicators: list[dict[str, Any]],
+    tables: dict[bool, BandwidthTable],
+    below: float = FAR_BELOW,
+) -> JobEfficiency:
     """Every row of an imported job against the benchmark. tables: the benchmark's bandwidth table
     preferring in-place rows (True) and out-of-place rows (False); samples: read_job_samples' dict."""
     comms = {comm["id"]: comm for comm in communicators}
@@ -192,8 +228,13 @@ def tables_of_run(run: Run) -> dict[bool, BandwidthTable]:
     records = [{**record, "time_us_mean": None} for record in run.records]  # the table then reads time_us
     tables = {}
     for variant in (True, False):
-        table = BandwidthTable.from_records(records, source=str(run.path), world_size=run.info.world_size,
-                                            nodes=max(1, len(run.info.nodes)), in_place=variant)
+        table = BandwidthTable.from_records(
+            records,
+            source=str(run.path),
+            world_size=run.info.world_size,
+            nodes=max(1, len(run.info.nodes)),
+            in_place=variant,
+        )
         for entry in table.items:
             entry.time_stat = "median per op"
         table.warnings[:0] = list(run.warnings)
@@ -208,5 +249,10 @@ def efficiency_of_runs(job_run: Run, tables: dict[bool, BandwidthTable], below: 
     """An imported job (a loaded commbench.data.rundir.Run) against a benchmark's tables."""
     from commbench.data.nccl_inspector import read_job_samples
 
-    return job_efficiency(job_run.records, read_job_samples(job_run.path), job_run.info.args.get("communicators") or [],
-                          tables, below=below)
+    return job_efficiency(
+        job_run.records,
+        read_job_samples(job_run.path),
+        job_run.info.args.get("communicators") or [],
+        tables,
+        below=below,
+    )

@@ -46,18 +46,18 @@ class Point:
     path: str
     busbw_gbps: float
     time_us: float
-    source: str                    # commbench, nccl-tests, or synthetic (generated: never a measurement)
+    source: str  # commbench, nccl-tests, or synthetic (generated: never a measurement)
     in_place_busbw_gbps: float | None = None  # the same run's in-place row, a second look at the same change
 
 
 @dataclass
 class ChangePoint:
-    index: int                     # 1-based position in the series of the first run after the change
-    detected_index: int            # where the detector alone put it (index may move to a run.json change nearby)
+    index: int  # 1-based position in the series of the first run after the change
+    detected_index: int  # where the detector alone put it (index may move to a run.json change nearby)
     run_id: str
-    before_busbw_gbps: float       # median of the segment before
-    after_busbw_gbps: float        # median of the segment after
-    change: float                  # after / before - 1 (busbw)
+    before_busbw_gbps: float  # median of the segment before
+    after_busbw_gbps: float  # median of the segment after
+    change: float  # after / before - 1 (busbw)
     differences: list[str] = field(default_factory=list)
 
 
@@ -94,13 +94,20 @@ def load_series(con: Any, cluster: str, op: str, size_bytes: int, scope: str | N
     grouped: dict[tuple[str, int], list[Point]] = {}
     for run_id, created, path, row_scope, group_size, busbw, time_us, source, in_place_busbw in rows:
         grouped.setdefault((row_scope, group_size), []).append(
-            Point(run_id, created, path, busbw, time_us, source, in_place_busbw))
-    return [Series(cluster, op, size_bytes, row_scope, group_size, points, [])
-            for (row_scope, group_size), points in grouped.items()]
+            Point(run_id, created, path, busbw, time_us, source, in_place_busbw)
+        )
+    return [
+        Series(cluster, op, size_bytes, row_scope, group_size, points, [])
+        for (row_scope, group_size), points in grouped.items()
+    ]
 
 
-def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD,
-                       penalty_per_log_n: float = PENALTY_PER_LOG_N, companion: list[Any] | None = None) -> list[int]:
+def find_change_points(
+    values: list[float],
+    threshold: float = DEFAULT_THRESHOLD,
+    penalty_per_log_n: float = PENALTY_PER_LOG_N,
+    companion: list[Any] | None = None,
+) -> list[int]:
     """0-based indices where a new segment of `values` starts (material changes in `values` only).
     `companion`, when given and complete, is a second series of the same runs that any real change
     moves too (the in-place row): it sharpens where the change is, not whether `values` changed."""
@@ -118,8 +125,8 @@ def find_change_points(values: list[float], threshold: float = DEFAULT_THRESHOLD
     bounds = [0] + ends + [signal.size]
     kept = []
     for i, start in enumerate(ends, 1):
-        before = np.median(signal[bounds[i - 1]:start])
-        after = np.median(signal[start:bounds[i + 1]])
+        before = np.median(signal[bounds[i - 1] : start])
+        after = np.median(signal[start : bounds[i + 1]])
         if abs(math.exp(after - before) - 1) > threshold:
             kept.append(start)
     return kept
@@ -143,12 +150,20 @@ def attach_change_points(series: Series, threshold: float = DEFAULT_THRESHOLD) -
     series.change_points = []
     read = _InfoCache()
     for i, start in enumerate(starts, 1):
-        before = float(np.median(values[bounds[i - 1]:start]))
-        after = float(np.median(values[start:bounds[i + 1]]))
+        before = float(np.median(values[bounds[i - 1] : start]))
+        after = float(np.median(values[start : bounds[i + 1]]))
         index, differences = _attribute(series.points, start, read)
-        series.change_points.append(ChangePoint(
-            index=index + 1, detected_index=start + 1, run_id=series.points[index].run_id, before_busbw_gbps=before,
-            after_busbw_gbps=after, change=after / before - 1, differences=differences))
+        series.change_points.append(
+            ChangePoint(
+                index=index + 1,
+                detected_index=start + 1,
+                run_id=series.points[index].run_id,
+                before_busbw_gbps=before,
+                after_busbw_gbps=after,
+                change=after / before - 1,
+                differences=differences,
+            )
+        )
     return series
 
 

@@ -26,7 +26,9 @@ def pair_kind(record: dict[str, Any]) -> str:
     return "intra" if a == b else "inter"
 
 
-def flag_outliers(records: list[dict[str, Any]], bandwidth_size: int, ratio: float, max_retransmit_pct: float) -> list[dict[str, Any]]:
+def flag_outliers(
+    records: list[dict[str, Any]], bandwidth_size: int, ratio: float, max_retransmit_pct: float
+) -> list[dict[str, Any]]:
     """Mark bandwidth rows below ratio x the best of their kind ("slow") or re-sending more than
     max_retransmit_pct of their TCP segments ("lossy"); latency rows carry too few segments to
     judge loss by, and stay unflagged."""
@@ -77,11 +79,19 @@ def print_pairwise(records: list[dict[str, Any]], ratio: float, max_retransmit_p
         a, b = r["pair"]
         retransmits = record_retransmit_pct(r)
         mark = " ".join(f"[bold red]{reason.upper()}[/]" for reason in r.get("outlier_reasons") or [])
-        grid.add_row(f"{a} <-> {b}", " <-> ".join(r["pair_nodes"]), f"{latency.get((a, b), float('nan')):.1f}",
-                      f"{r['algbw_gbps']:.4f}", "n/a" if retransmits is None else f"{retransmits:.2f}", mark)
+        grid.add_row(
+            f"{a} <-> {b}",
+            " <-> ".join(r["pair_nodes"]),
+            f"{latency.get((a, b), float('nan')):.1f}",
+            f"{r['algbw_gbps']:.4f}",
+            "n/a" if retransmits is None else f"{retransmits:.2f}",
+            mark,
+        )
     console.print(grid)
     flagged = [r for r in records if r.get("outlier")]
-    console.print(f"# slow: < {ratio:.0%} of the best pair of its kind; lossy: TCP re-sent > {max_retransmit_pct:g}% of segments")
+    console.print(
+        f"# slow: < {ratio:.0%} of the best pair of its kind; lossy: TCP re-sent > {max_retransmit_pct:g}% of segments"
+    )
     if flagged:
         names = ", ".join(f"{r['pair'][0]}-{r['pair'][1]} ({', '.join(r['outlier_reasons'])})" for r in flagged)
         console.print(f"# {len(flagged)} pair(s) flagged: {names}")

@@ -27,8 +27,8 @@ IGNORED_ARGS = {"run_id", "out_dir", "progress", "argv", "node_name"}
 class RunRows:
     info: RunInfo
     path: Path
-    rows: dict[tuple[Any, ...], dict[str, Any]]             # row key -> record
-    samples: dict[tuple[Any, ...], list[float]]   # row key -> per-iteration times (us) of the reported rank
+    rows: dict[tuple[Any, ...], dict[str, Any]]  # row key -> record
+    samples: dict[tuple[Any, ...], list[float]]  # row key -> per-iteration times (us) of the reported rank
 
     @property
     def run_id(self) -> str:
@@ -74,15 +74,19 @@ def name_width(names: Any) -> int:
 def run_differences(before: RunInfo, after: RunInfo) -> list[str]:
     """What differs between two runs' run.json, in words: versions, environment, nodes, topology, options."""
     changes = [f"{name} {old} -> {new}" for name, old, new in _dict_changes(before.versions, after.versions)]
-    changes += [f"{name} {old} -> {new}" for name, old, new in
-                _dict_changes(_behaviour_env(before.env), _behaviour_env(after.env))]
+    changes += [
+        f"{name} {old} -> {new}"
+        for name, old, new in _dict_changes(_behaviour_env(before.env), _behaviour_env(after.env))
+    ]
     changes += _node_changes([n.hostname for n in before.nodes], [n.hostname for n in after.nodes])
     if _canonical(before.topology) != _canonical(after.topology) and before.topology and after.topology:
         changes.append("topology changed")
     options = _dict_changes(_options(before.args), _options(after.args))
     changes += [f"option {name} {old} -> {new}" for name, old, new in options]
     if getattr(before, "cluster", None) != getattr(after, "cluster", None):
-        changes.append(f"cluster {getattr(before, 'cluster', None) or 'unset'} -> {getattr(after, 'cluster', None) or 'unset'}")
+        changes.append(
+            f"cluster {getattr(before, 'cluster', None) or 'unset'} -> {getattr(after, 'cluster', None) or 'unset'}"
+        )
     return changes
 
 

@@ -39,8 +39,13 @@ def _my_splits(splits: Splits | None, buffers, ctx) -> tuple[list[int], list[int
 
 def _launch(splits: Splits | None, buffers, ctx, variant):
     send_splits, recv_splits = _my_splits(splits, buffers, ctx)
-    dist.all_to_all_single(buffers.recv[: sum(recv_splits)], buffers.send[: sum(send_splits)],
-                           output_split_sizes=recv_splits, input_split_sizes=send_splits, group=ctx.group)
+    dist.all_to_all_single(
+        buffers.recv[: sum(recv_splits)],
+        buffers.send[: sum(send_splits)],
+        output_split_sizes=recv_splits,
+        input_split_sizes=send_splits,
+        group=ctx.group,
+    )
 
 
 def _expected(splits: Splits | None, ctx, counts, dtype, device, variant):

@@ -121,7 +121,7 @@ def pattern(rank: int, numel: int, dtype: torch.dtype, device, start: int = 0) -
     """Known inputs, different on every rank: element i of rank r is (i + 7r) mod 13.
     A view of one cached tensor, so filling and checking cost no arithmetic."""
     shift = (7 * rank) % PERIOD
-    return _base(start + shift + numel, dtype, device)[start + shift: start + shift + numel]
+    return _base(start + shift + numel, dtype, device)[start + shift : start + shift + numel]
 
 
 def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> torch.Tensor:
@@ -129,7 +129,9 @@ def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> torch.
     same contribute the same slice, so this is at most 13 multiply-adds, however many ranks."""
     import torch
 
-    accumulate = torch.int64 if not dtype.is_floating_point else (torch.float64 if dtype == torch.float64 else torch.float32)
+    accumulate = (
+        torch.int64 if not dtype.is_floating_point else (torch.float64 if dtype == torch.float64 else torch.float32)
+    )
     total = torch.zeros(numel, dtype=accumulate, device=device)
     for shift in range(min(ranks, PERIOD)):
         owners = len(range(shift, ranks, PERIOD))  # ranks r with r mod 13 == shift

@@ -23,8 +23,12 @@ def _wait_all(ops):
 def _launch(buffers, ctx, variant):
     peer = ctx.peer(+1)
     if variant.direction == "bi":
-        _wait_all([dist.P2POp(dist.isend, buffers.send, peer, group=ctx.group),
-                   dist.P2POp(dist.irecv, buffers.recv, peer, group=ctx.group)])
+        _wait_all(
+            [
+                dist.P2POp(dist.isend, buffers.send, peer, group=ctx.group),
+                dist.P2POp(dist.irecv, buffers.recv, peer, group=ctx.group),
+            ]
+        )
     elif ctx.rank == 0:
         dist.send(buffers.send, peer, group=ctx.group)
         dist.recv(buffers.recv, peer, group=ctx.group)

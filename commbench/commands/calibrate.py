@@ -46,21 +46,44 @@ LIMITS = {"gemm": (1, 65536), "seq": (16, 131072), "heads": (1, 256), "head_dim"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to measure")
     what.add_argument("--device", choices=DEVICES, default="auto", help="cuda, cpu, or auto: the GPU if there is one")
-    what.add_argument("--dtype", default=None, metavar="LIST",
-                      help="comma-separated GEMM dtypes: fp32, bf16, fp16 (default: bf16,fp16 on CUDA, fp32 on CPU)")
-    what.add_argument("--quick", action="store_true", help="a small grid (about 10 s on an idle 2-core CPU; the full grid takes minutes)")
-    what.add_argument("--gemm-dims", default=None, metavar="LIST",
-                      help="values M, N and K each take (the grid is every combination), e.g. 256,1024,4096")
+    what.add_argument(
+        "--dtype",
+        default=None,
+        metavar="LIST",
+        help="comma-separated GEMM dtypes: fp32, bf16, fp16 (default: bf16,fp16 on CUDA, fp32 on CPU)",
+    )
+    what.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small grid (about 10 s on an idle 2-core CPU; the full grid takes minutes)",
+    )
+    what.add_argument(
+        "--gemm-dims",
+        default=None,
+        metavar="LIST",
+        help="values M, N and K each take (the grid is every combination), e.g. 256,1024,4096",
+    )
     what.add_argument("--gemm-shapes", default=None, metavar="MxNxK,...", help="extra GEMM shapes to time")
-    what.add_argument("--attention", default=None, metavar="SxHxD,...",
-                      help="attention shapes: sequence x heads x head dim, e.g. 2048x16x128")
+    what.add_argument(
+        "--attention",
+        default=None,
+        metavar="SxHxD,...",
+        help="attention shapes: sequence x heads x head dim, e.g. 2048x16x128",
+    )
     what.add_argument("--repeats", type=int, default=None, help="timed runs per figure (its median is kept)")
     what.add_argument("--threads", type=int, default=None, help="CPU threads torch uses (default: torch's)")
-    what.add_argument("--fp8", action="store_true",
-                      help="also time the GEMM grid in FP8 (torch._scaled_mm, E4M3, per-tensor scales): the processor "
-                           "JSON gains peak_flops_fp8 and an fp8 gemm_surface, which price --compute-precision fp8-*")
-    what.add_argument("--peak-flops", type=float, default=None,
-                      help="datasheet peak FLOP/s to take fractions of (default: the fastest GEMM measured)")
+    what.add_argument(
+        "--fp8",
+        action="store_true",
+        help="also time the GEMM grid in FP8 (torch._scaled_mm, E4M3, per-tensor scales): the processor "
+        "JSON gains peak_flops_fp8 and an fp8 gemm_surface, which price --compute-precision fp8-*",
+    )
+    what.add_argument(
+        "--peak-flops",
+        type=float,
+        default=None,
+        help="datasheet peak FLOP/s to take fractions of (default: the fastest GEMM measured)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, metavar="FILE|DIR", help="where to write (default processor-HOST.json)")
     out.add_argument("--json", action="store_true", help="print the processor JSON on stdout")
@@ -124,14 +147,18 @@ def grid_changes(args: argparse.Namespace) -> dict:
                 raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(GEMM_DTYPES)}")
     changes = {}
     if args.gemm_dims:
-        changes["gemm_dims"] = tuple(bounded(int_item(item, "--gemm-dims"), "gemm", "--gemm-dims")
-                                     for item in split(args.gemm_dims, "--gemm-dims"))
+        changes["gemm_dims"] = tuple(
+            bounded(int_item(item, "--gemm-dims"), "gemm", "--gemm-dims")
+            for item in split(args.gemm_dims, "--gemm-dims")
+        )
     if args.gemm_shapes:
-        changes["gemm_shapes"] = tuple(shape(item, "--gemm-shapes", ("gemm", "gemm", "gemm"))
-                                       for item in split(args.gemm_shapes, "--gemm-shapes"))
+        changes["gemm_shapes"] = tuple(
+            shape(item, "--gemm-shapes", ("gemm", "gemm", "gemm")) for item in split(args.gemm_shapes, "--gemm-shapes")
+        )
     if args.attention:
-        changes["attention"] = tuple(shape(item, "--attention", ("seq", "heads", "head_dim"))
-                                     for item in split(args.attention, "--attention"))
+        changes["attention"] = tuple(
+            shape(item, "--attention", ("seq", "heads", "head_dim")) for item in split(args.attention, "--attention")
+        )
     if args.repeats is not None:
         if not 1 <= args.repeats <= 1000:
             raise UsageError(f"--repeats must be 1 to 1000, not {args.repeats}")
@@ -160,7 +187,9 @@ def parse_dtypes(text: str | None, device: str) -> tuple[str, ...]:
     dtypes = tuple(dict.fromkeys(split(text, "--dtype")))
     for dtype in dtypes:
         if dtype not in CALIBRATION_DTYPES[device]:
-            raise UsageError(f"--dtype {dtype}: not calibrated on {device} (there: {', '.join(CALIBRATION_DTYPES[device])})")
+            raise UsageError(
+                f"--dtype {dtype}: not calibrated on {device} (there: {', '.join(CALIBRATION_DTYPES[device])})"
+            )
     return dtypes
 
 

@@ -47,12 +47,18 @@ HELP = "grade a run against a baseline: pass/fail per row; exit 1 if any row fai
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="the run to grade (directory or run id)")
     against = parser.add_mutually_exclusive_group(required=True)
-    against.add_argument("--baseline", metavar="FILE|RUN",
-                         help="a file from `commbench baseline create`, or a run directory or id")
-    against.add_argument("--expect", metavar="SYSTEM",
-                         help="a hardware preset's nominal rates (e.g. dgx-h100): the run's largest size per op "
-                              "and scope against the preset's bus bandwidth")
-    parser.add_argument("--tolerance", type=fraction_arg, default=0.10, help="allowed slowdown, e.g. 10%% (default 10%%)")
+    against.add_argument(
+        "--baseline", metavar="FILE|RUN", help="a file from `commbench baseline create`, or a run directory or id"
+    )
+    against.add_argument(
+        "--expect",
+        metavar="SYSTEM",
+        help="a hardware preset's nominal rates (e.g. dgx-h100): the run's largest size per op "
+        "and scope against the preset's bus bandwidth",
+    )
+    parser.add_argument(
+        "--tolerance", type=fraction_arg, default=0.10, help="allowed slowdown, e.g. 10%% (default 10%%)"
+    )
     parser.add_argument("--json", action="store_true", help="the grades as JSON")
     add_db_argument(parser)
     add_scheduler_arguments(parser, "the run's nodes when it fails")
@@ -83,8 +89,9 @@ def _act(choice, run, result: dict, out) -> int:
     if result["passed"]:
         return scheduler.act(choice, {}, nodes, run.run_id, "check", out=out)[0]
     worst = max((row for row in result["rows"] if not row["passed"]), key=lambda row: row.get("change") or 0.0)
-    why = (f"check: {run.run_id} failed {result['failed']} of {len(result['rows'])} rows, worst {worst['row']} "
-           + ("not measured" if worst["why"] == "missing" else f"{worst['change']:+.0%}"))
+    why = f"check: {run.run_id} failed {result['failed']} of {len(result['rows'])} rows, worst {worst['row']} " + (
+        "not measured" if worst["why"] == "missing" else f"{worst['change']:+.0%}"
+    )
     return scheduler.act(choice, {node: why for node in nodes}, [], run.run_id, "check", out=out)[0]
 
 
@@ -109,7 +116,9 @@ def _print(result: dict, baseline: dict) -> None:
             print(f"  FAIL {row['row']:<{width}} not measured (baseline {row['baseline_us']:.1f} us)")
             continue
         mark = "pass" if row["passed"] else "FAIL"
-        print(f"  {mark} {row['row']:<{width}} {row['time_us']:10.1f} us vs {row['baseline_us']:10.1f} us "
-              f"({row['change']:+.1%}; limit {row['limit_us'] / row['baseline_us'] - 1:+.1%})")
+        print(
+            f"  {mark} {row['row']:<{width}} {row['time_us']:10.1f} us vs {row['baseline_us']:10.1f} us "
+            f"({row['change']:+.1%}; limit {row['limit_us'] / row['baseline_us'] - 1:+.1%})"
+        )
     verdict = "PASS" if result["passed"] else f"FAIL: {result['failed']} of {len(result['rows'])} rows"
     print(f"# {verdict}")

@@ -30,10 +30,18 @@ HELP = "compare two runs per row with confidence intervals and multiple-testing 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", metavar="RUN_A", help="the reference run (directory or run id)")
     parser.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
-    parser.add_argument("--threshold", type=fraction_arg, default=DEFAULT_THRESHOLD,
-                        help="smallest change that matters, e.g. 5%% (default 5%%)")
-    parser.add_argument("--alpha", type=fraction_arg, default=DEFAULT_ALPHA,
-                        help="false discovery rate for Benjamini-Hochberg (default 0.05)")
+    parser.add_argument(
+        "--threshold",
+        type=fraction_arg,
+        default=DEFAULT_THRESHOLD,
+        help="smallest change that matters, e.g. 5%% (default 5%%)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=fraction_arg,
+        default=DEFAULT_ALPHA,
+        help="false discovery rate for Benjamini-Hochberg (default 0.05)",
+    )
     parser.add_argument("--json", action="store_true", help="the comparison as JSON")
     add_db_argument(parser)
 
@@ -58,15 +66,21 @@ def print_comparison(comparison) -> None:
     print(f"# B = {comparison.run_b}")
     print("# what differs: " + ("; ".join(comparison.differences) or "nothing recorded in run.json"))
     width = name_width(row.row for row in comparison.rows)
-    print(f"# {'row':<{width}} {'time A (us)':>12} {'time B (us)':>12} {'time':>8} {'95% CI':>17} {'busbw':>8} {'q':>8}  verdict")
+    print(
+        f"# {'row':<{width}} {'time A (us)':>12} {'time B (us)':>12} {'time':>8} {'95% CI':>17} {'busbw':>8} {'q':>8}  verdict"
+    )
     for row in comparison.rows:
         interval = f"[{row.ci_low:+.1%},{row.ci_high:+.1%}]" if row.ci_low is not None else "-"
         q = f"{row.q:.2g}" if row.q is not None else "-"
-        print(f"  {row.row:<{width}} {row.time_a_us:12.1f} {row.time_b_us:12.1f} {row.time_change:+8.1%} {interval:>17} "
-              f"{row.busbw_change:+8.1%} {q:>8}  {row.verdict}")
+        print(
+            f"  {row.row:<{width}} {row.time_a_us:12.1f} {row.time_b_us:12.1f} {row.time_change:+8.1%} {interval:>17} "
+            f"{row.busbw_change:+8.1%} {q:>8}  {row.verdict}"
+        )
     flagged = [row for row in comparison.rows if row.flagged]
-    print(f"# {len(flagged)} of {len(comparison.rows)} rows changed significantly (q < {comparison.alpha:g}) and "
-          f"materially (> {comparison.threshold:.0%})" + _unmatched(comparison))
+    print(
+        f"# {len(flagged)} of {len(comparison.rows)} rows changed significantly (q < {comparison.alpha:g}) and "
+        f"materially (> {comparison.threshold:.0%})" + _unmatched(comparison)
+    )
 
 
 def _unmatched(comparison) -> str:

@@ -43,18 +43,37 @@ HELP = "browse results in a web dashboard: runs, topology, bandwidth, overlap, p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", default="results", metavar="DIR", help="results folder to browse (default: results/)")
-    parser.add_argument("--models", default=None, metavar="DIR",
-                        help="a folder of model config.json and processor JSON files the Planner may offer, besides "
-                             "the presets and those inside --results (the browser only ever picks among them)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument(
+        "--results", default="results", metavar="DIR", help="results folder to browse (default: results/)"
+    )
+    parser.add_argument(
+        "--models",
+        default=None,
+        metavar="DIR",
+        help="a folder of model config.json and processor JSON files the Planner may offer, besides "
+        "the presets and those inside --results (the browser only ever picks among them)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
     parser.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050)")
-    parser.add_argument("--debug", action="store_true", help="Dash debug mode on Flask's development server: reloader "
-                        "and in-page error details (never for a shared dashboard)")
-    parser.add_argument("--auth-file", metavar="FILE", help="file holding 'user:password' (basic auth) or a token "
-                        "(default: $COMMBENCH_DASHBOARD_AUTH; required beyond 127.0.0.1 unless --no-auth)")
-    parser.add_argument("--no-auth", action="store_true", help="serve beyond this machine without a login: anyone who "
-                        "can reach the port reads every result")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="Dash debug mode on Flask's development server: reloader "
+        "and in-page error details (never for a shared dashboard)",
+    )
+    parser.add_argument(
+        "--auth-file",
+        metavar="FILE",
+        help="file holding 'user:password' (basic auth) or a token "
+        "(default: $COMMBENCH_DASHBOARD_AUTH; required beyond 127.0.0.1 unless --no-auth)",
+    )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve beyond this machine without a login: anyone who can reach the port reads every result",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -67,14 +86,18 @@ def main(args: argparse.Namespace) -> int:
         from dashboard.app import create_app
         from dashboard.server import AUTH_ENV, is_loopback, load_credentials, protect, serve, warm_up
     except ImportError as exc:
-        raise UsageError(f"the dashboard needs its extra ({exc.name} is missing): pip install 'commbench[dashboard]'") from None
+        raise UsageError(
+            f"the dashboard needs its extra ({exc.name} is missing): pip install 'commbench[dashboard]'"
+        ) from None
 
     credentials, warnings = load_credentials(args.auth_file)
     if credentials and args.no_auth:
         raise UsageError("--no-auth and credentials (--auth-file or $" + AUTH_ENV + "): choose one")
     if credentials is None and not is_loopback(args.host) and not args.no_auth:
-        raise UsageError(f"--host {args.host} serves beyond this machine and needs a login: --auth-file FILE or "
-                         f"${AUTH_ENV} ('user:password' or a token), or --no-auth to serve without one")
+        raise UsageError(
+            f"--host {args.host} serves beyond this machine and needs a login: --auth-file FILE or "
+            f"${AUTH_ENV} ('user:password' or a token), or --no-auth to serve without one"
+        )
     if args.models is not None and not Path(args.models).is_dir():
         raise UsageError(f"--models {args.models}: no such folder")
     app = create_app(results_dir, args.models)
@@ -84,11 +107,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"commbench dashboard: warning: {warning}", file=sys.stderr)
     login = f"login required ({credentials.source})" if credentials else "no login"
     if args.no_auth:
-        print(f"commbench dashboard: --no-auth: anyone who can reach {args.host}:{args.port} can read every result "
-              f"in {results_dir.resolve()} and its database, with no login", file=sys.stderr)
+        print(
+            f"commbench dashboard: --no-auth: anyone who can reach {args.host}:{args.port} can read every result "
+            f"in {results_dir.resolve()} and its database, with no login",
+            file=sys.stderr,
+        )
     server = "Flask development server (--debug)" if args.debug else "waitress"
-    print(f"commbench dashboard: serving {results_dir.resolve()} at http://{args.host}:{args.port}/ with {server}, "
-          f"{login} (Ctrl-C stops)", flush=True)
+    print(
+        f"commbench dashboard: serving {results_dir.resolve()} at http://{args.host}:{args.port}/ with {server}, "
+        f"{login} (Ctrl-C stops)",
+        flush=True,
+    )
     if args.debug:
         app.run(host=args.host, port=args.port, debug=True)
     else:

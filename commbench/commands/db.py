@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ingest = actions.add_parser("ingest", help="load run directories (or folders of them) into the database")
     ingest.add_argument("dirs", nargs="+", metavar="DIR", help="a run directory or a results folder")
     ingest.add_argument("--quiet", action="store_true", help="only the summary line and skipped directories")
-    sql = actions.add_parser("sql", help="run one read-only SELECT (or WITH ... SELECT) over the tables; nothing else is reachable")
+    sql = actions.add_parser(
+        "sql", help="run one read-only SELECT (or WITH ... SELECT) over the tables; nothing else is reachable"
+    )
     sql.add_argument("statement", metavar="SQL")
     sql.add_argument("--format", choices=("text", "csv", "json"), default="text", help="output form (default text)")
     export = actions.add_parser("export", help="write every table as Parquet")

@@ -70,9 +70,13 @@ HELP = "find bad nodes and links in a few concurrent rounds (group testing) on l
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, DiagnoseConfig, only=lambda f: f.metadata["group"] == REAL)
-    parser.add_argument("--nproc", type=int, default=None, metavar="N",
-                        help="real mode: ranks (\"nodes\") to start on this machine when not under torchrun/srun "
-                             "(default 2)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help='real mode: ranks ("nodes") to start on this machine when not under torchrun/srun (default 2)',
+    )
     add_config_arguments(parser, FleetOptions)
     add_config_arguments(parser, DiagnoseConfig, only=lambda f: f.metadata["group"] != REAL)
     add_scheduler_arguments(parser, "the nodes to drain (real mode)")
@@ -95,8 +99,11 @@ def measure(args: argparse.Namespace) -> int:
     choice = choice_from_args(args)
     values = config_values(args, DiagnoseConfig)
     values["out_dir"] = str(Path(args.out_dir).resolve()) if args.out_dir else None
-    cfg = DiagnoseConfig(**values, slurm=choice.to_dict() if choice.wanted else None,
-                         command="commbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    cfg = DiagnoseConfig(
+        **values,
+        slurm=choice.to_dict() if choice.wanted else None,
+        command="commbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    )
     env = detect_rank_env()
     if env is not None:
         from commbench.measure.diagnose import run_rank
@@ -110,8 +117,16 @@ def measure(args: argparse.Namespace) -> int:
 
 def check_real_options(args: argparse.Namespace) -> None:
     """Real mode's own values, refused before any rank starts (and by `submit --diagnose` before sbatch)."""
-    model_only = [flag for flag, value in (("--faults", args.faults), ("--slow", args.slow), ("--lossy", args.lossy),
-                                           ("--link", args.link)) if value]
+    model_only = [
+        flag
+        for flag, value in (
+            ("--faults", args.faults),
+            ("--slow", args.slow),
+            ("--lossy", args.lossy),
+            ("--link", args.link),
+        )
+        if value
+    ]
     if model_only:
         raise UsageError(f"{model_only[0]} injects a fault into the cluster model: give --simulate N or --hosts too")
     for flag, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0), ("--size", args.size, 4)):
@@ -125,8 +140,10 @@ def check_real_options(args: argparse.Namespace) -> None:
 
 def simulate(args: argparse.Namespace) -> int:
     if args.slurm_plan or args.drain or args.resume:
-        raise UsageError("--slurm-plan, --drain and --resume act on a real diagnosis, not on the cluster model's "
-                         "synthetic one (leave out --simulate and --hosts)")
+        raise UsageError(
+            "--slurm-plan, --drain and --resume act on a real diagnosis, not on the cluster model's "
+            "synthetic one (leave out --simulate and --hosts)"
+        )
     names = node_names(args.hosts, args.simulate)
     check_sizes(args, len(names))
     model = FleetModel(len(names), np.random.default_rng(args.seed))

@@ -32,10 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from commbench.analysis.efficiency import FAR_BELOW
 
     parser.add_argument("job", metavar="JOB", help="run directory (or run id) of `commbench import nccl-inspector`")
-    parser.add_argument("--against", metavar="RUN|BASELINE", help="benchmark run directory or run id, or a baseline "
-                        "file (default: the newest sweep of the job's nodes in the database)")
-    parser.add_argument("--below", type=fraction_arg, default=FAR_BELOW, metavar="FRACTION",
-                        help=f"name communicators below this fraction of the benchmark (default {FAR_BELOW * 100:.0f}%%)")
+    parser.add_argument(
+        "--against",
+        metavar="RUN|BASELINE",
+        help="benchmark run directory or run id, or a baseline "
+        "file (default: the newest sweep of the job's nodes in the database)",
+    )
+    parser.add_argument(
+        "--below",
+        type=fraction_arg,
+        default=FAR_BELOW,
+        metavar="FRACTION",
+        help=f"name communicators below this fraction of the benchmark (default {FAR_BELOW * 100:.0f}%%)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_db_argument(parser)
 
@@ -49,8 +58,10 @@ def main(args: argparse.Namespace) -> int:
     db = db_path(args.db)
     job = load_run(_resolve(args.job, db))
     if job.info.source != SOURCE:
-        raise UsageError(f"{args.job}: not an NCCL Inspector job (source {job.info.source!r}); "
-                         "import one with `commbench import nccl-inspector`")
+        raise UsageError(
+            f"{args.job}: not an NCCL Inspector job (source {job.info.source!r}); "
+            "import one with `commbench import nccl-inspector`"
+        )
     tables, against = _benchmark(args.against, job, db)
     table = tables[False]
     result = efficiency_of_runs(job, tables, below=args.below)
@@ -92,11 +103,19 @@ def _latest_sweep_of(hosts: list[str], db: Path) -> Path:
     from commbench.data.store import query
 
     if not db.is_file():
-        raise UsageError(f"no --against and no database at {db}: name a benchmark run, or ingest one (commbench db ingest)")
-    _, rows = query(db, "SELECT path FROM runs WHERE kind = 'sweep' AND source = 'commbench' AND complete "
-                        "AND list_sort(nodes) = ?::VARCHAR[] ORDER BY created DESC NULLS LAST LIMIT 1", [hosts])
+        raise UsageError(
+            f"no --against and no database at {db}: name a benchmark run, or ingest one (commbench db ingest)"
+        )
+    _, rows = query(
+        db,
+        "SELECT path FROM runs WHERE kind = 'sweep' AND source = 'commbench' AND complete "
+        "AND list_sort(nodes) = ?::VARCHAR[] ORDER BY created DESC NULLS LAST LIMIT 1",
+        [hosts],
+    )
     if not rows:
-        raise UsageError(f"{db}: no complete commbench sweep of exactly the job's nodes ({', '.join(hosts)}); pass --against")
+        raise UsageError(
+            f"{db}: no complete commbench sweep of exactly the job's nodes ({', '.join(hosts)}); pass --against"
+        )
     return Path(rows[0][0])
 
 
@@ -122,8 +141,13 @@ def _table_from_baseline(path: Path, in_place: bool):
 
 def _document(job, against: str, table, result) -> dict:
     return {
-        "job": {"run": str(job.path), "job_id": job.info.args.get("job_id"), "hosts": [n.hostname for n in job.info.nodes],
-                "source": job.info.source, "note": job.info.note},
+        "job": {
+            "run": str(job.path),
+            "job_id": job.info.args.get("job_id"),
+            "hosts": [n.hostname for n in job.info.nodes],
+            "source": job.info.source,
+            "note": job.info.note,
+        },
         "against": {"benchmark": against, "synthetic": table.synthetic, "warnings": table.warnings},
         "below": result.below,
         "rows": [row.to_dict() for row in result.rows],
@@ -138,13 +162,17 @@ def _print_table(job, against: str, table, result) -> None:
     print(f"# job {job.info.args.get('job_id')} ({job.path}) against {against}")
     if table.synthetic:
         print("# the benchmark is SYNTHETIC: " + table.warnings[0])
-    print(f"# {'communicator':<28} {'op':<15} {'scope':<6} {'n':>3} {'size':>6} {'calls':>6} {'job GB/s':>9} "
-          f"{'bench GB/s':>10} {'efficiency':>10}  95% interval")
+    print(
+        f"# {'communicator':<28} {'op':<15} {'scope':<6} {'n':>3} {'size':>6} {'calls':>6} {'job GB/s':>9} "
+        f"{'bench GB/s':>10} {'efficiency':>10}  95% interval"
+    )
     for row in sorted(result.rows, key=lambda r: (r.comm_name, r.op, r.size_bytes)):
         mark = " *" if row.extrapolated else ""
-        print(f"  {_comm_label(row):<28} {row.op:<15} {row.scope:<6} {row.group_size:>3} {format_size(row.size_bytes):>6} "
-              f"{row.calls:>6} {row.job_busbw_gbps:>9.4g} {row.benchmark_busbw_gbps:>10.4g} {row.efficiency:>10.1%}  "
-              f"{row.ci_low:.1%}-{row.ci_high:.1%}{mark}")
+        print(
+            f"  {_comm_label(row):<28} {row.op:<15} {row.scope:<6} {row.group_size:>3} {format_size(row.size_bytes):>6} "
+            f"{row.calls:>6} {row.job_busbw_gbps:>9.4g} {row.benchmark_busbw_gbps:>10.4g} {row.efficiency:>10.1%}  "
+            f"{row.ci_low:.1%}-{row.ci_high:.1%}{mark}"
+        )
     if any(row.extrapolated for row in result.rows):
         print("  * outside the benchmark's measured sizes: read from its fitted model")
     for skipped in result.skipped:
@@ -153,10 +181,14 @@ def _print_table(job, against: str, table, result) -> None:
     if not far:
         print(f"no communicator below {result.below:.0%} of the benchmark")
     for comm in far:
-        ranks = ", ".join(f"rank {r['rank']} on {r['host']} ({r['vs_comm_median']:.2f}x the median rank)" for r in comm["slow_ranks"])
-        print(f"FAR BELOW: communicator {comm['comm_id']} ({comm['comm_name']}) on {', '.join(comm['hosts'])}: "
-              f"{comm['rows']} row(s) under {result.below:.0%}, worst {comm['worst_efficiency']:.1%}"
-              + (f"; slowest ranks: {ranks}" if ranks else ""))
+        ranks = ", ".join(
+            f"rank {r['rank']} on {r['host']} ({r['vs_comm_median']:.2f}x the median rank)" for r in comm["slow_ranks"]
+        )
+        print(
+            f"FAR BELOW: communicator {comm['comm_id']} ({comm['comm_name']}) on {', '.join(comm['hosts'])}: "
+            f"{comm['rows']} row(s) under {result.below:.0%}, worst {comm['worst_efficiency']:.1%}"
+            + (f"; slowest ranks: {ranks}" if ranks else "")
+        )
 
 
 def _comm_label(row) -> str:

@@ -33,12 +33,19 @@ SEED_PEAK_FLOPS = 1e15
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
     parser.add_argument("--tokens", type=float, default=1e12, help="training tokens D (default 1e12)")
-    parser.add_argument("--gpu", help="processor preset for peak FLOP/s and memory (a100, h100, h200); default: 1e15 FLOP/s, 80 GB")
+    parser.add_argument(
+        "--gpu", help="processor preset for peak FLOP/s and memory (a100, h100, h200); default: 1e15 FLOP/s, 80 GB"
+    )
     parser.add_argument("--gpus", type=int, default=1024, help="N for the time on N GPUs (default 1024)")
     parser.add_argument("--mfu", type=float, default=0.5, help="model FLOPs utilisation (default 0.5)")
-    parser.add_argument("--bytes", choices=tuple(PRECISIONS), default="16",
-                        help="bytes per parameter variant: " + "; ".join(f"{name}: {p.name}" for name, p in PRECISIONS.items())
-                        .replace("%", "%%") + " (default 16)")
+    parser.add_argument(
+        "--bytes",
+        choices=tuple(PRECISIONS),
+        default="16",
+        help="bytes per parameter variant: "
+        + "; ".join(f"{name}: {p.name}" for name, p in PRECISIONS.items()).replace("%", "%%")
+        + " (default 16)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -108,17 +115,25 @@ def _print(report: dict) -> None:
     console.print(table)
     items = mem["items"]
     console.print(f"variant: {mem['variant']}")
-    console.print(f"ledger: {' + '.join(_gb(i['bytes']) for i in items.values())} = {_gb(mem['total_bytes'])} GB; "
-                  f"at least {report['min_gpus_for_static_state']} x {report['gpu']['memory_bytes'] / 1e9:g} GB GPUs "
-                  f"just to hold it fully sharded, before activations")
+    console.print(
+        f"ledger: {' + '.join(_gb(i['bytes']) for i in items.values())} = {_gb(mem['total_bytes'])} GB; "
+        f"at least {report['min_gpus_for_static_state']} x {report['gpu']['memory_bytes'] / 1e9:g} GB GPUs "
+        f"just to hold it fully sharded, before activations"
+    )
     upper = report["seed_upper_bound"]
-    console.print("at the mixed-precision Adam figure the seeds (commbench's source documents) give as the "
-                  f"upper bound of {upper['bytes_per_param']} B/param: "
-                  f"at least {upper['min_gpus']} GPUs")
+    console.print(
+        "at the mixed-precision Adam figure the seeds (commbench's source documents) give as the "
+        f"upper bound of {upper['bytes_per_param']} B/param: "
+        f"at least {upper['min_gpus']} GPUs"
+    )
     one, many = report["one_gpu"], report["n_gpus"]
-    console.print(f"\ncompute: C = 6 P D = 6 x {_num(report['params'])} x {_num(report['tokens'])} = {_num(report['flops'])} FLOPs")
-    console.print(f"one {report['gpu']['name']} at {_num(report['gpu']['peak_flops'])} FLOP/s x {report['mfu']:.0%} MFU: "
-                  f"{_num(one['seconds'])} s = {one['years']:.1f} years")
+    console.print(
+        f"\ncompute: C = 6 P D = 6 x {_num(report['params'])} x {_num(report['tokens'])} = {_num(report['flops'])} FLOPs"
+    )
+    console.print(
+        f"one {report['gpu']['name']} at {_num(report['gpu']['peak_flops'])} FLOP/s x {report['mfu']:.0%} MFU: "
+        f"{_num(one['seconds'])} s = {one['years']:.1f} years"
+    )
     console.print(f"{many['gpus']} GPUs (ideal scaling): {_num(many['seconds'])} s = {many['days']:.1f} days")
 
 

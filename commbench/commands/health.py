@@ -56,28 +56,53 @@ BASELINE_FORMAT = "commbench-health-baseline"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checks", default=None,
-                        help="which checks, comma-separated: intra, nic (default: intra, and nic when --nic-peer is given)")
+    parser.add_argument(
+        "--checks",
+        default=None,
+        help="which checks, comma-separated: intra, nic (default: intra, and nic when --nic-peer is given)",
+    )
     against = parser.add_mutually_exclusive_group()
     against.add_argument("--baseline", metavar="FILE", help="grade against this file (from --write-baseline)")
     against.add_argument("--expect", metavar="SYSTEM", help="grade against a hardware preset (e.g. dgx-h100)")
-    against.add_argument("--write-baseline", metavar="FILE", help="measure and write the figures as a baseline; no grading")
-    parser.add_argument("--tolerance", type=fraction_arg, default=0.30,
-                        help="a figure fails below (1 - this) of its expectation (default 30%%)")
-    parser.add_argument("--nic", action="append", default=[], metavar="IF", help="interfaces to check (default: all up)")
+    against.add_argument(
+        "--write-baseline", metavar="FILE", help="measure and write the figures as a baseline; no grading"
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=fraction_arg,
+        default=0.30,
+        help="a figure fails below (1 - this) of its expectation (default 30%%)",
+    )
+    parser.add_argument(
+        "--nic", action="append", default=[], metavar="IF", help="interfaces to check (default: all up)"
+    )
     parser.add_argument("--nic-peer", metavar="ADDR", help="where the NIC check sends (an address on the NIC's link)")
-    parser.add_argument("--nic-rate", type=rate_arg, metavar="RATE",
-                        help="every checked NIC's line rate, e.g. 1gbit, 25G, 400gbit (the NIC's specification): "
-                             "its expectation, over the baseline's")
+    parser.add_argument(
+        "--nic-rate",
+        type=rate_arg,
+        metavar="RATE",
+        help="every checked NIC's line rate, e.g. 1gbit, 25G, 400gbit (the NIC's specification): "
+        "its expectation, over the baseline's",
+    )
     parser.add_argument("--seconds", type=float, default=1.0, help="seconds of traffic per NIC (default 1)")
     parser.add_argument("--size", type=int, default=8 << 20, help="bytes per intra-node transfer (default 8 MiB)")
     parser.add_argument("--iters", type=int, default=5, help="timed intra-node transfers (default 5)")
-    parser.add_argument("--slurm", action="store_true",
-                        help="act on this node: drain it when it fails, resume it when it passes and commbench drained it")
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="act on this node: drain it when it fails, resume it when it passes and commbench drained it",
+    )
     parser.add_argument("--node-name", help="this node's Slurm name (default: $SLURMD_NODENAME, else the hostname)")
-    parser.add_argument("--max-drain", type=_cap_arg, default=0.10, metavar="SHARE",
-                        help="with --slurm: commbench-drained nodes may be at most this share of a partition (default 10%%)")
-    parser.add_argument("--db", metavar="FILE", default=None, help=f"record --slurm actions here (default ${DB_ENV}; else none)")
+    parser.add_argument(
+        "--max-drain",
+        type=_cap_arg,
+        default=0.10,
+        metavar="SHARE",
+        help="with --slurm: commbench-drained nodes may be at most this share of a partition (default 10%%)",
+    )
+    parser.add_argument(
+        "--db", metavar="FILE", default=None, help=f"record --slurm actions here (default ${DB_ENV}; else none)"
+    )
     parser.add_argument("--json", action="store_true", help="every figure and grade as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print the checks that pass")
 
@@ -124,8 +149,9 @@ def _checks(args: argparse.Namespace) -> list[str]:
     if args.seconds <= 0 or args.iters < 1 or args.size < 4:
         raise UsageError("--seconds must be positive, --iters at least 1, --size at least 4 bytes")
     if not (args.baseline or args.expect or args.write_baseline or args.nic_rate):
-        raise UsageError("give what to grade against: --baseline FILE, --expect SYSTEM or --nic-rate RATE "
-                         "(or --write-baseline FILE)")
+        raise UsageError(
+            "give what to grade against: --baseline FILE, --expect SYSTEM or --nic-rate RATE (or --write-baseline FILE)"
+        )
     return checks
 
 
@@ -142,8 +168,11 @@ def _stored(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
         try:
             data = json.loads(Path(args.baseline).read_text())
             assert data["format"] == BASELINE_FORMAT
-            return {name: (entry["value"], f"baseline {args.baseline} ({data['host']}, {data['created']})")
-                    for name, entry in data["figures"].items() if entry["value"] is not None}
+            return {
+                name: (entry["value"], f"baseline {args.baseline} ({data['host']}, {data['created']})")
+                for name, entry in data["figures"].items()
+                if entry["value"] is not None
+            }
         except (OSError, ValueError, KeyError, TypeError, AssertionError):
             raise UsageError(f"{args.baseline}: not a health baseline (write one with --write-baseline)") from None
     if args.expect:
@@ -158,8 +187,12 @@ def _preset(name: str) -> dict[str, tuple[float, str]]:
     system = load_system(name)
     rate = system.intra.bandwidth * system.intra.efficiency / 1e9
     where = f"preset {system.name}: {system.intra.name} x efficiency {system.intra.efficiency}"
-    return {f"intra gpu{a}->gpu{b}": (rate, where)
-            for a in range(system.gpus_per_host) for b in range(system.gpus_per_host) if a != b}
+    return {
+        f"intra gpu{a}->gpu{b}": (rate, where)
+        for a in range(system.gpus_per_host)
+        for b in range(system.gpus_per_host)
+        if a != b
+    }
 
 
 def measure(args: argparse.Namespace, checks: list[str]) -> list:
@@ -169,7 +202,9 @@ def measure(args: argparse.Namespace, checks: list[str]) -> list:
     if "nic" in checks:
         names = health.interfaces(args.nic or None)
         if not names:
-            raise UsageError("no network interface is up with an IPv4 address here (besides loopback): nothing for --checks nic")
+            raise UsageError(
+                "no network interface is up with an IPv4 address here (besides loopback): nothing for --checks nic"
+            )
         figures += [health.nic_egress(name, args.nic_peer, args.seconds) for name in names]
     if "intra" in checks:
         figures += health.intra(args.size, args.iters)
@@ -187,18 +222,31 @@ def _grade(figure, expected: tuple[float, str] | None, tolerance: float) -> dict
     if figure.value is None:
         return {**row, "status": "FAIL", "line": f"FAIL {figure.name}: not measured ({figure.note})"}
     if expected is None:
-        return {**row, "status": "ungraded", "line": f"ungraded {figure.name}: {figure.value:.4g} {figure.unit} "
-                                                     "(nothing to grade it against)"}
+        return {
+            **row,
+            "status": "ungraded",
+            "line": f"ungraded {figure.name}: {figure.value:.4g} {figure.unit} (nothing to grade it against)",
+        }
     value, source = expected
     share = figure.value / value if value else float("inf")
     status = "pass" if share >= 1 - tolerance else "FAIL"
     if status == "FAIL" and figure.bound == "sender":
-        return {**row, "expected": value, "source": source, "status": "inconclusive",
-                "line": f"inconclusive {figure.name}: at least {figure.value:.4g} {figure.unit} (this host, not the NIC, "
-                        f"was the limit; expected {value:.4g}, {source})"}
-    return {**row, "expected": value, "source": source, "status": status,
-            "line": f"{status} {figure.name}: {figure.value:.4g} {figure.unit}, {share:.0%} of the expected "
-                    f"{value:.4g} (limit {1 - tolerance:.0%}; {source})"}
+        return {
+            **row,
+            "expected": value,
+            "source": source,
+            "status": "inconclusive",
+            "line": f"inconclusive {figure.name}: at least {figure.value:.4g} {figure.unit} (this host, not the NIC, "
+            f"was the limit; expected {value:.4g}, {source})",
+        }
+    return {
+        **row,
+        "expected": value,
+        "source": source,
+        "status": status,
+        "line": f"{status} {figure.name}: {figure.value:.4g} {figure.unit}, {share:.0%} of the expected "
+        f"{value:.4g} (limit {1 - tolerance:.0%}; {source})",
+    }
 
 
 def _print(args: argparse.Namespace, grades: list[dict]) -> None:
@@ -216,9 +264,13 @@ def _write(args: argparse.Namespace, figures: list) -> int:
         print(f"FAIL {figure.name}: not measured ({figure.note})", file=sys.stderr)
     if missing:
         raise UsageError(f"{len(missing)} figure(s) not measured: no baseline written to {args.write_baseline}")
-    data = {"format": BASELINE_FORMAT, "host": _node(args), "created": utc_now(),
-            "command": "commbench " + shlex.join(sys.argv[1:]),
-            "figures": {f.name: {"value": f.value, "unit": f.unit, "note": f.note} for f in figures}}
+    data = {
+        "format": BASELINE_FORMAT,
+        "host": _node(args),
+        "created": utc_now(),
+        "command": "commbench " + shlex.join(sys.argv[1:]),
+        "figures": {f.name: {"value": f.value, "unit": f.unit, "note": f.note} for f in figures},
+    }
     atomic_write_text(Path(args.write_baseline), json.dumps(data, indent=1) + "\n")
     for figure in figures:
         print(f"baseline {figure.name}: {figure.value:.4g} {figure.unit} ({figure.note})")

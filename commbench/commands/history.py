@@ -27,13 +27,20 @@ HELP = "time series of a row on a cluster, with change points and their run.json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", required=True, help="cluster name as recorded "
-                        "(see `commbench db sql \"SELECT DISTINCT cluster FROM runs\"`)")
+    parser.add_argument(
+        "--cluster",
+        required=True,
+        help='cluster name as recorded (see `commbench db sql "SELECT DISTINCT cluster FROM runs"`)',
+    )
     parser.add_argument("--op", required=True, help="collective, e.g. all_reduce")
     parser.add_argument("--size", required=True, help="message size, e.g. 64M")
     parser.add_argument("--scope", choices=SWEPT_SCOPES, default=None, help="only this scope")
-    parser.add_argument("--threshold", type=fraction_arg, default=DEFAULT_THRESHOLD,
-                        help="smallest change that counts, e.g. 5%% (default 5%%)")
+    parser.add_argument(
+        "--threshold",
+        type=fraction_arg,
+        default=DEFAULT_THRESHOLD,
+        help="smallest change that counts, e.g. 5%% (default 5%%)",
+    )
     parser.add_argument("--json", action="store_true", help="the series and change points as JSON")
     add_db_argument(parser)
 
@@ -61,16 +68,20 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _print(series) -> None:
-    print(f"# {series.cluster}: {series.op} {format_size(series.size_bytes)} {series.scope} n={series.group_size}, "
-          f"{len(series.points)} runs")
+    print(
+        f"# {series.cluster}: {series.op} {format_size(series.size_bytes)} {series.scope} n={series.group_size}, "
+        f"{len(series.points)} runs"
+    )
     starts = {change.index for change in series.change_points}
     for number, point in enumerate(series.points, 1):
         mark = "  <- change" if number in starts else ""
         print(f"  {number:5d}  {point.created:<19}  {point.run_id:<40} {point.busbw_gbps:10.4f} GB/s{mark}")
     for change in series.change_points:
         detected = f" (detected at run {change.detected_index})" if change.detected_index != change.index else ""
-        print(f"# change at run {change.index} ({change.run_id}){detected}: busbw {change.before_busbw_gbps:.4g} -> "
-              f"{change.after_busbw_gbps:.4g} GB/s ({change.change:+.1%})")
+        print(
+            f"# change at run {change.index} ({change.run_id}){detected}: busbw {change.before_busbw_gbps:.4g} -> "
+            f"{change.after_busbw_gbps:.4g} GB/s ({change.change:+.1%})"
+        )
         for difference in change.differences:
             print(f"#   {difference}")
     if not series.change_points:

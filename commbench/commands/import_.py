@@ -45,8 +45,12 @@ FORMATS = ["nccl-tests", "nccl-inspector"]
 
 def add_arguments(parser) -> None:
     parser.add_argument("format", choices=FORMATS, help="what wrote the files")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="nccl-tests stdout logs or -J JSON reports; "
-                        "NCCL Inspector logs or folders of them")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="nccl-tests stdout logs or -J JSON reports; NCCL Inspector logs or folders of them",
+    )
     parser.add_argument("--out", default="results", metavar="DIR", help="where run directories go (default: results/)")
     parser.add_argument(
         "--op",
@@ -54,10 +58,18 @@ def add_arguments(parser) -> None:
         help="the collective, for logs whose table fits two (all_reduce, all_gather, reduce_scatter, alltoall, "
         "alltoallv, sendrecv, ...); must agree with the log",
     )
-    parser.add_argument("--run-id", metavar="ID", type=run_id_argument,
-                        help="name the run directory ID instead of a fresh id (one run only)")
-    parser.add_argument("--job-id", metavar="ID", help="nccl-inspector: the job's id (default: from the "
-                        "nccl-inspector-<id> folder Inspector writes into, else unknown)")
+    parser.add_argument(
+        "--run-id",
+        metavar="ID",
+        type=run_id_argument,
+        help="name the run directory ID instead of a fresh id (one run only)",
+    )
+    parser.add_argument(
+        "--job-id",
+        metavar="ID",
+        help="nccl-inspector: the job's id (default: from the "
+        "nccl-inspector-<id> folder Inspector writes into, else unknown)",
+    )
 
 
 def main(args) -> int:
@@ -87,11 +99,15 @@ def _import_inspector(args) -> int:
     job = read_job(args.files, job_id=args.job_id)
     directory = write_job(job, args.out, run_id=args.run_id)
     comms = job.info.args["communicators"]
-    print(f"job {job.info.args['job_id']}: {job.info.args['calls_logged']} calls logged by {job.info.world_size} "
-          f"processes on {len(job.info.nodes)} node(s), {len(comms)} communicator(s), {len(job.records)} records -> {directory}")
+    print(
+        f"job {job.info.args['job_id']}: {job.info.args['calls_logged']} calls logged by {job.info.world_size} "
+        f"processes on {len(job.info.nodes)} node(s), {len(comms)} communicator(s), {len(job.records)} records -> {directory}"
+    )
     for comm in comms:
-        print(f"  communicator {comm['id']} ({comm['name']}): {comm['n_ranks']} ranks on {comm['nnodes']} node(s), "
-              f"scope {comm['scope']}, hosts {', '.join(comm['hosts'])}")
+        print(
+            f"  communicator {comm['id']} ({comm['name']}): {comm['n_ranks']} ranks on {comm['nnodes']} node(s), "
+            f"scope {comm['scope']}, hosts {', '.join(comm['hosts'])}"
+        )
     for warning in job.info.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return 0
@@ -104,10 +120,14 @@ def _stragglers(run: ImportedRun) -> str | None:
         return None
     found = find_stragglers(times)
     if not found:
-        return (f"  per-process times (-I) of {len(times[0])} processes: no straggler "
-                f"(none >= {STRAGGLER_RATIO:g}x the median process in most sizes)")
+        return (
+            f"  per-process times (-I) of {len(times[0])} processes: no straggler "
+            f"(none >= {STRAGGLER_RATIO:g}x the median process in most sizes)"
+        )
     return "  stragglers (-I per-process times): " + "; ".join(
-        f"process {s.process} {s.median_ratio:.2f}x the median process, slow in {s.sizes_slow} of {s.sizes} rows" for s in found)
+        f"process {s.process} {s.median_ratio:.2f}x the median process, slow in {s.sizes_slow} of {s.sizes} rows"
+        for s in found
+    )
 
 
 def _summary(run: ImportedRun) -> str:

@@ -61,18 +61,37 @@ def _row(sub: slurm.Submission, status: slurm.JobStatus | None) -> dict:
         state, source, elapsed = status.state, status.source, status.elapsed
     else:
         state, source, elapsed = sub.state or slurm.UNKNOWN, "registry", sub.elapsed
-    return {"job_id": sub.job_id, "cluster": sub.cluster, "state": state, "state_source": source,
-            "elapsed": elapsed, "submitted": sub.submitted, "command": sub.command, "launcher": sub.launcher,
-            "nodes": sub.nodes,
-            "ranks_per_node": sub.ranks_per_node, "job_dir": sub.job_dir, "run_args": sub.run_args}
+    return {
+        "job_id": sub.job_id,
+        "cluster": sub.cluster,
+        "state": state,
+        "state_source": source,
+        "elapsed": elapsed,
+        "submitted": sub.submitted,
+        "command": sub.command,
+        "launcher": sub.launcher,
+        "nodes": sub.nodes,
+        "ranks_per_node": sub.ranks_per_node,
+        "job_dir": sub.job_dir,
+        "run_args": sub.run_args,
+    }
 
 
 def _print_jobs(rows: list[dict]) -> None:
     header = ("JOB", "STATE", "ELAPSED", "SUBMITTED (UTC)", "COMMAND", "NODES x RANKS", "LAUNCHER", "RESULTS")
     lines = [header] + [
-        (str(row["job_id"]), row["state"], row["elapsed"] or "-", row["submitted"].replace("+00:00", ""),
-         row["command"], f"{row['nodes']} x {row['ranks_per_node']}", row["launcher"], row["job_dir"])
-        for row in rows]
+        (
+            str(row["job_id"]),
+            row["state"],
+            row["elapsed"] or "-",
+            row["submitted"].replace("+00:00", ""),
+            row["command"],
+            f"{row['nodes']} x {row['ranks_per_node']}",
+            row["launcher"],
+            row["job_dir"],
+        )
+        for row in rows
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     for line in lines:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])

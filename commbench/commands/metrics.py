@@ -33,8 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = actions.add_parser("show", help="print the exposition once")
     for action in (serve, textfile, show):
         add_db_argument(action)
-        action.add_argument("--max-node-sets", type=int, default=None, metavar="N",
-                            help="node sets exported per cluster, newest first (default 20)")
+        action.add_argument(
+            "--max-node-sets",
+            type=int,
+            default=None,
+            metavar="N",
+            help="node sets exported per cluster, newest first (default 20)",
+        )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -55,21 +55,41 @@ On NVL72 presets a host holds 4 GPUs and an NVLink domain 72 (--nvlink-domain): 
 domain run on NVLink even where they span hosts.
 """
 __doc__ += "\nExecution presets (--execution; megatron is another name for megatron-core):\n" + "\n".join(
-    textwrap.fill(f"{name}: {execution.assumes}", width=100, initial_indent="  ", subsequent_indent="      ",
-                  break_on_hyphens=False)
-    for name, execution in EXECUTIONS.items() if name == execution.name)
+    textwrap.fill(
+        f"{name}: {execution.assumes}",
+        width=100,
+        initial_indent="  ",
+        subsequent_indent="      ",
+        break_on_hyphens=False,
+    )
+    for name, execution in EXECUTIONS.items()
+    if name == execution.name
+)
 
-__doc__ += """
+__doc__ += (
+    """
 Memory (plan --json: memory_bytes is the largest pipeline stage's, stages lists every stage's): the
 allocator's peak item by item at the moment it happens, which torch.cuda.max_memory_allocated
 would read (allocator_peak), and beside it what lives outside the allocator; a layout fits when
 their sum is at most the device memory. Items:
-""" + "\n".join(textwrap.fill(f"{item.name} ({'allocator' if item.inside_allocator else 'outside the allocator'}): "
-                             f"{item.what}", width=100, initial_indent="  ", subsequent_indent="      ")
-                for item in LEDGER) + """
+"""
+    + "\n".join(
+        textwrap.fill(
+            f"{item.name} ({'allocator' if item.inside_allocator else 'outside the allocator'}): {item.what}",
+            width=100,
+            initial_indent="  ",
+            subsequent_indent="      ",
+        )
+        for item in LEDGER
+    )
+    + """
 Not modelled:
-""" + "\n".join(textwrap.fill(f"{name}: {what}", width=100, initial_indent="  ", subsequent_indent="      ")
-                for name, what in NOT_MODELLED.items()) + """
+"""
+    + "\n".join(
+        textwrap.fill(f"{name}: {what}", width=100, initial_indent="  ", subsequent_indent="      ")
+        for name, what in NOT_MODELLED.items()
+    )
+    + """
 Pipeline splits (--layout keys): pp_first=N / pp_last=N (Megatron's --decoder-first/last-pipeline-num-layers),
 pp_embedding=1 / pp_loss=1 (--account-for-embedding/loss-in-pipeline-split), vpp_group=N
 (--microbatch-group-size-per-virtual-pipeline-stage: interleaving micro-batch counts that are not a multiple of pp),
@@ -79,13 +99,16 @@ Recompute (--layout keys): recompute=selective with recompute_modules=mlp+layern
 core_attn, mlp, layernorm, moe_act, mla_up_proj; default core_attn), recompute=full with recompute_layers=N
 (--recompute-method block --recompute-num-layers N; default uniform: every layer).
 """
+)
 
 HELP = "rank parallel training layouts by predicted throughput, or evaluate one with --layout"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--model", required=True)
-    parser.add_argument("--name", help="name the model in the output (default: the preset, or the folder holding the config.json)")
+    parser.add_argument(
+        "--name", help="name the model in the output (default: the preset, or the folder holding the config.json)"
+    )
     _spec_option(parser, "--gpus", type=int, required=True)
     _spec_option(parser, "--gpus-per-node", type=int)
     _spec_option(parser, "--nvlink-domain", type=int)
@@ -108,9 +131,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--moe-overlap", choices=MOE_OVERLAPS)
     _spec_option(parser, "--capacity-factor", type=float)
     _spec_option(parser, "--pad-to-capacity", action="store_true")
-    parser.add_argument("--layout", help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '
-                        'MoE layouts fold ep and etp over tp*cp*dp (Megatron-Core), e.g. "tp=2,dp=16,ep=32,etp=1"')
-    parser.add_argument("--timeline", metavar="FILE", help="with --layout: write the simulated timeline (JSON list) here")
+    parser.add_argument(
+        "--layout",
+        help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '
+        'MoE layouts fold ep and etp over tp*cp*dp (Megatron-Core), e.g. "tp=2,dp=16,ep=32,etp=1"',
+    )
+    parser.add_argument(
+        "--timeline", metavar="FILE", help="with --layout: write the simulated timeline (JSON list) here"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -118,8 +146,12 @@ def _spec_option(parser: argparse.ArgumentParser, flag: str, **kwargs) -> None:
     """An option for one PlanSpec field, with the field's documentation and default."""
     name = flag.removeprefix("--").replace("-", "_")
     default = PlanSpec.default(name)
-    parser.add_argument(flag, help=PlanSpec.doc(name).replace("%", "%%"),  # argparse formats help with %
-                        **({} if default is None else {"default": default}), **kwargs)
+    parser.add_argument(
+        flag,
+        help=PlanSpec.doc(name).replace("%", "%%"),  # argparse formats help with %
+        **({} if default is None else {"default": default}),
+        **kwargs,
+    )
 
 
 def spec_from_args(args: argparse.Namespace) -> PlanSpec:
@@ -136,7 +168,8 @@ def model_figures(job) -> dict:
     the core (QK^T and AV over the causal keys each layer sees) and the projections (2 per weight)."""
     model = job.model
     return {
-        "total_params": model.total_params, "active_params": model.active_params,
+        "total_params": model.total_params,
+        "active_params": model.active_params,
         "attention_flops_per_token": {
             "seq_len": job.seq_len,
             "scores": model.attention_score_flops_per_token(job.seq_len),
@@ -171,17 +204,29 @@ def main(args) -> int:
     ranking = planner.rank(spec.top)
     warnings = planner.warnings()  # after ranking: measured lookups warn while pricing
     if args.json:
-        print(json.dumps({
-            "model": planner.job.model.describe(), "model_figures": model_figures(planner.job),
-            "network": planner.cluster.cost.describe(),
-            "slowdown": _slowdown_figures(planner), "execution": planner.job.execution.name,
-            "execution_assumes": planner.job.execution.assumes, "compute": compute_figures(planner),
-            "screened": ranking.screened, "fitting": ranking.fitting, "layouts_per_second": ranking.layouts_per_second,
-            "ranked": [r.to_dict() for r in ranking.ranked], "explanations": explain(ranking.ranked),
-            "dropped_examples": [{"layout": layout, "reason": why} for layout, why in ranking.dropped_examples], "warnings": warnings,
-            "bandwidth_pricing": pricing_summary(planner),
-            **_ep_skew_json(planner, args, ranking.ranked),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": planner.job.model.describe(),
+                    "model_figures": model_figures(planner.job),
+                    "network": planner.cluster.cost.describe(),
+                    "slowdown": _slowdown_figures(planner),
+                    "execution": planner.job.execution.name,
+                    "execution_assumes": planner.job.execution.assumes,
+                    "compute": compute_figures(planner),
+                    "screened": ranking.screened,
+                    "fitting": ranking.fitting,
+                    "layouts_per_second": ranking.layouts_per_second,
+                    "ranked": [r.to_dict() for r in ranking.ranked],
+                    "explanations": explain(ranking.ranked),
+                    "dropped_examples": [{"layout": layout, "reason": why} for layout, why in ranking.dropped_examples],
+                    "warnings": warnings,
+                    "bandwidth_pricing": pricing_summary(planner),
+                    **_ep_skew_json(planner, args, ranking.ranked),
+                },
+                indent=2,
+            )
+        )
         return 0
     _print_ranking(planner, ranking, warnings)
     _print_ep_skew(planner, args, ranking.ranked)
@@ -198,11 +243,24 @@ def _one_layout(planner, args) -> int:
         with open(args.timeline, "w", encoding="utf-8") as handle:
             json.dump(result.timeline, handle)
     if args.json:
-        print(json.dumps({**result.to_dict(), "model_figures": model_figures(planner.job), "fits": reason is None, "reason": reason,
-                          "network": planner.cluster.cost.describe(), "slowdown": _slowdown_figures(planner),
-                          "execution": planner.job.execution.name, "compute": compute_figures(planner),
-                          "warnings": warnings, "bandwidth_pricing": pricing_summary(planner),
-                          **_ep_skew_json(planner, args, [result])}, indent=2))
+        print(
+            json.dumps(
+                {
+                    **result.to_dict(),
+                    "model_figures": model_figures(planner.job),
+                    "fits": reason is None,
+                    "reason": reason,
+                    "network": planner.cluster.cost.describe(),
+                    "slowdown": _slowdown_figures(planner),
+                    "execution": planner.job.execution.name,
+                    "compute": compute_figures(planner),
+                    "warnings": warnings,
+                    "bandwidth_pricing": pricing_summary(planner),
+                    **_ep_skew_json(planner, args, [result]),
+                },
+                indent=2,
+            )
+        )
     else:
         _print_header(planner, warnings)
         _print_results([result], title=f"Layout {layout}")
@@ -219,10 +277,14 @@ def compute_figures(planner) -> dict:
     """The compute precision: the recipe, what stays in BF16, the GEMM peak it runs at and the
     parameter-gather width (plan --json's `compute`)."""
     job, processor = planner.job, planner.cluster.system.processor
-    return {**job.compute.describe(), "fp8_param_gather": job.quantised_param_gather,
-            "gathered_param_bytes": job.gathered_param_bytes,
-            "gemm_peak_flops": processor.for_recipe(job.compute).peak_flops, "bf16_peak_flops": processor.peak_flops,
-            "bytes_per_param_variant": job.precision.name}
+    return {
+        **job.compute.describe(),
+        "fp8_param_gather": job.quantised_param_gather,
+        "gathered_param_bytes": job.gathered_param_bytes,
+        "gemm_peak_flops": processor.for_recipe(job.compute).peak_flops,
+        "bf16_peak_flops": processor.peak_flops,
+        "bytes_per_param_variant": job.precision.name,
+    }
 
 
 def _ep_skew_json(planner, args, results) -> dict:
@@ -230,8 +292,10 @@ def _ep_skew_json(planner, args, results) -> dict:
     each layout's MoE parts per layer type (Planner.moe_parts)."""
     if not planner.job.model.moe:
         return {}
-    return {"ep_skew": {**args.ep_routing, "layouts": planner.ep_skew(results)},
-            "moe": planner.moe_parts([r.layout for r in results])}
+    return {
+        "ep_skew": {**args.ep_routing, "layouts": planner.ep_skew(results)},
+        "moe": planner.moe_parts([r.layout for r in results]),
+    }
 
 
 def _print_ep_skew(planner, args, results) -> None:
@@ -239,8 +303,10 @@ def _print_ep_skew(planner, args, results) -> None:
     if rows:
         print(f"EP all-to-alls priced under routing {args.ep_routing['routing']} ({args.ep_routing['source']}):")
     for row in rows:
-        print(f"  {row['layout']}: max/mean load {row['max_over_mean']:.2f}; EP {row['ep_s']:.4f} s per step, "
-              f"{row['skew_cost_s']:.4f} s of it the skew's (uniform router: {row['ep_uniform_s']:.4f} s)")
+        print(
+            f"  {row['layout']}: max/mean load {row['max_over_mean']:.2f}; EP {row['ep_s']:.4f} s per step, "
+            f"{row['skew_cost_s']:.4f} s of it the skew's (uniform router: {row['ep_uniform_s']:.4f} s)"
+        )
 
 
 def _print_header(planner, warnings) -> None:
@@ -250,18 +316,29 @@ def _print_header(planner, warnings) -> None:
     model = planner.job.model
     console.print(f"model: {model.describe()}")
     console.print(f"parameters: {model.total_params:,} total, {model.active_params:,} active per token")
-    console.print(f"job: global batch {planner.job.global_batch} x seq {planner.job.seq_len}, {planner.job.precision.name}")
+    console.print(
+        f"job: global batch {planner.job.global_batch} x seq {planner.job.seq_len}, {planner.job.precision.name}"
+    )
     compute = planner.job.compute
-    console.print(f"compute precision: {compute.name} ({compute.te_recipe}); BF16: {', '.join(compute.bf16_parts())}"
-                  + ("; parameters gathered quantised" if planner.job.quantised_param_gather else ""))
+    console.print(
+        f"compute precision: {compute.name} ({compute.te_recipe}); BF16: {', '.join(compute.bf16_parts())}"
+        + ("; parameters gathered quantised" if planner.job.quantised_param_gather else "")
+    )
     console.print(f"execution: {planner.job.execution.name}")
     system = planner.cluster.system
-    console.print(f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_host} per host, "
-                  f"NVLink domain {system.nvlink_domain}; {planner.cluster.cost.describe()}")
-    console.print(f"compute slowdown under overlapping communication: {planner.cluster.slowdown_intra:.1%} "
-                  f"inside an NVLink domain, {planner.cluster.slowdown_inter:.1%} across domains"
-                  + (" (a group with several ranks in each of several domains: each rate over its phase's share)"
-                     if planner.cluster.slowdown_intra != planner.cluster.slowdown_inter else ""))
+    console.print(
+        f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_host} per host, "
+        f"NVLink domain {system.nvlink_domain}; {planner.cluster.cost.describe()}"
+    )
+    console.print(
+        f"compute slowdown under overlapping communication: {planner.cluster.slowdown_intra:.1%} "
+        f"inside an NVLink domain, {planner.cluster.slowdown_inter:.1%} across domains"
+        + (
+            " (a group with several ranks in each of several domains: each rate over its phase's share)"
+            if planner.cluster.slowdown_intra != planner.cluster.slowdown_inter
+            else ""
+        )
+    )
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
@@ -273,16 +350,27 @@ def _print_results(results, title: str) -> None:
 
     table = Table(title=title, title_justify="left")
     for column in ("#", "layout", "tokens/s", "MFU", "step s", "GB/GPU", "largest costs beyond compute"):
-        table.add_column(column, justify="left" if column in ("layout", "largest costs beyond compute") else "right",
-                         overflow="fold")
+        table.add_column(
+            column, justify="left" if column in ("layout", "largest costs beyond compute") else "right", overflow="fold"
+        )
     for i, res in enumerate(results, 1):
         stage = ""
         if res.layout.pp > 1 and res.stages:  # the largest stage, and the first and last beside it
-            ends = [f"{name} {res.stages[s]['memory_bytes']['total'] / 1e9:.1f}"
-                    for name, s in (("first", 0), ("last", len(res.stages) - 1)) if s != res.memory_stage]
+            ends = [
+                f"{name} {res.stages[s]['memory_bytes']['total'] / 1e9:.1f}"
+                for name, s in (("first", 0), ("last", len(res.stages) - 1))
+                if s != res.memory_stage
+            ]
             stage = f" (stage {res.memory_stage}{'; ' if ends else ''}{', '.join(ends)})"
-        table.add_row(str(i), str(res.layout), f"{res.tokens_per_s:,.0f}", f"{res.mfu:.1%}", f"{res.step_s:.3f}",
-                      f"{res.memory['total'] / 1e9:.1f}{stage}", res.largest_costs())
+        table.add_row(
+            str(i),
+            str(res.layout),
+            f"{res.tokens_per_s:,.0f}",
+            f"{res.mfu:.1%}",
+            f"{res.step_s:.3f}",
+            f"{res.memory['total'] / 1e9:.1f}{stage}",
+            res.largest_costs(),
+        )
     terminal.console().print(table)
 
 
@@ -301,19 +389,29 @@ def _print_stages(result) -> None:
 
     from commbench import terminal
 
-    table = Table(title=f"Pipeline stages (largest memory: stage {result.memory_stage}; most work: stage "
-                        f"{result.pacing_stage}). GB: total per GPU; GB alloc: the allocator's peak; share: of the "
-                        f"step; comm: exposed communication", title_justify="left")
-    for column in ("stage", "layers", "GB", "GB alloc", "largest items, GB", "peak at", "share", "compute s",
-                   "comm s"):
+    table = Table(
+        title=f"Pipeline stages (largest memory: stage {result.memory_stage}; most work: stage "
+        f"{result.pacing_stage}). GB: total per GPU; GB alloc: the allocator's peak; share: of the "
+        f"step; comm: exposed communication",
+        title_justify="left",
+    )
+    for column in ("stage", "layers", "GB", "GB alloc", "largest items, GB", "peak at", "share", "compute s", "comm s"):
         table.add_column(column, justify="left" if column in ("largest items, GB", "peak at") else "right")
     for s in shown_stages(result):
         stage = result.stages[s]
         memory = stage["memory_bytes"]
         items = sorted(((memory[k], k) for k in LEDGER_NAMES if memory[k] >= 0.05e9), reverse=True)[:3]
-        table.add_row(str(s), str(stage["layers"]), f"{memory['total'] / 1e9:.1f}", f"{stage['allocator_peak'] / 1e9:.1f}",
-                      ", ".join(f"{k} {v / 1e9:.1f}" for v, k in items), stage["peak_moment"],
-                      f"{stage['step_share']:.1%}", f"{stage['compute_s']:.3f}", f"{stage['communication_s']:.3f}")
+        table.add_row(
+            str(s),
+            str(stage["layers"]),
+            f"{memory['total'] / 1e9:.1f}",
+            f"{stage['allocator_peak'] / 1e9:.1f}",
+            ", ".join(f"{k} {v / 1e9:.1f}" for v, k in items),
+            stage["peak_moment"],
+            f"{stage['step_share']:.1%}",
+            f"{stage['compute_s']:.3f}",
+            f"{stage['communication_s']:.3f}",
+        )
     terminal.console().print(table)
 
 
@@ -342,14 +440,19 @@ def _print_ranking(planner, ranking, warnings) -> None:
     from commbench.modeling.planner import explain
 
     _print_header(planner, warnings)
-    _print_results(ranking.ranked, title=f"Top {len(ranking.ranked)} of {ranking.fitting} fitting layouts ({ranking.screened} screened)")
+    _print_results(
+        ranking.ranked,
+        title=f"Top {len(ranking.ranked)} of {ranking.fitting} fitting layouts ({ranking.screened} screened)",
+    )
     console = terminal.console()
     for line in explain(ranking.ranked):
         console.print(line)
     for layout, reason in ranking.dropped_examples:
         console.print(f"[dim]dropped {layout}: {reason}[/dim]")
-    console.print(f"[dim]screened {ranking.screened} layouts in {ranking.screening_seconds * 1e3:.0f} ms "
-                  f"({ranking.layouts_per_second:,.0f} layouts/s)[/dim]")
+    console.print(
+        f"[dim]screened {ranking.screened} layouts in {ranking.screening_seconds * 1e3:.0f} ms "
+        f"({ranking.layouts_per_second:,.0f} layouts/s)[/dim]"
+    )
     _print_pricing(planner)
 
 

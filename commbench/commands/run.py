@@ -35,8 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_nproc_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nproc", type=int, default=None,
-                        help="ranks to start on this machine when not under torchrun/srun (default: one per GPU, else 2)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="ranks to start on this machine when not under torchrun/srun (default: one per GPU, else 2)",
+    )
 
 
 def add_where_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,9 @@ from commbench.data.store_location import DB_ENV, DEFAULT_DB
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="FILE", default=None,
-                        help=f"results database (default: ${DB_ENV}, else {DEFAULT_DB})")
+    parser.add_argument(
+        "--db", metavar="FILE", default=None, help=f"results database (default: ${DB_ENV}, else {DEFAULT_DB})"
+    )
 
 
 def fraction_arg(text: str) -> float:

@@ -64,44 +64,98 @@ _UNSET = object()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("the allocation")
     job.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes to allocate")
-    job.add_argument("--ntasks-per-node", type=int, default=None, dest="ranks_per_node", metavar="K",
-                     help="benchmark ranks per node (one per GPU on GPU nodes); needed for run; calibrate and "
-                          "diagnose run one task per node (the default for them, and the only value they take)")
-    job.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
-                     help="GPUs to allocate per node (default: none asked)")
+    job.add_argument(
+        "--ntasks-per-node",
+        type=int,
+        default=None,
+        dest="ranks_per_node",
+        metavar="K",
+        help="benchmark ranks per node (one per GPU on GPU nodes); needed for run; calibrate and "
+        "diagnose run one task per node (the default for them, and the only value they take)",
+    )
+    job.add_argument(
+        "--gpus-per-node", type=int, default=None, metavar="G", help="GPUs to allocate per node (default: none asked)"
+    )
     job.add_argument("--cpus-per-rank", type=int, default=1, metavar="C", help="host cores per rank (default 1)")
     job.add_argument("--partition", default=None, metavar="P", help="Slurm partition (default: the cluster's default)")
     job.add_argument("--account", default=None, metavar="A", help="Slurm account to charge")
-    job.add_argument("--time", dest="time_limit", default=None, metavar="T",
-                     help="time limit, e.g. 30, 1:00:00, 1-0 (default: the partition's)")
+    job.add_argument(
+        "--time",
+        dest="time_limit",
+        default=None,
+        metavar="T",
+        help="time limit, e.g. 30, 1:00:00, 1-0 (default: the partition's)",
+    )
     job.add_argument("--exclusive", action="store_true", help="whole nodes, no other job beside this one")
     how = parser.add_argument_group("the job")
-    how.add_argument("--command", choices=slurm.JOB_COMMANDS, default="run", dest="job_command",
-                     help="what every task runs: run (default); calibrate (one task per node: each node's "
-                          "compute into JOB_DIR/processor-HOST.json); diagnose (one task per node: the bad nodes "
-                          "and links of the allocation)")
-    how.add_argument("--diagnose", action="store_true",
-                     help="short for --command diagnose: one task per node runs `commbench diagnose`; --wait prints "
-                          "the nodes to drain, the links to inspect and the exclude list")
-    how.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
-                     help="srun: one task per rank (default); torchrun: one torchrun per node, c10d rendezvous")
-    how.add_argument("--out", default="results", metavar="DIR",
-                     help="results folder; the job writes <out>/slurm-<job id>/ (default results/)")
-    how.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                     help="export a variable on every node (NCCL_*, GLOO_*, ...); repeatable")
-    how.add_argument("--python", default=sys.executable, metavar="PATH",
-                     help="interpreter with commbench installed, the same path on every node (default: this one)")
-    how.add_argument("--db", default=None, metavar="FILE",
-                     help="ingest the run into this results database when the job ends (a path every node sees)")
-    how.add_argument("--every", type=interval_arg, default=None, metavar="INTERVAL",
-                     help="a recurring sweep: each job queues the next to start this long after it (e.g. 1d, 12h, "
-                          "30m, 90s); with --db every run lands in the store")
-    how.add_argument("--cluster", default=None, metavar="NAME",
-                     help="cluster name recorded in run.json (default: Slurm's cluster name)")
+    how.add_argument(
+        "--command",
+        choices=slurm.JOB_COMMANDS,
+        default="run",
+        dest="job_command",
+        help="what every task runs: run (default); calibrate (one task per node: each node's "
+        "compute into JOB_DIR/processor-HOST.json); diagnose (one task per node: the bad nodes "
+        "and links of the allocation)",
+    )
+    how.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="short for --command diagnose: one task per node runs `commbench diagnose`; --wait prints "
+        "the nodes to drain, the links to inspect and the exclude list",
+    )
+    how.add_argument(
+        "--launcher",
+        choices=slurm.LAUNCHERS,
+        default="srun",
+        help="srun: one task per rank (default); torchrun: one torchrun per node, c10d rendezvous",
+    )
+    how.add_argument(
+        "--out",
+        default="results",
+        metavar="DIR",
+        help="results folder; the job writes <out>/slurm-<job id>/ (default results/)",
+    )
+    how.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="export a variable on every node (NCCL_*, GLOO_*, ...); repeatable",
+    )
+    how.add_argument(
+        "--python",
+        default=sys.executable,
+        metavar="PATH",
+        help="interpreter with commbench installed, the same path on every node (default: this one)",
+    )
+    how.add_argument(
+        "--db",
+        default=None,
+        metavar="FILE",
+        help="ingest the run into this results database when the job ends (a path every node sees)",
+    )
+    how.add_argument(
+        "--every",
+        type=interval_arg,
+        default=None,
+        metavar="INTERVAL",
+        help="a recurring sweep: each job queues the next to start this long after it (e.g. 1d, 12h, "
+        "30m, 90s); with --db every run lands in the store",
+    )
+    how.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME",
+        help="cluster name recorded in run.json (default: Slurm's cluster name)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the job script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow the job to its end and report the outcome")
-    parser.add_argument("run_args", nargs="*", metavar="-- RUN OPTIONS",
-                        help="options for `commbench run` (or calibrate, or diagnose) in the job")
+    parser.add_argument(
+        "run_args",
+        nargs="*",
+        metavar="-- RUN OPTIONS",
+        help="options for `commbench run` (or calibrate, or diagnose) in the job",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -112,8 +166,10 @@ def main(args: argparse.Namespace) -> int:
         return 0
     submission = submit(options, script)
     what = "" if options.command == "run" else f"{options.command}, "
-    print(f"submitted job {submission.job_id} ({what}{options.nodes} nodes x {options.ranks_per_node} ranks, "
-          f"{options.launcher})")
+    print(
+        f"submitted job {submission.job_id} ({what}{options.nodes} nodes x {options.ranks_per_node} ranks, "
+        f"{options.launcher})"
+    )
     print(f"results and log: {submission.job_dir}/ (job.log)", flush=True)
     if not args.wait:
         return 0
@@ -123,11 +179,20 @@ def main(args: argparse.Namespace) -> int:
 def options_from_args(args: argparse.Namespace) -> slurm.JobOptions:
     command = _job_command(args)
     options = slurm.JobOptions(
-        nodes=args.nodes, ranks_per_node=_ranks_per_node(args, command), launcher=args.launcher,
-        gpus_per_node=args.gpus_per_node, cpus_per_rank=args.cpus_per_rank, partition=args.partition,
-        account=args.account, time_limit=args.time_limit, exclusive=args.exclusive,
-        results_dir=str(Path(args.out).resolve()), python=args.python,
-        env=tuple(_env_pairs(args.env)), command=command, every_s=args.every,
+        nodes=args.nodes,
+        ranks_per_node=_ranks_per_node(args, command),
+        launcher=args.launcher,
+        gpus_per_node=args.gpus_per_node,
+        cpus_per_rank=args.cpus_per_rank,
+        partition=args.partition,
+        account=args.account,
+        time_limit=args.time_limit,
+        exclusive=args.exclusive,
+        results_dir=str(Path(args.out).resolve()),
+        python=args.python,
+        env=tuple(_env_pairs(args.env)),
+        command=command,
+        every_s=args.every,
     ).validate()  # the allocation first: the command's options are checked against it
     run_args = checked_command_args(command, args.run_args + _history_args(args, command), options.nodes)
     return dataclasses.replace(options, run_args=run_args)
@@ -175,9 +240,16 @@ def submit(options: slurm.JobOptions, script: str) -> slurm.Submission:
     job_dir.mkdir(parents=True, exist_ok=True)  # the job makes it too; whoever comes first
     (job_dir / "job.sbatch").write_text(script)
     submission = slurm.Submission(
-        job_id=job_id, cluster=slurm.cluster_name(), submitted=utc_now(), launcher=options.launcher,
-        nodes=options.nodes, ranks_per_node=options.ranks_per_node, job_dir=str(job_dir),
-        run_args=list(options.run_args), command=options.command)
+        job_id=job_id,
+        cluster=slurm.cluster_name(),
+        submitted=utc_now(),
+        launcher=options.launcher,
+        nodes=options.nodes,
+        ranks_per_node=options.ranks_per_node,
+        job_dir=str(job_dir),
+        run_args=list(options.run_args),
+        command=options.command,
+    )
     slurm.remember_submission(submission)
     return submission
 
@@ -189,8 +261,14 @@ def checked_command_args(command: str, args: list[str], nodes: int) -> tuple[str
 
 
 # diagnose's options that describe a cluster model: they make no sense on the job's real nodes
-_MODEL_OPTIONS = {"simulate": "--simulate", "hosts": "--hosts", "faults": "--faults", "slow": "--slow",
-                  "lossy": "--lossy", "link": "--link"}
+_MODEL_OPTIONS = {
+    "simulate": "--simulate",
+    "hosts": "--hosts",
+    "faults": "--faults",
+    "slow": "--slow",
+    "lossy": "--lossy",
+    "link": "--link",
+}
 
 
 def checked_diagnose_args(diagnose_args: list[str], nodes: int) -> tuple[str, ...]:
@@ -203,8 +281,10 @@ def checked_diagnose_args(diagnose_args: list[str], nodes: int) -> tuple[str, ..
         raise UsageError("--nproc does not apply under Slurm: diagnose runs one task on each of the --nodes")
     model = [flag for name, flag in _MODEL_OPTIONS.items() if getattr(parsed, name, None)]
     if model:
-        raise UsageError(f"{model[0]} describes a cluster model (diagnose --simulate, no Slurm needed); "
-                         "under Slurm the fleet is the job's --nodes")
+        raise UsageError(
+            f"{model[0]} describes a cluster model (diagnose --simulate, no Slurm needed); "
+            "under Slurm the fleet is the job's --nodes"
+        )
     diagnose_command.check_real_options(parsed)
     group_size = getattr(parsed, "group_size", None)
     if group_size is not None and not 2 <= group_size <= nodes:
@@ -334,7 +414,8 @@ def report(submission: slurm.Submission, status: slurm.JobStatus) -> int:
         _print_log_tail(submission, status)
         raise CommbenchError(f"Slurm no longer knows job {status.job_id} and has no record of how it ended")
     ended = f"job {status.job_id} {status.state} after {status.elapsed or '?'}" + (
-        f" (exit code {status.exit_code})" if status.exit_code and status.exit_code != "0:0" else "")
+        f" (exit code {status.exit_code})" if status.exit_code and status.exit_code != "0:0" else ""
+    )
     if not status.succeeded:
         if submission.command == "diagnose":
             _print_diagnosis_if_any(job_dir)
@@ -359,7 +440,9 @@ def _report_processors(job_dir: Path, ended: str, submission: slurm.Submission, 
     files = sorted(job_dir.glob("processor-*.json"))
     if len(files) < submission.nodes:
         _print_log_tail(submission, status)
-        raise CommbenchError(f"{ended} but wrote {len(files)} processor file(s) for {submission.nodes} nodes in {job_dir}")
+        raise CommbenchError(
+            f"{ended} but wrote {len(files)} processor file(s) for {submission.nodes} nodes in {job_dir}"
+        )
     print(ended)
     for path in files:
         print(f"processor: {path} (commbench plan --processor {path})")

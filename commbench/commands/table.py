@@ -51,9 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json", "csv"), default="text", help="output form (default text)")
     parser.add_argument("--op", help="only this collective (all_reduce, all_gather, ...)")
     parser.add_argument("--scope", choices=SCOPES, help="only this scope")
-    parser.add_argument("--at", metavar="SIZE[,SIZE...]",
-                        help="print the time and busbw at these sizes (e.g. 4M or 1K,1M,1G) instead of the points")
-    parser.add_argument("--calculon", metavar="FILE", help="also write the table as Calculon network tiers to FILE (JSON)")
+    parser.add_argument(
+        "--at",
+        metavar="SIZE[,SIZE...]",
+        help="print the time and busbw at these sizes (e.g. 4M or 1K,1M,1G) instead of the points",
+    )
+    parser.add_argument(
+        "--calculon", metavar="FILE", help="also write the table as Calculon network tiers to FILE (JSON)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -107,11 +112,16 @@ def _answers(table: BandwidthTable, sizes: list[int]) -> list[dict]:
     rows = []
     for entry in table.items:
         for size in sizes:
-            rows.append({
-                **_entry_columns(entry), "size_bytes": size,
-                "time_us": entry.time_us(size), "statistic": entry.time_stat, "busbw_gbps": entry.busbw_gbps(size),
-                "how": _how(entry, size),
-            })
+            rows.append(
+                {
+                    **_entry_columns(entry),
+                    "size_bytes": size,
+                    "time_us": entry.time_us(size),
+                    "statistic": entry.time_stat,
+                    "busbw_gbps": entry.busbw_gbps(size),
+                    "how": _how(entry, size),
+                }
+            )
     return rows
 
 
@@ -122,8 +132,14 @@ def _how(entry: Entry, size: int) -> str:
 
 
 def _entry_columns(entry: Entry) -> dict:
-    return {"op": entry.op, "scope": entry.scope, "group_size": entry.group_size, "dtype": entry.dtype,
-            "in_place": entry.in_place, "direction": entry.direction or ""}
+    return {
+        "op": entry.op,
+        "scope": entry.scope,
+        "group_size": entry.group_size,
+        "dtype": entry.dtype,
+        "in_place": entry.in_place,
+        "direction": entry.direction or "",
+    }
 
 
 def _print_answers(table: BandwidthTable, sizes: list[int], form: str) -> None:
@@ -142,8 +158,17 @@ def _print_answers(table: BandwidthTable, sizes: list[int], form: str) -> None:
     for name in ("op", "scope", "ranks", "dtype", "size", "time (us)", "statistic", "busbw (GB/s)", "how"):
         view.add_column(name, justify="right" if name in ("ranks", "size", "time (us)", "busbw (GB/s)") else "left")
     for row in rows:
-        view.add_row(row["op"], row["scope"], str(row["group_size"]), row["dtype"], format_size(row["size_bytes"]),
-                     f"{row['time_us']:.1f}", row["statistic"], f"{row['busbw_gbps']:.3g}", row["how"])
+        view.add_row(
+            row["op"],
+            row["scope"],
+            str(row["group_size"]),
+            row["dtype"],
+            format_size(row["size_bytes"]),
+            f"{row['time_us']:.1f}",
+            row["statistic"],
+            f"{row['busbw_gbps']:.3g}",
+            row["how"],
+        )
     console = terminal.console()
     console.print(view)
     console.print(STATISTIC_NOTE)
@@ -155,26 +180,34 @@ def _print_text(table: BandwidthTable) -> None:
     from commbench import terminal
 
     console = terminal.console()
-    console.print(f"Bandwidth table of {table.source}: {len(table.items)} entries, "
-                  "model time_us = alpha_us + size x busbw_factor / (busbw_GB/s x 1e3)")
+    console.print(
+        f"Bandwidth table of {table.source}: {len(table.items)} entries, "
+        "model time_us = alpha_us + size x busbw_factor / (busbw_GB/s x 1e3)"
+    )
     console.print(STATISTIC_NOTE)
     for entry in table.items:
         fit = entry.fit
-        console.print(f"\n[bold]{entry.label}[/bold]: alpha {fit.alpha_us:.2f} us, busbw {fit.busbw_gbps:.3g} GB/s, "
-                      f"fit error {fit.rms_rel_error:.1%} rms / {fit.max_rel_error:.1%} max, {len(entry.sizes)} points")
+        console.print(
+            f"\n[bold]{entry.label}[/bold]: alpha {fit.alpha_us:.2f} us, busbw {fit.busbw_gbps:.3g} GB/s, "
+            f"fit error {fit.rms_rel_error:.1%} rms / {fit.max_rel_error:.1%} max, {len(entry.sizes)} points"
+        )
         view = Table()
         for name in ("size", f"time (us, {entry.time_stat})", "busbw (GB/s)", "model (us)", "model error"):
             view.add_column(name, justify="right")
         model = model_time_us(fit, entry.sizes, entry.busbw_factor)
         for size, time, busbw, fitted in zip(entry.sizes, entry.times_us, entry.measured_busbw_gbps, model):
-            view.add_row(format_size(int(size)), f"{time:.2f}", f"{busbw:.3g}", f"{fitted:.2f}", f"{(fitted - time) / time:+.1%}")
+            view.add_row(
+                format_size(int(size)), f"{time:.2f}", f"{busbw:.3g}", f"{fitted:.2f}", f"{(fitted - time) / time:+.1%}"
+            )
         console.print(view)
 
 
 # why a sweep's printout and this table can disagree at the same size (4K: 453 us there, 1,165 here)
-STATISTIC_NOTE = ("time: the statistic each entry names, the mean per op where the run recorded it (what a "
-                  "training step pays, and what the planner reads); `commbench run` prints the median of the "
-                  "slowest rank, which is lower when some iterations are slow")
+STATISTIC_NOTE = (
+    "time: the statistic each entry names, the mean per op where the run recorded it (what a "
+    "training step pays, and what the planner reads); `commbench run` prints the median of the "
+    "slowest rank, which is lower when some iterations are slow"
+)
 
 
 def _write_csv(rows: list[dict]) -> None:
@@ -194,5 +227,8 @@ def _write_calculon(table: BandwidthTable, path: str) -> None:
         Path(path).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--calculon: cannot write {path}: {exc.strerror or exc}") from None
-    print(f"wrote {path}: {len(exported['networks'])} Calculon network tier(s); "
-          f"lost in the export: {'; '.join(exported['commbench']['lost'][:3])} ...", file=sys.stderr)
+    print(
+        f"wrote {path}: {len(exported['networks'])} Calculon network tier(s); "
+        f"lost in the export: {'; '.join(exported['commbench']['lost'][:3])} ...",
+        file=sys.stderr,
+    )

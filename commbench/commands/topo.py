@@ -36,10 +36,15 @@ HELP = "show how GPUs and NICs connect (NVML, sysfs, or an NCCL / nvidia-smi dum
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON (the run.json 'topology' object) instead of tables")
-    parser.add_argument("--node-name", metavar="NAME",
-                        help="name of the node (default: $COMMBENCH_NODE_NAME, $SLURMD_NODENAME, the hostname; "
-                             "for imports, the file name)")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (the run.json 'topology' object) instead of tables"
+    )
+    parser.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="name of the node (default: $COMMBENCH_NODE_NAME, $SLURMD_NODENAME, the hostname; "
+        "for imports, the file name)",
+    )
     parser.add_argument("--import-nccl-xml", metavar="FILE", help="read NCCL's topology dump (NCCL_TOPO_DUMP_FILE)")
     parser.add_argument("--import-smi-topo", metavar="FILE", help="read saved `nvidia-smi topo -m` output")
 

@@ -32,9 +32,7 @@ _BUSIEST_SHOWN = 5
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "traces", nargs="*", metavar="TRACE.json", help="chrome trace of one rank (.json or .json.gz)"
-    )
+    parser.add_argument("traces", nargs="*", metavar="TRACE.json", help="chrome trace of one rank (.json or .json.gz)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON (without the timeline)")
     parser.add_argument("--timeline-out", metavar="FILE", help="write the timeline bars for the dashboard as JSON")
     parser.add_argument(

@@ -196,12 +196,20 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "op": self.op, "scope": self.scope, "group_size": self.group_size, "n_groups": self.n_groups,
-            "dtype": self.dtype, "in_place": self.in_place, "direction": self.direction, "time_stat": self.time_stat,
+            "op": self.op,
+            "scope": self.scope,
+            "group_size": self.group_size,
+            "n_groups": self.n_groups,
+            "dtype": self.dtype,
+            "in_place": self.in_place,
+            "direction": self.direction,
+            "time_stat": self.time_stat,
             **({"routing": self.routing} if self.routing else {}),  # all_to_allv only: other tables keep their keys
             "busbw_factor": self.busbw_factor,
-            "alpha_us": self.fit.alpha_us, "busbw_gbps": self.fit.busbw_gbps,
-            "fit_rms_rel_error": self.fit.rms_rel_error, "fit_max_rel_error": self.fit.max_rel_error,
+            "alpha_us": self.fit.alpha_us,
+            "busbw_gbps": self.fit.busbw_gbps,
+            "fit_rms_rel_error": self.fit.rms_rel_error,
+            "fit_max_rel_error": self.fit.max_rel_error,
             "points": {
                 "size_bytes": [int(s) for s in self.sizes],
                 "time_us": [float(t) for t in self.times_us],
@@ -213,12 +221,21 @@ class Entry:
     def from_dict(cls, data: dict[str, Any]) -> Entry:
         points = data["points"]
         fit = Fit(data["alpha_us"], data["busbw_gbps"], data["fit_rms_rel_error"], data["fit_max_rel_error"])
-        return cls(op=data["op"], scope=data["scope"], group_size=int(data["group_size"]), dtype=data["dtype"],
-                   in_place=bool(data["in_place"]), busbw_factor=float(data["busbw_factor"]),
-                   sizes=np.asarray(points["size_bytes"], dtype=float), times_us=np.asarray(points["time_us"], dtype=float),
-                   fit=fit, n_groups=int(data.get("n_groups", 1)), direction=data.get("direction"),
-                   time_stat=data.get("time_stat", "median per op (no mean recorded)"),
-                   routing=data.get("routing"))
+        return cls(
+            op=data["op"],
+            scope=data["scope"],
+            group_size=int(data["group_size"]),
+            dtype=data["dtype"],
+            in_place=bool(data["in_place"]),
+            busbw_factor=float(data["busbw_factor"]),
+            sizes=np.asarray(points["size_bytes"], dtype=float),
+            times_us=np.asarray(points["time_us"], dtype=float),
+            fit=fit,
+            n_groups=int(data.get("n_groups", 1)),
+            direction=data.get("direction"),
+            time_stat=data.get("time_stat", "median per op (no mean recorded)"),
+            routing=data.get("routing"),
+        )
 
 
 @dataclass
@@ -247,8 +264,13 @@ class BandwidthTable:
             run = run_or_path
         # "nodes" of the table are NVLink domains: hosts on a DGX, racks on an NVL72 run
         domains = {nvlink_domain_of(node) for node in run.info.nodes}
-        table = cls.from_records(run.records, source=str(run.path), world_size=run.info.world_size,
-                                 nodes=max(1, len(domains)), in_place=in_place)
+        table = cls.from_records(
+            run.records,
+            source=str(run.path),
+            world_size=run.info.world_size,
+            nodes=max(1, len(domains)),
+            in_place=in_place,
+        )
         table.warnings[:0] = list(run.warnings)
         if run.info.synthetic:  # whoever prices or prints from it must see that no machine measured it
             table.synthetic = True
@@ -256,43 +278,74 @@ class BandwidthTable:
         return table
 
     @classmethod
-    def from_records(cls, records: Iterable[dict[str, Any] | Record], source: str = "", world_size: int = 0, nodes: int = 1,
-                     in_place: bool = False) -> BandwidthTable:
+    def from_records(
+        cls,
+        records: Iterable[dict[str, Any] | Record],
+        source: str = "",
+        world_size: int = 0,
+        nodes: int = 1,
+        in_place: bool = False,
+    ) -> BandwidthTable:
         """From record dicts (or Record models) in the results schema."""
         rows = [rec if isinstance(rec, dict) else rec.model_dump() for rec in records]
         usable = [rec for rec in rows if rec.get("wrong", 0) <= 0 and rec["time_us"] > 0 and rec["size_bytes"] > 0]
         groups: dict[tuple[Any, ...], dict[bool, list[dict[str, Any]]]] = {}
         for rec in usable:
-            key = (rec["op"], rec["scope"], int(rec["group_size"]), rec["dtype"], rec.get("direction"), rec.get("routing"))
+            key = (
+                rec["op"],
+                rec["scope"],
+                int(rec["group_size"]),
+                rec["dtype"],
+                rec.get("direction"),
+                rec.get("routing"),
+            )
             variants = groups.setdefault(key, {True: [], False: []})
             variants[bool(rec["in_place"])].append(rec)
         items = [_entry_of(key, variants[in_place] or variants[not in_place]) for key, variants in groups.items()]
         items.sort(key=lambda e: (e.op, e.scope, e.group_size, e.dtype, e.direction or "", e.routing or ""))
         world = world_size or max((e.group_size for e in items if e.scope == "world"), default=0)
-        warnings = [] if items else [
-            f"{source or 'records'}: no usable records (none with a positive time and no wrong elements)"]
+        warnings = (
+            []
+            if items
+            else [f"{source or 'records'}: no usable records (none with a positive time and no wrong elements)"]
+        )
         return cls(items=items, source=source, world_size=world, nodes=nodes, warnings=warnings)
 
     def entries(self, op: str | None = None, scope: str | None = None) -> list[Entry]:
         return [e for e in self.items if (op is None or e.op == op) and (scope is None or e.scope == scope)]
 
-    def entry(self, op: str, scope: str, group_size: int, dtype: str | None = None, direction: str | None = None,
-              routing: str | None = None) -> Entry:
+    def entry(
+        self,
+        op: str,
+        scope: str,
+        group_size: int,
+        dtype: str | None = None,
+        direction: str | None = None,
+        routing: str | None = None,
+    ) -> Entry:
         """The entry for a query; where several dtypes, directions or routings match, the fastest (highest fitted busbw)."""
-        matches = [e for e in self.items if e.op == op and e.scope == scope and e.group_size == group_size
-                   and (dtype is None or e.dtype == dtype) and (direction is None or e.direction == direction)
-                   and (routing is None or e.routing == routing)]
+        matches = [
+            e
+            for e in self.items
+            if e.op == op
+            and e.scope == scope
+            and e.group_size == group_size
+            and (dtype is None or e.dtype == dtype)
+            and (direction is None or e.direction == direction)
+            and (routing is None or e.routing == routing)
+        ]
         if not matches:
             measured = ", ".join(sorted({f"{e.op}/{e.scope}/{e.group_size}" for e in self.items})) or "nothing"
-            raise LookupError(f"no {op} measured on {scope} groups of {group_size}"
-                              f"{f' in {dtype}' if dtype else ''}; measured: {measured}")
+            raise LookupError(
+                f"no {op} measured on {scope} groups of {group_size}"
+                f"{f' in {dtype}' if dtype else ''}; measured: {measured}"
+            )
         return max(matches, key=lambda e: e.fit.busbw_gbps)
 
     def time_us(self, op: str, scope: str, group_size: int, size_bytes: ArrayLike, dtype: str | None = None) -> Any:
         return self.entry(op, scope, group_size, dtype).time_us(size_bytes)
 
-    def busbw_gbps(self, op: str, scope: str, group_size: int, size_bytes: ArrayLike,
-                   dtype: str | None = None) -> Any:
+    def busbw_gbps(self, op: str, scope: str, group_size: int, size_bytes: ArrayLike, dtype: str | None = None) -> Any:
         return self.entry(op, scope, group_size, dtype).busbw_gbps(size_bytes)
 
     def placement(self, scope: str, group_size: int) -> tuple[int, int] | None:
@@ -307,15 +360,25 @@ class BandwidthTable:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "model": MODEL, "source": self.source, "world_size": self.world_size,
-                "nodes": self.nodes, "entries": [e.to_dict() for e in self.items]}
+        return {
+            "format": FORMAT,
+            "model": MODEL,
+            "source": self.source,
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "entries": [e.to_dict() for e in self.items],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BandwidthTable:
         if data.get("format") != FORMAT:
             raise ValueError(f"not a bandwidth table (format {data.get('format')!r}, expected {FORMAT!r})")
-        return cls(items=[Entry.from_dict(e) for e in data["entries"]], source=data.get("source", ""),
-                   world_size=int(data.get("world_size", 0)), nodes=int(data.get("nodes", 1)))
+        return cls(
+            items=[Entry.from_dict(e) for e in data["entries"]],
+            source=data.get("source", ""),
+            world_size=int(data.get("world_size", 0)),
+            nodes=int(data.get("nodes", 1)),
+        )
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One flat row per measured point, with its entry's fit and the model's time there (for CSV)."""
@@ -324,14 +387,26 @@ class BandwidthTable:
         for e in self.items:
             model = model_time_us(e.fit, e.sizes, e.busbw_factor)
             for size, time, busbw, fitted in zip(e.sizes, e.times_us, e.measured_busbw_gbps, model):
-                rows.append({
-                    "op": e.op, "scope": e.scope, "group_size": e.group_size, "n_groups": e.n_groups,
-                    "dtype": e.dtype, "in_place": e.in_place, "direction": e.direction or "",
-                    **({"routing": e.routing or ""} if keyed_by_routing else {}),
-                    "busbw_factor": e.busbw_factor, "alpha_us": e.fit.alpha_us, "fit_busbw_gbps": e.fit.busbw_gbps,
-                    "fit_rms_rel_error": e.fit.rms_rel_error, "size_bytes": int(size), "time_us": float(time),
-                    "busbw_gbps": float(busbw), "model_time_us": float(fitted),
-                })
+                rows.append(
+                    {
+                        "op": e.op,
+                        "scope": e.scope,
+                        "group_size": e.group_size,
+                        "n_groups": e.n_groups,
+                        "dtype": e.dtype,
+                        "in_place": e.in_place,
+                        "direction": e.direction or "",
+                        **({"routing": e.routing or ""} if keyed_by_routing else {}),
+                        "busbw_factor": e.busbw_factor,
+                        "alpha_us": e.fit.alpha_us,
+                        "fit_busbw_gbps": e.fit.busbw_gbps,
+                        "fit_rms_rel_error": e.fit.rms_rel_error,
+                        "size_bytes": int(size),
+                        "time_us": float(time),
+                        "busbw_gbps": float(busbw),
+                        "model_time_us": float(fitted),
+                    }
+                )
         return rows
 
 
@@ -349,8 +424,20 @@ def _entry_of(key: tuple[Any, ...], records: list[dict[str, Any]]) -> Entry:
     sizes = np.array(sorted(points), dtype=float)
     times = np.array([float(np.median(points[size])) for size in sorted(points)])
     factor = float(records[0].get("busbw_factor") or 0.0) or 1.0
-    return Entry(op=op, scope=scope, group_size=group_size, dtype=dtype, in_place=bool(records[0]["in_place"]),
-                 busbw_factor=factor, sizes=sizes, times_us=times, fit=fit_latency_bandwidth(sizes, times, factor),
-                 n_groups=max(int(rec.get("n_groups") or 1) for rec in records), direction=direction, routing=routing,
-                 time_stat="mean per op" if all(rec.get("time_us_mean") is not None for rec in records)
-                 else "median per op (no mean recorded)")
+    return Entry(
+        op=op,
+        scope=scope,
+        group_size=group_size,
+        dtype=dtype,
+        in_place=bool(records[0]["in_place"]),
+        busbw_factor=factor,
+        sizes=sizes,
+        times_us=times,
+        fit=fit_latency_bandwidth(sizes, times, factor),
+        n_groups=max(int(rec.get("n_groups") or 1) for rec in records),
+        direction=direction,
+        routing=routing,
+        time_stat="mean per op"
+        if all(rec.get("time_us_mean") is not None for rec in records)
+        else "median per op (no mean recorded)",
+    )

@@ -71,12 +71,14 @@ def calculon_networks(table: BandwidthTable) -> dict[str, Any]:
         if not measured:
             continue
         tiers.append(_tier(table, tier_name, measured, notes))
-        provenance.append({"tier": len(tiers) - 1, "placement": tier_name,
-                           "from": {name: e.label for name, e in measured.items()}})
+        provenance.append(
+            {"tier": len(tiers) - 1, "placement": tier_name, "from": {name: e.label for name, e in measured.items()}}
+        )
     if not tiers:
-        raise ValueError("no intra-node or one-rank-per-node all_reduce, all_gather, reduce_scatter or sendrecv to export")
-    return {"networks": tiers,
-            "commbench": {"source": table.source, "tiers": provenance, "notes": notes, "lost": LOST}}
+        raise ValueError(
+            "no intra-node or one-rank-per-node all_reduce, all_gather, reduce_scatter or sendrecv to export"
+        )
+    return {"networks": tiers, "commbench": {"source": table.source, "tiers": provenance, "notes": notes, "lost": LOST}}
 
 
 def _tier(table: BandwidthTable, tier_name: str, measured: dict[str, Entry], notes: list[str]) -> dict[str, Any]:

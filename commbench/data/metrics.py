@@ -40,8 +40,13 @@ from prometheus_client.registry import Collector
 from commbench.errors import CommbenchError
 
 # upper edge (bytes, inclusive) -> label; sizes above the last edge are ">256MiB"
-SIZE_BUCKETS = ((4 << 10, "<=4KiB"), (64 << 10, "<=64KiB"), (1 << 20, "<=1MiB"), (16 << 20, "<=16MiB"),
-                (256 << 20, "<=256MiB"))
+SIZE_BUCKETS = (
+    (4 << 10, "<=4KiB"),
+    (64 << 10, "<=64KiB"),
+    (1 << 20, "<=1MiB"),
+    (16 << 20, "<=16MiB"),
+    (256 << 20, "<=256MiB"),
+)
 LARGEST_BUCKET = ">256MiB"
 NODES_SPELLED_OUT = 8
 MAX_NODE_SETS = 20
@@ -91,12 +96,19 @@ class StoreCollector(Collector):
             con.close()
 
     def _sweeps(self, con: duckdb.DuckDBPyConnection) -> Iterator[Metric]:
-        busbw = GaugeMetricFamily("commbench_busbw_bytes_per_second", "Bus bandwidth of the newest commbench sweep of "
-                                  "the node set (out-of-place, largest size in the bucket)", labels=BUSBW_LABELS)
-        times = GaugeMetricFamily("commbench_collective_time_seconds", "Per-op time (slowest rank median) of that row",
-                                  labels=BUSBW_LABELS)
-        stamps = GaugeMetricFamily("commbench_sweep_timestamp_seconds", "Start time of the newest sweep of the node set",
-                                   labels=["cluster", "nodes"])
+        busbw = GaugeMetricFamily(
+            "commbench_busbw_bytes_per_second",
+            "Bus bandwidth of the newest commbench sweep of the node set (out-of-place, largest size in the bucket)",
+            labels=BUSBW_LABELS,
+        )
+        times = GaugeMetricFamily(
+            "commbench_collective_time_seconds", "Per-op time (slowest rank median) of that row", labels=BUSBW_LABELS
+        )
+        stamps = GaugeMetricFamily(
+            "commbench_sweep_timestamp_seconds",
+            "Start time of the newest sweep of the node set",
+            labels=["cluster", "nodes"],
+        )
         per_cluster: dict[str, int] = {}
         for run_id, cluster, nodes, created in con.execute(_NEWEST_SWEEPS).fetchall():
             per_cluster[cluster] = per_cluster.get(cluster, 0) + 1
@@ -112,21 +124,30 @@ class StoreCollector(Collector):
         yield from (busbw, times, stamps)
 
     def _runs(self, con: duckdb.DuckDBPyConnection) -> Iterator[Metric]:
-        runs = CounterMetricFamily("commbench_runs", "Run directories of each kind in the results database",
-                                   labels=["cluster", "kind"])
-        for cluster, kind, count in con.execute("SELECT cluster, kind, count(*) FROM runs GROUP BY ALL ORDER BY ALL").fetchall():
+        runs = CounterMetricFamily(
+            "commbench_runs", "Run directories of each kind in the results database", labels=["cluster", "kind"]
+        )
+        for cluster, kind, count in con.execute(
+            "SELECT cluster, kind, count(*) FROM runs GROUP BY ALL ORDER BY ALL"
+        ).fetchall():
             runs.add_metric([cluster or "unknown", kind], float(count))
         yield runs
 
     def _diagnoses(self, con: duckdb.DuckDBPyConnection) -> Iterator[Metric]:
         from commbench.diagnose.report import load_report
 
-        drain = GaugeMetricFamily("commbench_node_drain_recommended", "1 for each node the newest diagnosis of the "
-                                  "cluster says to drain", labels=["cluster", "node"])
-        stamps = GaugeMetricFamily("commbench_diagnosis_timestamp_seconds", "Start time of the newest diagnosis",
-                                   labels=["cluster"])
-        newest = con.execute("SELECT cluster, path, epoch(created) FROM runs WHERE kind = 'diagnose' AND complete "
-                             "QUALIFY row_number() OVER (PARTITION BY cluster ORDER BY created DESC NULLS LAST) = 1").fetchall()
+        drain = GaugeMetricFamily(
+            "commbench_node_drain_recommended",
+            "1 for each node the newest diagnosis of the cluster says to drain",
+            labels=["cluster", "node"],
+        )
+        stamps = GaugeMetricFamily(
+            "commbench_diagnosis_timestamp_seconds", "Start time of the newest diagnosis", labels=["cluster"]
+        )
+        newest = con.execute(
+            "SELECT cluster, path, epoch(created) FROM runs WHERE kind = 'diagnose' AND complete "
+            "QUALIFY row_number() OVER (PARTITION BY cluster ORDER BY created DESC NULLS LAST) = 1"
+        ).fetchall()
         for cluster, path, created in newest:
             try:
                 report = load_report(path)
@@ -161,4 +182,3 @@ def exposition(db: str | Path, max_node_sets: int = MAX_NODE_SETS) -> str:
     from prometheus_client import generate_latest
 
     return generate_latest(registry_for(db, max_node_sets)).decode("utf-8")
-

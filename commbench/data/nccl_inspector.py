@@ -75,9 +75,16 @@ SIZE_BUCKET_DOC = "power-of-two buckets [2^k, 2^(k+1)) bytes of commbench's size
 
 # Inspector's collective names (inspector.cc ncclFuncToString) -> commbench's op names
 INSPECTOR_OPS = {
-    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-    "Broadcast": "broadcast", "Reduce": "reduce", "All2All": "all_to_all", "AllGatherV": "all_gatherv",
-    "SendRecv": "sendrecv", "Send": "send", "Recv": "recv",
+    "AllReduce": "all_reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "All2All": "all_to_all",
+    "AllGatherV": "all_gatherv",
+    "SendRecv": "sendrecv",
+    "Send": "send",
+    "Recv": "recv",
 }
 # ops whose logged message is one rank's share of the whole (Inspector's trafficSize = msg x n)
 _PER_RANK_MESSAGE = {"all_gather", "all_gatherv", "reduce_scatter"}
@@ -193,8 +200,10 @@ def read_calls(path: Path, root: Path | None = None) -> tuple[list[Call], FileSt
         why = f" ({stats.first_bad[0]})" if stats.first_bad else " (empty)"
         raise UsageError(f"{path}: not an NCCL Inspector log: no line is an Inspector record{why}")
     if stats.bad > MAX_BAD_SHARE * stats.lines:
-        raise UsageError(f"{path}: {stats.bad} of {stats.lines} lines are not Inspector records "
-                         f"({stats.first_bad[0]}); not importing a file that is mostly something else")
+        raise UsageError(
+            f"{path}: {stats.bad} of {stats.lines} lines are not Inspector records "
+            f"({stats.first_bad[0]}); not importing a file that is mostly something else"
+        )
     return calls, stats
 
 
@@ -226,11 +235,17 @@ def parse_line(raw: bytes | str) -> Call:
     if rank >= n_ranks:
         raise _BadLine(f"rank {rank} of a communicator of {n_ranks}")
     return Call(
-        comm_id=_text(header, "id"), comm_name=_optional_text(header, "comm_name") or "unknown",
-        rank=rank, n_ranks=n_ranks, nnodes=_integer(header, "nnodes", low=1),
-        host=_text(metadata, "hostname"), pid=_integer(metadata, "pid", low=0),
-        op=INSPECTOR_OPS[name], sn=_integer(perf, f"{kind}_sn", low=0),
-        msg_bytes=_integer(perf, f"{kind}_msg_size_bytes", low=0), exec_us=_number(perf, f"{kind}_exec_time_us"),
+        comm_id=_text(header, "id"),
+        comm_name=_optional_text(header, "comm_name") or "unknown",
+        rank=rank,
+        n_ranks=n_ranks,
+        nnodes=_integer(header, "nnodes", low=1),
+        host=_text(metadata, "hostname"),
+        pid=_integer(metadata, "pid", low=0),
+        op=INSPECTOR_OPS[name],
+        sn=_integer(perf, f"{kind}_sn", low=0),
+        msg_bytes=_integer(perf, f"{kind}_msg_size_bytes", low=0),
+        exec_us=_number(perf, f"{kind}_exec_time_us"),
         reported_busbw_gbps=_number(perf, f"{kind}_busbw_gbs"),
         timing_source=_optional_text(perf, f"{kind}_timing_source"),
         dump_us=_integer(metadata, "dump_timestamp_us", low=0) if "dump_timestamp_us" in metadata else None,
@@ -294,9 +309,16 @@ class Communicator:
         return "inter" if self.n_ranks == self.nnodes else "world"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.comm_id, "name": self.name, "n_ranks": self.n_ranks, "nnodes": self.nnodes,
-                "scope": self.scope, "ranks_seen": sorted(self.ranks), "hosts": self.hosts,
-                "rank_hosts": {str(rank): host for rank, (host, _) in sorted(self.ranks.items())}}
+        return {
+            "id": self.comm_id,
+            "name": self.name,
+            "n_ranks": self.n_ranks,
+            "nnodes": self.nnodes,
+            "scope": self.scope,
+            "ranks_seen": sorted(self.ranks),
+            "hosts": self.hosts,
+            "rank_hosts": {str(rank): host for rank, (host, _) in sorted(self.ranks.items())},
+        }
 
 
 class Sample(NamedTuple):
@@ -337,8 +359,10 @@ def _communicators(calls: list[Call]) -> dict[str, Communicator]:
     for call in calls:
         comm = comms.setdefault(call.comm_id, Communicator(call.comm_id, call.comm_name, call.n_ranks, call.nnodes, {}))
         if (call.n_ranks, call.nnodes) != (comm.n_ranks, comm.nnodes):
-            raise UsageError(f"communicator {call.comm_id}: logged with {comm.n_ranks} ranks on {comm.nnodes} nodes "
-                             f"and with {call.n_ranks} on {call.nnodes}; the logs are not of one job")
+            raise UsageError(
+                f"communicator {call.comm_id}: logged with {comm.n_ranks} ranks on {comm.nnodes} nodes "
+                f"and with {call.n_ranks} on {call.nnodes}; the logs are not of one job"
+            )
         comm.ranks.setdefault(call.rank, (call.host, call.pid))
         names[call.comm_id][call.comm_name] += 1
     for comm_id, comm in comms.items():
@@ -379,7 +403,8 @@ def _rows(calls: list[Call], comms: dict[str, Communicator]) -> tuple[list[Recor
         if size <= 0 or max(times.values()) <= 0:
             continue  # a zero-byte call, or one too fast for Inspector's whole-microsecond clock: no bandwidth
         buckets[(comm_id, op, size_bucket(size))].append(
-            Sample(sn, size, max(times.values()), times, float(np.median([c.reported_busbw_gbps for c in ranks]))))
+            Sample(sn, size, max(times.values()), times, float(np.median([c.reported_busbw_gbps for c in ranks])))
+        )
     records, lines = [], []
     for (comm_id, op, bucket), samples in sorted(buckets.items()):
         record = _record(comms[comm_id], op, bucket, sorted(samples))
@@ -392,15 +417,38 @@ def _record(comm: Communicator, op: str, bucket: tuple[int, int], samples: list[
     sizes = [s.size_bytes for s in samples]
     size = int(np.median(sizes)) if len(set(sizes)) > 1 else sizes[0]
     factor = busbw_factor(op, comm.n_ranks)
-    row = RowFacts(op=op, scope=comm.scope, group_size=comm.n_ranks, n_groups=1, size_bytes=size, count=0,
-                   dtype="unknown", redop="none", root=-1, in_place=False, iters=len(samples), warmup=0,
-                   timer="imported", stop_reason=None)  # no timed loop: the job's own calls, as observed
+    row = RowFacts(
+        op=op,
+        scope=comm.scope,
+        group_size=comm.n_ranks,
+        n_groups=1,
+        size_bytes=size,
+        count=0,
+        dtype="unknown",
+        redop="none",
+        root=-1,
+        in_place=False,
+        iters=len(samples),
+        warmup=0,
+        timer="imported",
+        stop_reason=None,
+    )  # no timed loop: the job's own calls, as observed
     busbw = [s.size_bytes / s.time_us / 1e3 * factor for s in samples]
-    return build_record(row, Stats.of([s.time_us for s in samples]), factor, time_us_mean_nccl=None, wrong=-1,
-                        comm_id=comm.comm_id, comm_name=comm.name, hosts=comm.hosts, size_bucket=list(bucket),
-                        size_bytes_min=min(sizes), size_bytes_max=max(sizes),
-                        busbw_gbps_samples_median=float(np.median(busbw)),
-                        reported_busbw_gbps_median=float(np.median([s.reported_busbw_gbps for s in samples])))
+    return build_record(
+        row,
+        Stats.of([s.time_us for s in samples]),
+        factor,
+        time_us_mean_nccl=None,
+        wrong=-1,
+        comm_id=comm.comm_id,
+        comm_name=comm.name,
+        hosts=comm.hosts,
+        size_bucket=list(bucket),
+        size_bytes_min=min(sizes),
+        size_bytes_max=max(sizes),
+        busbw_gbps_samples_median=float(np.median(busbw)),
+        reported_busbw_gbps_median=float(np.median([s.reported_busbw_gbps for s in samples])),
+    )
 
 
 def _samples_line(record: Record, comm: Communicator, samples: list[Sample]) -> str:
@@ -410,9 +458,14 @@ def _samples_line(record: Record, comm: Communicator, samples: list[Sample]) -> 
     ranks = sorted({rank for s in samples for rank in s.rank_time_us})
     medians = [float(np.median([s.rank_time_us[r] for s in samples if r in s.rank_time_us])) for r in ranks]
     line = {
-        "key": [dumped.get(name) for name in KEY_FIELDS], "slowest_rank": None,
-        "time_us": [s.time_us for s in samples], "ranks": ranks, "rank_median_us": medians,
-        "comm_id": comm.comm_id, "size_bytes": [s.size_bytes for s in samples], "sn": [s.sn for s in samples],
+        "key": [dumped.get(name) for name in KEY_FIELDS],
+        "slowest_rank": None,
+        "time_us": [s.time_us for s in samples],
+        "ranks": ranks,
+        "rank_median_us": medians,
+        "comm_id": comm.comm_id,
+        "size_bytes": [s.size_bytes for s in samples],
+        "sn": [s.sn for s in samples],
         "busbw_gbps": [round(s.size_bytes / s.time_us / 1e3 * record.busbw_factor, 6) for s in samples],
     }
     return json.dumps(line) + "\n"
@@ -423,8 +476,12 @@ _JOB_DIR = re.compile(r"^nccl-inspector-(?P<id>[A-Za-z0-9_.-]+)$")
 
 def _job_id(files: list[str | Path]) -> str:
     """The Slurm job id Inspector put in its default directory name, where the logs still sit in it."""
-    found = {match.group("id") for path in files for part in Path(path).resolve().parts
-             if (match := _JOB_DIR.match(part)) and match.group("id") != "unknown-jobid"}
+    found = {
+        match.group("id")
+        for path in files
+        for part in Path(path).resolve().parts
+        if (match := _JOB_DIR.match(part)) and match.group("id") != "unknown-jobid"
+    }
     return found.pop() if len(found) == 1 else "unknown"
 
 
@@ -432,8 +489,14 @@ def _iso(us: int | None) -> str | None:
     return None if us is None else datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="seconds")
 
 
-def _run_info(files: list[str | Path], calls: list[Call], comms: dict[str, Communicator], stats: list[FileStats], job_id: str,
-              n_records: int) -> RunInfo:
+def _run_info(
+    files: list[str | Path],
+    calls: list[Call],
+    comms: dict[str, Communicator],
+    stats: list[FileStats],
+    job_id: str,
+    n_records: int,
+) -> RunInfo:
     if not n_records:
         raise UsageError(f"{files[0]}: Inspector records, but none with a size and a time above 0; nothing to import")
     processes = sorted({(c.host, c.pid) for c in calls})
@@ -442,19 +505,43 @@ def _run_info(files: list[str | Path], calls: list[Call], comms: dict[str, Commu
     rank_of = {process: rank for rank, process in widest.ranks.items()}
     stamps = [c.dump_us for c in calls if c.dump_us is not None]
     warnings = [f"{s.path}: skipped {s.bad} of {s.lines} lines ({'; '.join(s.first_bad)})" for s in stats if s.bad]
-    warnings += [f"communicator {c.comm_id} ({c.name}): {len(c.ranks)} of its {c.n_ranks} ranks logged (the others' "
-                 "files were not given, or their ring buffers dropped the calls)" for c in comms.values() if len(c.ranks) < c.n_ranks]
-    nodes = [NodeInfo(hostname=host, node_id=i, ranks=sorted(rank_of[p] for p in processes if p[0] == host and p in rank_of),
-                      local_ranks=[]) for i, host in enumerate(hosts)]
+    warnings += [
+        f"communicator {c.comm_id} ({c.name}): {len(c.ranks)} of its {c.n_ranks} ranks logged (the others' "
+        "files were not given, or their ring buffers dropped the calls)"
+        for c in comms.values()
+        if len(c.ranks) < c.n_ranks
+    ]
+    nodes = [
+        NodeInfo(
+            hostname=host,
+            node_id=i,
+            ranks=sorted(rank_of[p] for p in processes if p[0] == host and p in rank_of),
+            local_ranks=[],
+        )
+        for i, host in enumerate(hosts)
+    ]
     versions = sorted({c.format_version for c in calls if c.format_version})
     return RunInfo(
-        run_id=f"inspector-{re.sub(r'[^A-Za-z0-9_.-]', '-', job_id)[:40]}-{secrets.token_hex(3)}", kind="import",
-        source=SOURCE, created=_iso(min(stamps)) if stamps else "unknown", finished=_iso(max(stamps)) if stamps else None,
-        backend="nccl", world_size=len(processes), nodes=nodes, complete=True, warnings=warnings,
+        run_id=f"inspector-{re.sub(r'[^A-Za-z0-9_.-]', '-', job_id)[:40]}-{secrets.token_hex(3)}",
+        kind="import",
+        source=SOURCE,
+        created=_iso(min(stamps)) if stamps else "unknown",
+        finished=_iso(max(stamps)) if stamps else None,
+        backend="nccl",
+        world_size=len(processes),
+        nodes=nodes,
+        complete=True,
+        warnings=warnings,
         versions={"inspector_output_format_version": ", ".join(versions) or "unknown"},
-        args={"job_id": job_id, "source_files": [str(f) for f in files], "calls_logged": len(calls),
-              "communicators": [comm.to_dict() for comm in comms.values()], "size_buckets": SIZE_BUCKET_DOC,
-              "inspector_commit_read": INSPECTOR_COMMIT, "timing_sources": dict(Counter(c.timing_source or "unlogged" for c in calls))},
+        args={
+            "job_id": job_id,
+            "source_files": [str(f) for f in files],
+            "calls_logged": len(calls),
+            "communicators": [comm.to_dict() for comm in comms.values()],
+            "size_buckets": SIZE_BUCKET_DOC,
+            "inspector_commit_read": INSPECTOR_COMMIT,
+            "timing_sources": dict(Counter(c.timing_source or "unlogged" for c in calls)),
+        },
         note=f"imported from NCCL Inspector logs of job {job_id} ({len(files)} file(s), {len(calls)} lines)",
     )
 
@@ -490,6 +577,18 @@ def read_job_samples(run_dir: str | Path) -> dict[tuple[Any, ...], dict[str, Any
     return found
 
 
-__all__ = ["INSPECTOR_COMMIT", "Call", "Communicator", "InspectorJob", "busbw_factor",
-           "log_files", "parse_line", "read_calls", "read_job", "read_job_samples", "size_bucket", "size_bytes",
-           "write_job"]
+__all__ = [
+    "INSPECTOR_COMMIT",
+    "Call",
+    "Communicator",
+    "InspectorJob",
+    "busbw_factor",
+    "log_files",
+    "parse_line",
+    "read_calls",
+    "read_job",
+    "read_job_samples",
+    "size_bucket",
+    "size_bytes",
+    "write_job",
+]

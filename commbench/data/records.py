@@ -63,10 +63,19 @@ class RowFacts:
     direction: str | None = None
 
 
-def build_record(facts: RowFacts, stats: Stats, factor: float, *, time_us_mean_nccl: float | None, wrong: int,
-                 slowest_rank: int | None = None, reported_bandwidth: tuple[float, float] | None = None,
-                 record_class: type[R] = Record,  # type: ignore[assignment]  # mypy#3737: a TypeVar's default
-                 time_stat: str = "slowest-rank median", **extra: Any) -> R:
+def build_record(
+    facts: RowFacts,
+    stats: Stats,
+    factor: float,
+    *,
+    time_us_mean_nccl: float | None,
+    wrong: int,
+    slowest_rank: int | None = None,
+    reported_bandwidth: tuple[float, float] | None = None,
+    record_class: type[R] = Record,  # type: ignore[assignment]  # mypy#3737: a TypeVar's default
+    time_stat: str = "slowest-rank median",
+    **extra: Any,
+) -> R:
     """A Record of `record_class` (Record, or a subclass with `extra` fields). time_us is stats.median,
     which `time_stat` names; time_us_mean is stats.mean. The bandwidths follow from size and time_us
     unless `reported_bandwidth` (algbw, busbw) gives them, as a log does."""
@@ -76,10 +85,22 @@ def build_record(facts: RowFacts, stats: Stats, factor: float, *, time_us_mean_n
     row = {field.name: getattr(facts, field.name) for field in fields(facts)}
     return record_class(
         **row,
-        time_us=stats.median, time_stat=time_stat, time_us_mean=stats.mean, time_us_p10=stats.p10, time_us_p90=stats.p90,
-        time_us_min=stats.min, time_us_max=stats.max, cv=stats.cv, time_us_mean_nccl=time_us_mean_nccl,
-        algbw_gbps=algbw, busbw_gbps=busbw, busbw_factor=factor, aggregate_busbw_gbps=busbw * facts.n_groups,
-        wrong=wrong, slowest_rank=slowest_rank, **extra,
+        time_us=stats.median,
+        time_stat=time_stat,
+        time_us_mean=stats.mean,
+        time_us_p10=stats.p10,
+        time_us_p90=stats.p90,
+        time_us_min=stats.min,
+        time_us_max=stats.max,
+        cv=stats.cv,
+        time_us_mean_nccl=time_us_mean_nccl,
+        algbw_gbps=algbw,
+        busbw_gbps=busbw,
+        busbw_factor=factor,
+        aggregate_busbw_gbps=busbw * facts.n_groups,
+        wrong=wrong,
+        slowest_rank=slowest_rank,
+        **extra,
     )
 
 

@@ -48,8 +48,13 @@ def _with_pair(fields: Iterable[Any], pair: Iterable[Any] | None) -> tuple[Any, 
     return tuple(fields) + ((tuple(pair),) if pair else ())
 
 
-def samples_line(record: dict[str, Any], slowest_rank: int | None, times_us: list[float], ranks: list[int],
-                 rank_medians_us: list[float]) -> str:
+def samples_line(
+    record: dict[str, Any],
+    slowest_rank: int | None,
+    times_us: list[float],
+    ranks: list[int],
+    rank_medians_us: list[float],
+) -> str:
     """One line of samples.jsonl for `record` (the writer appends these as rows are measured)."""
     line = {
         "key": [record.get(name) for name in KEY_FIELDS],
@@ -81,8 +86,12 @@ def read_samples(run_dir: str | Path, warnings: list[str] | None = None) -> dict
             except (KeyError, TypeError, ValueError, AttributeError):
                 lines.skip(f"{path.name} line {number}", "not a samples line")
                 continue
-            found[key] = {"slowest_rank": item.get("slowest_rank"), "time_us": times, "ranks": item.get("ranks"),
-                          "rank_median_us": medians}
+            found[key] = {
+                "slowest_rank": item.get("slowest_rank"),
+                "time_us": times,
+                "ranks": item.get("ranks"),
+                "rank_median_us": medians,
+            }
     except UnsafeFile as exc:
         if warnings is not None:
             warnings.append(f"{exc}; no samples read")

@@ -34,7 +34,9 @@ def measured_slowdown(run_dir: str | Path) -> float:
     """The fraction of overlapped time added to compute (0.13 = 13%), as `commbench plan --slowdown` takes it."""
     run = load_run(run_dir)
     if run.info.kind != "overlap":
-        raise UsageError(f"{run_dir}: a {run.info.kind} run; the slowdown comes from an overlap run (commbench overlap)")
+        raise UsageError(
+            f"{run_dir}: a {run.info.kind} run; the slowdown comes from an overlap run (commbench overlap)"
+        )
     usable = [r for r in run.records if "compute_during_comm_us" in r and r["wrong"] <= 0]
     if not usable:
         raise UsageError(f"{run_dir}: no overlap records with correct results")

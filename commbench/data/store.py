@@ -67,11 +67,27 @@ MEASURED_KINDS = ("sweep", "pairwise", "overlap")  # runs that exist for their r
 BATCH_RUNS = 2000  # runs per transaction: bounds memory, and a killed ingest keeps whole batches
 
 RUN_COLUMNS = {
-    "run_id": "VARCHAR PRIMARY KEY", "digest": "VARCHAR", "fingerprint": "VARCHAR", "path": "VARCHAR",
-    "kind": "VARCHAR", "source": "VARCHAR", "cluster": "VARCHAR", "created": "TIMESTAMP",
-    "finished": "TIMESTAMP", "complete": "BOOLEAN", "backend": "VARCHAR", "world_size": "INTEGER",
-    "n_nodes": "INTEGER", "nodes": "VARCHAR[]", "nodeset_digest": "VARCHAR", "topology_digest": "VARCHAR",
-    "versions": "JSON", "env": "JSON", "args": "JSON", "warnings": "JSON", "ingested": "TIMESTAMP",
+    "run_id": "VARCHAR PRIMARY KEY",
+    "digest": "VARCHAR",
+    "fingerprint": "VARCHAR",
+    "path": "VARCHAR",
+    "kind": "VARCHAR",
+    "source": "VARCHAR",
+    "cluster": "VARCHAR",
+    "created": "TIMESTAMP",
+    "finished": "TIMESTAMP",
+    "complete": "BOOLEAN",
+    "backend": "VARCHAR",
+    "world_size": "INTEGER",
+    "n_nodes": "INTEGER",
+    "nodes": "VARCHAR[]",
+    "nodeset_digest": "VARCHAR",
+    "topology_digest": "VARCHAR",
+    "versions": "JSON",
+    "env": "JSON",
+    "args": "JSON",
+    "warnings": "JSON",
+    "ingested": "TIMESTAMP",
     "synthetic": "BOOLEAN",  # last: ALTER TABLE appends it to a version-1 table
 }
 _PAIR_ONLY = {"pair", "pair_nodes", "outlier", "outlier_reasons", "tcp_segments_sent", "tcp_retransmits"}
@@ -99,20 +115,51 @@ def _column_type(annotation: Any) -> str:
 # The records table follows schema.py's Record: a field added there changes this table, so it needs
 # STORE_SCHEMA_VERSION raised and a migration (see _migrate; a database can always be rebuilt from
 # the run directories). A migrated table has its new columns last, so inserts name their columns.
-RECORD_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER"} | {
-    name: _column_type(info.annotation) for name, info in Record.model_fields.items() if name not in _PAIR_ONLY
-} | {"extra": "JSON"}
-SAMPLE_COLUMNS = {"run_id": "VARCHAR"} | {name: RECORD_COLUMNS[name] for name in KEY_FIELDS} | {
-    "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]", "rank_median_us": "DOUBLE[]",
-    "pair": "INTEGER[]"}  # last: added to a version-2 table by ALTER TABLE, and _insert_samples goes by position
-PAIR_COLUMNS = {"run_id": "VARCHAR", "row": "INTEGER", "rank_a": "INTEGER", "rank_b": "INTEGER",
-                "node_a": "VARCHAR", "node_b": "VARCHAR", "op": "VARCHAR", "direction": "VARCHAR",
-                "size_bytes": "BIGINT", "time_us": "DOUBLE", "busbw_gbps": "DOUBLE", "outlier": "BOOLEAN",
-                "outlier_reasons": "VARCHAR[]", "tcp_segments_sent": "BIGINT", "tcp_retransmits": "BIGINT"}
+RECORD_COLUMNS = (
+    {"run_id": "VARCHAR", "row": "INTEGER"}
+    | {name: _column_type(info.annotation) for name, info in Record.model_fields.items() if name not in _PAIR_ONLY}
+    | {"extra": "JSON"}
+)
+SAMPLE_COLUMNS = (
+    {"run_id": "VARCHAR"}
+    | {name: RECORD_COLUMNS[name] for name in KEY_FIELDS}
+    | {
+        "slowest_rank": "INTEGER",
+        "time_us": "DOUBLE[]",
+        "ranks": "INTEGER[]",
+        "rank_median_us": "DOUBLE[]",
+        "pair": "INTEGER[]",
+    }
+)  # last: added to a version-2 table by ALTER TABLE, and _insert_samples goes by position
+PAIR_COLUMNS = {
+    "run_id": "VARCHAR",
+    "row": "INTEGER",
+    "rank_a": "INTEGER",
+    "rank_b": "INTEGER",
+    "node_a": "VARCHAR",
+    "node_b": "VARCHAR",
+    "op": "VARCHAR",
+    "direction": "VARCHAR",
+    "size_bytes": "BIGINT",
+    "time_us": "DOUBLE",
+    "busbw_gbps": "DOUBLE",
+    "outlier": "BOOLEAN",
+    "outlier_reasons": "VARCHAR[]",
+    "tcp_segments_sent": "BIGINT",
+    "tcp_retransmits": "BIGINT",
+}
 TABLES = {"runs": RUN_COLUMNS, "records": RECORD_COLUMNS, "samples": SAMPLE_COLUMNS, "pairs": PAIR_COLUMNS}
 # not a run's rows (ingest's per-run delete and insert leave it alone)
-ACTION_COLUMNS = {"when": "TIMESTAMP", "node": "VARCHAR", "verb": "VARCHAR", "verdict": "VARCHAR",
-                  "evidence_run": "VARCHAR", "command": "VARCHAR", "result": "VARCHAR", "source": "VARCHAR"}
+ACTION_COLUMNS = {
+    "when": "TIMESTAMP",
+    "node": "VARCHAR",
+    "verb": "VARCHAR",
+    "verdict": "VARCHAR",
+    "evidence_run": "VARCHAR",
+    "command": "VARCHAR",
+    "result": "VARCHAR",
+    "source": "VARCHAR",
+}
 
 
 # ---------------------------------------------------------------- opening
@@ -140,8 +187,12 @@ def _writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
 
 # The reading door (db sql, the dashboard, history): no file, URL or extension is reachable from a
 # query, and the statement cannot turn these back on (lock_configuration).
-QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False, "lock_configuration": True}
+QUERY_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
@@ -156,7 +207,9 @@ def _lock_path(db: Path) -> Path:
     return db.with_name(db.name + ".lock")
 
 
-def _connect(path: Path, read_only: bool, wait_s: float = 60.0, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+def _connect(
+    path: Path, read_only: bool, wait_s: float = 60.0, config: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open the file, waiting while another process holds it (DuckDB allows one writing process)."""
     deadline = time.monotonic() + wait_s
     while True:
@@ -177,8 +230,10 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         raise CommbenchError(f"{path}: not a commbench database (no meta table)") from None
     version = int(row[0]) if row else 0
     if version > STORE_SCHEMA_VERSION:
-        raise UsageError(f"{path}: written by a newer commbench (store schema {version}; this one reads up to "
-                         f"{STORE_SCHEMA_VERSION}); upgrade commbench or use another --db")
+        raise UsageError(
+            f"{path}: written by a newer commbench (store schema {version}; this one reads up to "
+            f"{STORE_SCHEMA_VERSION}); upgrade commbench or use another --db"
+        )
 
 
 def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -229,12 +284,14 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
 def _move_out_of_extra(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Add the records column `name` (a number) and move each row's extra.<name> into it. A value
     that is not of its column's kind stays in extra, so nothing is dropped; rows without it get null."""
-    kinds = ("'VARCHAR', 'NULL'" if RECORD_COLUMNS[name] == "VARCHAR" else "'DOUBLE', 'BIGINT', 'UBIGINT', 'NULL'")
+    kinds = "'VARCHAR', 'NULL'" if RECORD_COLUMNS[name] == "VARCHAR" else "'DOUBLE', 'BIGINT', 'UBIGINT', 'NULL'"
     con.execute(f'ALTER TABLE records ADD COLUMN IF NOT EXISTS "{name}" {RECORD_COLUMNS[name]}')
-    con.execute(f'UPDATE records SET "{name}" = CAST(extra->>? AS {RECORD_COLUMNS[name]}), '
-                "extra = nullif(CAST(json_merge_patch(extra, json_object(?, NULL)) AS VARCHAR), '{}') "
-                f"WHERE json_exists(extra, ?) AND json_type(extra, ?) IN ({kinds})",
-                [f"$.{name}", name, f"$.{name}", f"$.{name}"])
+    con.execute(
+        f'UPDATE records SET "{name}" = CAST(extra->>? AS {RECORD_COLUMNS[name]}), '
+        "extra = nullif(CAST(json_merge_patch(extra, json_object(?, NULL)) AS VARCHAR), '{}') "
+        f"WHERE json_exists(extra, ?) AND json_type(extra, ?) IN ({kinds})",
+        [f"$.{name}", name, f"$.{name}", f"$.{name}"],
+    )
 
 
 def open_read_only(path: str | Path, external_access: bool = False) -> duckdb.DuckDBPyConnection:
@@ -259,8 +316,10 @@ class IngestReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
 
     def summary(self) -> str:
-        return (f"{len(self.added)} added, {len(self.updated)} updated, {self.unchanged} unchanged, "
-                f"{len(self.skipped)} skipped")
+        return (
+            f"{len(self.added)} added, {len(self.updated)} updated, {self.unchanged} unchanged, "
+            f"{len(self.skipped)} skipped"
+        )
 
 
 def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -361,7 +420,9 @@ def _remove_stale_staging() -> None:
 def _known_runs(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str, str]]:
     """path -> (run_id, fingerprint, digest) and run_id -> the same, for every run in the database."""
     known: dict[str, tuple[str, str, str]] = {}
-    for run_id, path, fingerprint, digest in con.execute("SELECT run_id, path, fingerprint, digest FROM runs").fetchall():
+    for run_id, path, fingerprint, digest in con.execute(
+        "SELECT run_id, path, fingerprint, digest FROM runs"
+    ).fetchall():
         known[path] = known[run_id] = (run_id, fingerprint, digest)
     return known
 
@@ -404,7 +465,9 @@ def _stage(path: Path, known: dict[str, Any], report: IngestReport) -> tuple[Run
         report.skipped.append((str(path), str(exc)))
         return None
     if not run.info.complete:
-        report.skipped.append((str(path), "partial run (not complete" + (f": {run.info.reason})" if run.info.reason else ")")))
+        report.skipped.append(
+            (str(path), "partial run (not complete" + (f": {run.info.reason})" if run.info.reason else ")"))
+        )
         return None
     if not run.records and (run.bad_records or run.info.kind in MEASURED_KINDS):
         report.skipped.append((str(path), f"no valid records ({run.bad_records} bad lines); not ingested"))
@@ -416,7 +479,9 @@ def _stage(path: Path, known: dict[str, Any], report: IngestReport) -> tuple[Run
     return run, fingerprint, digest
 
 
-def _write_batch(con: duckdb.DuckDBPyConnection, pending: list[tuple[Run, str, str]], known: dict[str, Any], report: IngestReport) -> None:
+def _write_batch(
+    con: duckdb.DuckDBPyConnection, pending: list[tuple[Run, str, str]], known: dict[str, Any], report: IngestReport
+) -> None:
     if not pending:
         return
     rows: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
@@ -446,7 +511,9 @@ def _write_batch(con: duckdb.DuckDBPyConnection, pending: list[tuple[Run, str, s
         known[os.path.abspath(run.path)] = known[run.run_id] = (run.run_id, fingerprint, digest)
 
 
-def _insert_json_rows(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, str], rows: list[dict[str, Any]], tmp: Path) -> None:
+def _insert_json_rows(
+    con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, str], rows: list[dict[str, Any]], tmp: Path
+) -> None:
     """Bulk insert through a newline-delimited JSON file: far faster than row-by-row inserts."""
     if not rows:
         return
@@ -456,14 +523,22 @@ def _insert_json_rows(con: duckdb.DuckDBPyConnection, table: str, columns: dict[
     types = {name: kind.replace(" PRIMARY KEY", "") for name, kind in columns.items()}
     names = ", ".join(f'"{name}"' for name in columns)
     try:
-        con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM read_json(?, format='newline_delimited', "
-                    "columns=?)", [str(staging), types])
+        con.execute(
+            f"INSERT INTO {table} ({names}) SELECT {names} FROM read_json(?, format='newline_delimited', columns=?)",
+            [str(staging), types],
+        )
     finally:
         staging.unlink()  # read: the next table's file need not share the disk with it
 
 
-_SAMPLE_FILE_COLUMNS = {"key": "JSON", "slowest_rank": "INTEGER", "time_us": "DOUBLE[]", "ranks": "INTEGER[]",
-                        "rank_median_us": "DOUBLE[]", "pair": "INTEGER[]"}
+_SAMPLE_FILE_COLUMNS = {
+    "key": "JSON",
+    "slowest_rank": "INTEGER",
+    "time_us": "DOUBLE[]",
+    "ranks": "INTEGER[]",
+    "rank_median_us": "DOUBLE[]",
+    "pair": "INTEGER[]",
+}
 
 
 def _insert_samples(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, str]]) -> None:
@@ -478,7 +553,13 @@ def _insert_samples(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, str]
         "FROM read_json(?, format='newline_delimited', columns=?, filename=true, ignore_errors=true) s "
         "JOIN (SELECT unnest(?) AS filename, unnest(?) AS run_id) m ON s.filename = m.filename "
         "WHERE s.key IS NOT NULL AND s.time_us IS NOT NULL",
-        [[path for path, _ in present], _SAMPLE_FILE_COLUMNS, [path for path, _ in present], [run_id for _, run_id in present]])
+        [
+            [path for path, _ in present],
+            _SAMPLE_FILE_COLUMNS,
+            [path for path, _ in present],
+            [run_id for _, run_id in present],
+        ],
+    )
 
 
 def _regular_inside(path: Path) -> bool:
@@ -514,13 +595,26 @@ def _run_row(run: Run, fingerprint: str, digest: str) -> dict[str, Any]:
     hosts = [node.hostname for node in info.nodes]
     cluster = getattr(info, "cluster", None) or resolve_cluster(None, info.env, hosts[0] if hosts else "local")
     return {
-        "run_id": info.run_id, "digest": digest, "fingerprint": fingerprint, "path": os.path.abspath(run.path),
-        "kind": info.kind, "source": info.source, "cluster": cluster, "created": _timestamp(info.created),
-        "finished": _timestamp(info.finished), "complete": info.complete, "backend": info.backend,
-        "world_size": info.world_size, "n_nodes": len(hosts), "nodes": hosts,
+        "run_id": info.run_id,
+        "digest": digest,
+        "fingerprint": fingerprint,
+        "path": os.path.abspath(run.path),
+        "kind": info.kind,
+        "source": info.source,
+        "cluster": cluster,
+        "created": _timestamp(info.created),
+        "finished": _timestamp(info.finished),
+        "complete": info.complete,
+        "backend": info.backend,
+        "world_size": info.world_size,
+        "n_nodes": len(hosts),
+        "nodes": hosts,
         "nodeset_digest": _short_digest(sorted(hosts)) if hosts else None,
-        "topology_digest": _short_digest(info.topology), "versions": info.versions, "env": info.env,
-        "args": info.args, "warnings": run.warnings,
+        "topology_digest": _short_digest(info.topology),
+        "versions": info.versions,
+        "env": info.env,
+        "args": info.args,
+        "warnings": run.warnings,
         "ingested": datetime.now(timezone.utc).replace(tzinfo=None).isoformat(sep=" ", timespec="seconds"),
         "synthetic": info.synthetic,
     }
@@ -540,12 +634,23 @@ def _record_rows(run: Run, rows: dict[str, list[dict[str, Any]]]) -> None:
 def _pair_row(run_id: str, index: int, record: dict[str, Any]) -> dict[str, Any]:
     ranks = list(record.get("pair") or [None, None]) + [None, None]
     nodes = list(record.get("pair_nodes") or [None, None]) + [None, None]
-    return {"run_id": run_id, "row": index, "rank_a": ranks[0], "rank_b": ranks[1], "node_a": nodes[0],
-            "node_b": nodes[1], "op": record.get("op"), "direction": record.get("direction"),
-            "size_bytes": record.get("size_bytes"), "time_us": record.get("time_us"),
-            "busbw_gbps": record.get("busbw_gbps"), "outlier": record.get("outlier"),
-            "outlier_reasons": record.get("outlier_reasons"), "tcp_segments_sent": record.get("tcp_segments_sent"),
-            "tcp_retransmits": record.get("tcp_retransmits")}
+    return {
+        "run_id": run_id,
+        "row": index,
+        "rank_a": ranks[0],
+        "rank_b": ranks[1],
+        "node_a": nodes[0],
+        "node_b": nodes[1],
+        "op": record.get("op"),
+        "direction": record.get("direction"),
+        "size_bytes": record.get("size_bytes"),
+        "time_us": record.get("time_us"),
+        "busbw_gbps": record.get("busbw_gbps"),
+        "outlier": record.get("outlier"),
+        "outlier_reasons": record.get("outlier_reasons"),
+        "tcp_segments_sent": record.get("tcp_segments_sent"),
+        "tcp_retransmits": record.get("tcp_retransmits"),
+    }
 
 
 # ---------------------------------------------------------------- scheduler actions
@@ -564,9 +669,13 @@ def record_actions(db: str | Path, rows: list[dict[str, Any]]) -> None:
             _migrate(con)
             names = ", ".join(f'"{name}"' for name in ACTION_COLUMNS)
             marks = ", ".join("?" for _ in ACTION_COLUMNS)
-            con.executemany(f"INSERT INTO actions ({names}) VALUES ({marks})",
-                            [[_timestamp(row["when"]) if name == "when" else row.get(name) for name in ACTION_COLUMNS]
-                             for row in rows])
+            con.executemany(
+                f"INSERT INTO actions ({names}) VALUES ({marks})",
+                [
+                    [_timestamp(row["when"]) if name == "when" else row.get(name) for name in ACTION_COLUMNS]
+                    for row in rows
+                ],
+            )
         finally:
             con.close()
 
@@ -628,8 +737,9 @@ def _check_node(node: dict[str, Any]) -> None:
     if node.get("type") == "TABLE_FUNCTION":
         name = str((node.get("function") or {}).get("function_name", "")).lower()
         if name not in _SAFE_TABLE_FUNCTIONS and not name.startswith(_SAFE_TABLE_FUNCTION_PREFIXES):
-            raise UsageError(f"db sql reads the database only: table function {name}() refused "
-                             "(it can read files or URLs)")
+            raise UsageError(
+                f"db sql reads the database only: table function {name}() refused (it can read files or URLs)"
+            )
     elif node.get("type") == "BASE_TABLE" and _PATH_CHARACTERS & set(str(node.get("table_name", ""))):
         raise UsageError("db sql reads the database only: a table named like a file or URL refused")
 

@@ -13,31 +13,51 @@ from commbench.config_options import documented, size_arg
 from commbench.diagnose.strategy import Thresholds
 from commbench.units import format_size
 
-REAL, MODEL = "real mode (the default): live ranks, one per node", \
-    "the cluster model (--simulate or --hosts; every figure synthetic)"
+REAL, MODEL = (
+    "real mode (the default): live ranks, one per node",
+    "the cluster model (--simulate or --hosts; every figure synthetic)",
+)
 
 
 @dataclass(frozen=True)
 class DiagnoseConfig:
     """The options of a real diagnosis, shared by every rank (JSON through the local launcher)."""
 
-    size: int = documented("bytes each ring member sends per iteration; large enough to saturate a link", 8 << 20,
-                           group=REAL, parse=size_arg, shown=format_size)
+    size: int = documented(
+        "bytes each ring member sends per iteration; large enough to saturate a link",
+        8 << 20,
+        group=REAL,
+        parse=size_arg,
+        shown=format_size,
+    )
     iters: int = documented("timed iterations per group test", 5, group=REAL, parse=int)
     warmup: int = documented("untimed iterations first", 1, group=REAL, parse=int)
-    timeout_s: float = documented("seconds per round: a node that has not answered by then is named and left out",
-                                  60.0, flags=("--timeout",), group=REAL, parse=float, metavar="S")
+    timeout_s: float = documented(
+        "seconds per round: a node that has not answered by then is named and left out",
+        60.0,
+        flags=("--timeout",),
+        group=REAL,
+        parse=float,
+        metavar="S",
+    )
     straggler_screen: bool = documented(
         "skip the first round: one ring over every node whose per-node, per-iteration times name the nodes slow "
-        "themselves and those the others wait for (reported, not drained)", True, flags=("--no-straggler-screen",),
-        group=REAL)
+        "themselves and those the others wait for (reported, not drained)",
+        True,
+        flags=("--no-straggler-screen",),
+        group=REAL,
+    )
     node_name: str | None = documented("this node's name in the report", None, group=REAL, shown="hostname")
-    group_size: int | None = documented("screen group size", None, parse=int, metavar="G",
-                                        shown=f"{Thresholds.group_size}; smaller on small fleets")
+    group_size: int | None = documented(
+        "screen group size", None, parse=int, metavar="G", shown=f"{Thresholds.group_size}; smaller on small fleets"
+    )
     json: bool = documented("print the report as JSON", False)
     out_dir: str | None = documented(
-        "also write a run directory under DIR (the dashboard's Diagnose page shows it)", None, flags=("--out",),
-        metavar="DIR")
+        "also write a run directory under DIR (the dashboard's Diagnose page shows it)",
+        None,
+        flags=("--out",),
+        metavar="DIR",
+    )
     command: str = ""  # the command line, for the report (not an option)
     slurm: dict[str, Any] | None = None  # commbench.diagnose.scheduler.Choice as a dict: act on the verdicts (rank 0)
 
@@ -53,18 +73,35 @@ class DiagnoseConfig:
 class FleetOptions:
     """The cluster model's options (--simulate N or --hosts): a synthetic fleet with injected faults."""
 
-    simulate: int | None = documented("nodes of the model", None, group=MODEL, parse=int, metavar="N",
-                                      shown="as many as --hosts names")
-    hosts: str | None = documented("node names, Slurm hostlist syntax or @file (one list per line)", None,
-                                   group=MODEL, metavar="HOSTLIST|@FILE")
-    faults: int = documented("random faulty nodes, alternately slow and lossy", 0, group=MODEL, parse=int,
-                             metavar="D")
-    slow: list[str] = documented("this node at 0.3 x line rate (repeatable)", group=MODEL, metavar="NODE",
-                                 default_factory=list, shown="none", argparse={"action": "append"})
-    lossy: list[str] = documented("this node loses 3% of what it receives (repeatable)", group=MODEL,
-                                  metavar="NODE", default_factory=list, shown="none", argparse={"action": "append"})
-    link: list[str] = documented("the path A-B at 0.3 x line rate only (repeatable)", group=MODEL, metavar="A,B",
-                                 default_factory=list, shown="none", argparse={"action": "append"})
+    simulate: int | None = documented(
+        "nodes of the model", None, group=MODEL, parse=int, metavar="N", shown="as many as --hosts names"
+    )
+    hosts: str | None = documented(
+        "node names, Slurm hostlist syntax or @file (one list per line)", None, group=MODEL, metavar="HOSTLIST|@FILE"
+    )
+    faults: int = documented("random faulty nodes, alternately slow and lossy", 0, group=MODEL, parse=int, metavar="D")
+    slow: list[str] = documented(
+        "this node at 0.3 x line rate (repeatable)",
+        group=MODEL,
+        metavar="NODE",
+        default_factory=list,
+        shown="none",
+        argparse={"action": "append"},
+    )
+    lossy: list[str] = documented(
+        "this node loses 3% of what it receives (repeatable)",
+        group=MODEL,
+        metavar="NODE",
+        default_factory=list,
+        shown="none",
+        argparse={"action": "append"},
+    )
+    link: list[str] = documented(
+        "the path A-B at 0.3 x line rate only (repeatable)",
+        group=MODEL,
+        metavar="A,B",
+        default_factory=list,
+        shown="none",
+        argparse={"action": "append"},
+    )
     seed: int = documented("random seed of the model", 0, group=MODEL, parse=int)
-
-

@@ -38,13 +38,13 @@ BACKGROUND_LOSS_PCT = 0.02
 class FleetModel:
     n_nodes: int
     rng: np.random.Generator
-    line_gbps: float = 0.125            # 1 Gbit/s, the emulated cluster's links
+    line_gbps: float = 0.125  # 1 Gbit/s, the emulated cluster's links
     leaf_size: int = 32
-    spine_factor: float = 1.0           # non-blocking fat tree by default
+    spine_factor: float = 1.0  # non-blocking fat tree by default
     noise_sigma: float = NOISE_SIGMA
-    node_rate: np.ndarray = field(init=False)      # rate factor per node (1: healthy)
+    node_rate: np.ndarray = field(init=False)  # rate factor per node (1: healthy)
     node_loss_pct: np.ndarray = field(init=False)  # inbound loss per node, % (0: healthy)
-    link_rate: dict[tuple[int, int], float] = field(default_factory=dict)      # (a, b) sorted -> factor
+    link_rate: dict[tuple[int, int], float] = field(default_factory=dict)  # (a, b) sorted -> factor
     link_loss_pct: dict[tuple[int, int], float] = field(default_factory=dict)  # (a, b) sorted -> %
     stops_at_round: dict[int, int] = field(default_factory=dict)  # node -> first round it no longer answers
     rounds_run: int = 0
@@ -192,4 +192,3 @@ def pairwise_rounds(n_nodes: int) -> int:
 def bound_rounds(n_nodes: int, d: int) -> int:
     """The issue's acceptance bound: 2 d ceil(log2(N/d)) + 2."""
     return 2 * d * math.ceil(math.log2(n_nodes / d)) + 2 if d else 2
-

@@ -22,20 +22,36 @@ def to_dict(result: Diagnosis, names: list[str], source: str) -> dict[str, Any]:
     return {
         "source": source,
         "nodes": len(names),
-        "drain": [{"node": names[n], "reasons": v.reasons, "evidence": [_named(e, names) for e in v.evidence]}
-                  for n, v in sorted(result.bad_nodes.items())]
-                 + [{"node": names[n], "reasons": ["no answer"], "evidence": [{"note": why}]} for n, why in sorted(result.hung.items())],
-        "links": [{"link": [names[a], names[b]], "reasons": v.reasons, "evidence": [_named(e, names) for e in v.evidence]}
-                  for (a, b), v in sorted(result.bad_links.items())],
+        "drain": [
+            {"node": names[n], "reasons": v.reasons, "evidence": [_named(e, names) for e in v.evidence]}
+            for n, v in sorted(result.bad_nodes.items())
+        ]
+        + [
+            {"node": names[n], "reasons": ["no answer"], "evidence": [{"note": why}]}
+            for n, why in sorted(result.hung.items())
+        ],
+        "links": [
+            {"link": [names[a], names[b]], "reasons": v.reasons, "evidence": [_named(e, names) for e in v.evidence]}
+            for (a, b), v in sorted(result.bad_links.items())
+        ],
         "rounds": len(result.rounds),
         "group_tests": result.group_tests,
-        "reference": None if ref is None else {"busbw_gbps": ref.busbw, "sigma": ref.sigma,
-                                               "retransmit_pct": ref.retransmit_pct},
+        "reference": None
+        if ref is None
+        else {"busbw_gbps": ref.busbw, "sigma": ref.sigma, "retransmit_pct": ref.retransmit_pct},
         "exclude": compress([names[n] for n in drained]),
         "good": compress([names[n] for n in result.good_nodes()]),
-        "round_log": [{"step": r.step, "groups": [[names[n] for n in g] for g in r.groups], "busbw_gbps": r.busbw,
-                       "retransmit_pct": r.retransmit_pct, "outcomes": r.outcomes, "hung": [names[n] for n in r.hung]}
-                      for r in result.rounds],
+        "round_log": [
+            {
+                "step": r.step,
+                "groups": [[names[n] for n in g] for g in r.groups],
+                "busbw_gbps": r.busbw,
+                "retransmit_pct": r.retransmit_pct,
+                "outcomes": r.outcomes,
+                "hung": [names[n] for n in r.hung],
+            }
+            for r in result.rounds
+        ],
     }
 
 
@@ -65,28 +81,39 @@ def evidence_line(e: dict[str, Any]) -> str:
     if "busbw_gbps" not in e:
         return str(e.get("note", ""))
     loss = e.get("retransmit_pct")
-    result = (f"{e['busbw_gbps']:.4g} GB/s = {e['of_median']:.0%} of the fleet median" if measured(e["busbw_gbps"])
-              else f"no result ({e.get('outcome', 'hung')})")
-    return (f"round {e['round']}: {'+'.join(e['group'])} {result}"
-            + (f", {loss:.2f}% re-sent" if measured(loss) else "")
-            + (f" ({e['note']})" if e.get("note") else ""))
+    result = (
+        f"{e['busbw_gbps']:.4g} GB/s = {e['of_median']:.0%} of the fleet median"
+        if measured(e["busbw_gbps"])
+        else f"no result ({e.get('outcome', 'hung')})"
+    )
+    return (
+        f"round {e['round']}: {'+'.join(e['group'])} {result}"
+        + (f", {loss:.2f}% re-sent" if measured(loss) else "")
+        + (f" ({e['note']})" if e.get("note") else "")
+    )
 
 
 def text(report: dict[str, Any]) -> str:
-    lines = [f"# diagnose: {report['nodes']} nodes, {report['rounds']} concurrent rounds, "
-             f"{report['group_tests']} group tests ({report['source']})"]
+    lines = [
+        f"# diagnose: {report['nodes']} nodes, {report['rounds']} concurrent rounds, "
+        f"{report['group_tests']} group tests ({report['source']})"
+    ]
     ref = report["reference"]
     if ref:
         loss = ref["retransmit_pct"]
-        lines.append(f"# fleet reference: median ring bandwidth {ref['busbw_gbps']:.4g} GB/s, robust sigma "
-                     f"{ref['sigma']:.3f} (log), median retransmissions "
-                     + (f"{loss:.3f}%" if measured(loss) else "not measured"))
+        lines.append(
+            f"# fleet reference: median ring bandwidth {ref['busbw_gbps']:.4g} GB/s, robust sigma "
+            f"{ref['sigma']:.3f} (log), median retransmissions "
+            + (f"{loss:.3f}%" if measured(loss) else "not measured")
+        )
     lines.append("nodes to drain:" if report["drain"] else "nodes to drain: none")
     for item in report["drain"]:
         lines.append(f"  {item['node']:<16} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
     lines.append("links to inspect:" if report["links"] else "links to inspect: none")
     for item in report["links"]:
-        lines.append(f"  {' <-> '.join(item['link']):<24} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}")
+        lines.append(
+            f"  {' <-> '.join(item['link']):<24} {', '.join(item['reasons']):<12} {evidence_line(item['evidence'][-1])}"
+        )
     lines += straggler_lines(report.get("stragglers"))
     lines.append(f"exclude (sbatch --exclude): {report['exclude'] or '(none)'}")
     lines.append(f"good nodes: {report['good'] or '(none)'}")
@@ -103,18 +130,27 @@ def straggler_lines(screen: dict[str, Any] | None) -> list[str]:
         return []
     if "note" in screen:
         return [f"stragglers (screen ring): {screen['note']}"]
-    found = [f"{s['node']} slow itself ({s['ratio']:.2f}x the median node's time in {s['iterations_slow']} of "
-             f"{s['iterations']} iterations)" for s in screen["slow"]]
-    found += [f"{s['node']} made the others wait (its time {s['ratio']:.2f}x shorter than the median node's in "
-              f"{s['iterations_slow']} of {s['iterations']} iterations: it arrived late)" for s in screen["waited_for"]]
-    return [f"stragglers (screen ring over every node, {screen['size']} B x {screen['iterations']} iterations): "
-            + ("; ".join(found) if found else "none")]
+    found = [
+        f"{s['node']} slow itself ({s['ratio']:.2f}x the median node's time in {s['iterations_slow']} of "
+        f"{s['iterations']} iterations)"
+        for s in screen["slow"]
+    ]
+    found += [
+        f"{s['node']} made the others wait (its time {s['ratio']:.2f}x shorter than the median node's in "
+        f"{s['iterations_slow']} of {s['iterations']} iterations: it arrived late)"
+        for s in screen["waited_for"]
+    ]
+    return [
+        f"stragglers (screen ring over every node, {screen['size']} B x {screen['iterations']} iterations): "
+        + ("; ".join(found) if found else "none")
+    ]
 
 
 def summary_lines(run_dir: Path, report: dict[str, Any]) -> list[str]:
     """Nodes to drain and why, links to inspect, rounds, the scheduler actions taken (diagnose --drain,
     --resume, --slurm-plan) and the exclude list in hostlist syntax: what `submit --diagnose --wait`
     prints when the job ends."""
+
     def reasons(item: dict[str, Any]) -> str:
         return ", ".join(item.get("reasons", [])) or "?"
 
@@ -127,19 +163,37 @@ def summary_lines(run_dir: Path, report: dict[str, Any]) -> list[str]:
         f"nodes to drain: {'; '.join(drain) or 'none'}",
         f"links to inspect: {'; '.join(links) or 'none'}",
         f"good nodes: {report['good'] or '(none)'}",
-        *(f"actions: {row.get('verb', '?')} {row.get('node', '?')} {row['result']}" for row in report.get("actions") or []),
+        *(
+            f"actions: {row.get('verb', '?')} {row.get('node', '?')} {row['result']}"
+            for row in report.get("actions") or []
+        ),
         f"# exclude: {report['exclude']}",
     ]
 
 
-def save_run(report: dict[str, Any], out_dir: str | Path, args: dict[str, Any], synthetic: bool, note: str, backend: str = "model",
-             run_id: str | None = None) -> Path:
+def save_run(
+    report: dict[str, Any],
+    out_dir: str | Path,
+    args: dict[str, Any],
+    synthetic: bool,
+    note: str,
+    backend: str = "model",
+    run_id: str | None = None,
+) -> Path:
     """A run directory of kind "diagnose": run.json and the whole report in diagnose.json. `backend`:
     "model" for the cluster model, else the one that measured; `run_id` when the caller named the run
     already (scheduler actions cite it as their evidence)."""
-    info = RunInfo(run_id=run_id or new_run_id("diagnose-"), kind="diagnose", source="commbench", created=utc_now(),
-                   backend=backend, world_size=report["nodes"], args=args,
-                   synthetic=synthetic, note=note)
+    info = RunInfo(
+        run_id=run_id or new_run_id("diagnose-"),
+        kind="diagnose",
+        source="commbench",
+        created=utc_now(),
+        backend=backend,
+        world_size=report["nodes"],
+        args=args,
+        synthetic=synthetic,
+        note=note,
+    )
     return save_document_run(out_dir, info, DIAGNOSE_FILE, json_ready(report))
 
 

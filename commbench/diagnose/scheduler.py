@@ -81,9 +81,16 @@ class Action:
 
     def row(self, source: str) -> dict[str, Any]:
         """The store's `actions` row (source: the commbench command that acted)."""
-        return {"when": self.when, "node": self.node, "verb": self.verb, "verdict": self.verdict,
-                "evidence_run": self.evidence_run, "command": self.command_line, "result": self.result,
-                "source": source}
+        return {
+            "when": self.when,
+            "node": self.node,
+            "verb": self.verb,
+            "verdict": self.verdict,
+            "evidence_run": self.evidence_run,
+            "command": self.command_line,
+            "result": self.result,
+            "source": source,
+        }
 
 
 @dataclass
@@ -95,7 +102,7 @@ class Plan:
 
 def drain_reason(why: str) -> str:
     text = " ".join(f"{REASON_PREFIX}{why}".split())
-    return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 3] + "..."
+    return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 3] + "..."
 
 
 def drain_command(node: str, why: str) -> list[str]:
@@ -114,6 +121,7 @@ def allowed_drains(partition_size: int, cap: float) -> int:
 
 
 # ---- asking Slurm ---------------------------------------------------------------------------------
+
 
 def require_slurm() -> None:
     """UsageError (exit 2) when Slurm's client commands are not on PATH."""
@@ -155,41 +163,57 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 
 # ---- planning -------------------------------------------------------------------------------------
 
+
 def known(fleet: dict[str, SlurmNode], names: Iterable[str]) -> None:
     unknown = [name for name in names if name not in fleet]
     if unknown:
         raise UsageError(f"{unknown[0]}: Slurm knows no such node (sinfo -N lists {len(fleet)} nodes)")
 
 
-def plan_drain(bad: dict[str, str], fleet: dict[str, SlurmNode], cap: float = DEFAULT_CAP,
-               keep_idle: int = DEFAULT_KEEP_IDLE, evidence_run: str | None = None) -> Plan:
+def plan_drain(
+    bad: dict[str, str],
+    fleet: dict[str, SlurmNode],
+    cap: float = DEFAULT_CAP,
+    keep_idle: int = DEFAULT_KEEP_IDLE,
+    evidence_run: str | None = None,
+) -> Plan:
     """Drain commands for the nodes in `bad` (node -> why), after the safety rules above."""
     known(fleet, bad)
     plan = Plan([])
     todo = []
     for name in bad:
         if fleet[name].drained:
-            plan.notes.append(f"{name}: already {fleet[name].state} ({fleet[name].reason or 'no reason'}): left as it is")
+            plan.notes.append(
+                f"{name}: already {fleet[name].state} ({fleet[name].reason or 'no reason'}): left as it is"
+            )
         else:
             todo.append(name)
     for partition, members in _partitions(fleet).items():
         draining = [name for name in todo if name in members]
         limit = allowed_drains(len(members), cap)
         if len(draining) > limit:
-            plan.refusal = (f"refused: draining {len(draining)} of the {len(members)} nodes of partition {partition} "
-                            f"in one action is over the cap --max-drain {cap:.0%} (at most {limit} node"
-                            f"{'s' if limit != 1 else ''}); nothing drained")
-            plan.actions = [Action(name, "drain", bad[name], drain_command(name, bad[name]), evidence_run,
-                                   result=plan.refusal) for name in todo]
+            plan.refusal = (
+                f"refused: draining {len(draining)} of the {len(members)} nodes of partition {partition} "
+                f"in one action is over the cap --max-drain {cap:.0%} (at most {limit} node"
+                f"{'s' if limit != 1 else ''}); nothing drained"
+            )
+            plan.actions = [
+                Action(name, "drain", bad[name], drain_command(name, bad[name]), evidence_run, result=plan.refusal)
+                for name in todo
+            ]
             return plan
     for name in todo:
         result = "planned"
         if fleet[name].idle and keep_idle > 0:
             short = _last_idle_partition(name, todo, fleet, keep_idle)
             if short:
-                result = (f"refused: {name} is one of the last {keep_idle} idle node(s) of partition {short} "
-                          "(--keep-idle 0 drains it)")
-        plan.actions.append(Action(name, "drain", bad[name], drain_command(name, bad[name]), evidence_run, result=result))
+                result = (
+                    f"refused: {name} is one of the last {keep_idle} idle node(s) of partition {short} "
+                    "(--keep-idle 0 drains it)"
+                )
+        plan.actions.append(
+            Action(name, "drain", bad[name], drain_command(name, bad[name]), evidence_run, result=result)
+        )
     return plan
 
 
@@ -211,8 +235,7 @@ def _last_idle_partition(name: str, todo: list[str], fleet: dict[str, SlurmNode]
     return None
 
 
-def plan_resume(passed: list[str], fleet: dict[str, SlurmNode], verdict: str,
-                evidence_run: str | None = None) -> Plan:
+def plan_resume(passed: list[str], fleet: dict[str, SlurmNode], verdict: str, evidence_run: str | None = None) -> Plan:
     """Resume commands for the nodes in `passed` that commbench drained; the others are left alone."""
     known(fleet, passed)
     plan = Plan([])
@@ -226,6 +249,7 @@ def plan_resume(passed: list[str], fleet: dict[str, SlurmNode], verdict: str,
 
 
 # ---- carrying out -----------------------------------------------------------------------------------
+
 
 def carry_out(plan: Plan, act: bool) -> None:
     """Run the plan's planned actions (act) or mark them as a dry run; results in place."""
@@ -242,8 +266,11 @@ def carry_out(plan: Plan, act: bool) -> None:
 
 def lines(plan: Plan) -> list[str]:
     """What the user reads: one line per action (the command, then its result) and per note."""
-    out = [f"{'dry run' if action.result == 'dry run' else action.verb}: {action.command_line}"
-           + ("" if action.result in ("dry run", "done") else f"  [{action.result}]") for action in plan.actions]
+    out = [
+        f"{'dry run' if action.result == 'dry run' else action.verb}: {action.command_line}"
+        + ("" if action.result in ("dry run", "done") else f"  [{action.result}]")
+        for action in plan.actions
+    ]
     out += [f"left alone: {note}" for note in plan.notes]
     if plan.refusal:
         out.append(plan.refusal)
@@ -261,6 +288,7 @@ def recorded(plan: Plan) -> list[Action]:
 
 
 # ---- one action, start to end ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -281,8 +309,14 @@ class Choice:
         return asdict(self)
 
 
-def act(choice: Choice, bad: dict[str, str], passed: list[str], evidence_run: str | None, source: str,
-        out: TextIO | None = None) -> tuple[int, list[dict[str, Any]]]:
+def act(
+    choice: Choice,
+    bad: dict[str, str],
+    passed: list[str],
+    evidence_run: str | None,
+    source: str,
+    out: TextIO | None = None,
+) -> tuple[int, list[dict[str, Any]]]:
     """Plan drains for `bad` (node -> why) and resumes for `passed`; carry out the drains with
     choice.drain and the resumes with choice.resume (the rest is printed as a dry run); record what
     was carried out or refused in the store at choice.db. Returns (1 when a rule refused or scontrol
@@ -293,13 +327,15 @@ def act(choice: Choice, bad: dict[str, str], passed: list[str], evidence_run: st
     if choice.drain or choice.plan:
         plans.append((plan_drain(bad, fleet, choice.cap, choice.keep_idle, evidence_run), choice.drain))
     if choice.resume or choice.plan:
-        plans.append((plan_resume([n for n in passed if n not in bad], fleet, "passes again", evidence_run),
-                      choice.resume))
+        plans.append(
+            (plan_resume([n for n in passed if n not in bad], fleet, "passes again", evidence_run), choice.resume)
+        )
     return _run_plans(plans, choice, source, out or sys.stdout)
 
 
-def _run_plans(plans: list[tuple[Plan, bool]], choice: Choice, source: str,
-               out: TextIO) -> tuple[int, list[dict[str, Any]]]:
+def _run_plans(
+    plans: list[tuple[Plan, bool]], choice: Choice, source: str, out: TextIO
+) -> tuple[int, list[dict[str, Any]]]:
     """Carry out (or dry-run) each plan, print its lines, record what was carried out or refused."""
     rows, done = [], []
     for plan, carry in plans:
@@ -320,16 +356,20 @@ def plan_self_drain(node: str, why: str, fleet: dict[str, SlurmNode], cap: float
     drained already, since every node decides alone and many at once must not empty a partition."""
     known(fleet, [node])
     if fleet[node].drained:
-        return Plan([], notes=[f"{node}: already {fleet[node].state} ({fleet[node].reason or 'no reason'}): left as it is"])
+        return Plan(
+            [], notes=[f"{node}: already {fleet[node].state} ({fleet[node].reason or 'no reason'}): left as it is"]
+        )
     plan = Plan([Action(node, "drain", why, drain_command(node, why))])
     members = _partitions(fleet)
     for partition in fleet[node].partitions:
         ours = sorted(n for n in members[partition] if fleet[n].drained_by_commbench)
         limit = allowed_drains(len(members[partition]), cap)
         if len(ours) + 1 > limit:
-            plan.refusal = (f"refused: {len(ours)} of the {len(members[partition])} nodes of partition {partition} are "
-                            f"drained by commbench already ({', '.join(ours) or 'none'}); draining {node} too is over "
-                            f"the cap --max-drain {cap:.0%} (at most {limit}); not drained")
+            plan.refusal = (
+                f"refused: {len(ours)} of the {len(members[partition])} nodes of partition {partition} are "
+                f"drained by commbench already ({', '.join(ours) or 'none'}); draining {node} too is over "
+                f"the cap --max-drain {cap:.0%} (at most {limit}); not drained"
+            )
             plan.actions[0].result = plan.refusal
     return plan
 

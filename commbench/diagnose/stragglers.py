@@ -38,8 +38,9 @@ def find_stragglers(times_per_size: list[list[float]], ratio: float = STRAGGLER_
     return sorted((s for s in found if 2 * s.sizes_slow > s.sizes), key=lambda s: -s.median_ratio)
 
 
-def ring_stragglers(times_by_node: list[list[float]],
-                    ratio: float = STRAGGLER_RATIO) -> tuple[list[Straggler], list[Straggler]]:
+def ring_stragglers(
+    times_by_node: list[list[float]], ratio: float = STRAGGLER_RATIO
+) -> tuple[list[Straggler], list[Straggler]]:
     """From every node's per-iteration times in one ring: the nodes slow themselves (their own time
     >= ratio x the median node's in most iterations), and the nodes the others wait for. A node that
     arrives late to every iteration (busy elsewhere) finds its peers ready: its own time is the

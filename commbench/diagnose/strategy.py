@@ -58,8 +58,8 @@ class Decision:
 class RoundResult:
     """What one round measured: per group (in the order asked) and the nodes that hung."""
 
-    busbw: np.ndarray            # ring bandwidth of each group, GB/s; NaN where the group hung
-    retransmit_pct: np.ndarray   # share of TCP segments re-sent in each group, %; NaN where unknown
+    busbw: np.ndarray  # ring bandwidth of each group, GB/s; NaN where the group hung
+    retransmit_pct: np.ndarray  # share of TCP segments re-sent in each group, %; NaN where unknown
     hung: frozenset[int] = frozenset()
 
 
@@ -73,15 +73,15 @@ class Tester(Protocol):
 class Thresholds:
     """The cuts, relative to the fleet's own healthy results (defaults used by the simulation)."""
 
-    group_size: int = 8          # screen groups; smaller when the fleet is small (see screen_group_size)
-    fail_sigmas: float = 4.0     # slower than the median by this many robust sigmas: fail
-    pass_sigmas: float = 2.5     # within this many: pass; between the two: borderline, tested again
+    group_size: int = 8  # screen groups; smaller when the fleet is small (see screen_group_size)
+    fail_sigmas: float = 4.0  # slower than the median by this many robust sigmas: fail
+    pass_sigmas: float = 2.5  # within this many: pass; between the two: borderline, tested again
     min_fail_drop: float = 0.30  # log-bandwidth drop that always fails (74%; small fleets estimate sigma badly)
     min_pass_drop: float = 0.15  # log-bandwidth drop that never fails (86%)
     healthy_window: float = 0.50  # first pass of the reference: groups within this log drop of the upper quartile
     loss_fail_pct: float = 0.25  # retransmissions above the fleet median by this much (percentage points): fail
     loss_pass_pct: float = 0.10  # above by less than this: pass
-    retests: int = 2             # how often a borderline group is tested again before the median decides
+    retests: int = 2  # how often a borderline group is tested again before the median decides
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class RoundLog:
 @dataclass
 class Verdict:
     reasons: list[str]
-    evidence: list[dict[str, Any]]         # what showed it: round, group, bandwidth, share of the median, retransmissions
+    evidence: list[dict[str, Any]]  # what showed it: round, group, bandwidth, share of the median, retransmissions
 
 
 @dataclass
@@ -137,7 +137,7 @@ def screen_group_size(n_nodes: int, wanted: int) -> int:
 def screen_groups(nodes: Sequence[int], size: int) -> list[tuple[int, ...]]:
     """Consecutive chunks (node order follows the leaf switches, so groups stay under one leaf);
     a lone last node joins the chunk before it."""
-    chunks = [tuple(nodes[i:i + size]) for i in range(0, len(nodes), size)]
+    chunks = [tuple(nodes[i : i + size]) for i in range(0, len(nodes), size)]
     if len(chunks) > 1 and len(chunks[-1]) == 1:
         lone = chunks.pop()  # popped first: `chunks[-2] = chunks[-2] + chunks.pop()` assigns one chunk too early
         chunks[-1] = chunks[-1] + lone
@@ -173,7 +173,9 @@ def reference_from(result: RoundResult, t: Thresholds) -> Reference:
     return Reference(median, sigma, 0.0 if np.isfinite(loss).any() else float("nan"))
 
 
-def classify(busbw: np.ndarray, retransmit_pct: np.ndarray, ref: Reference, t: Thresholds) -> tuple[np.ndarray, np.ndarray]:
+def classify(
+    busbw: np.ndarray, retransmit_pct: np.ndarray, ref: Reference, t: Thresholds
+) -> tuple[np.ndarray, np.ndarray]:
     """Each group's outcome (pass/borderline/fail) and reason ("slow", "lossy", "slow+lossy", "")."""
     with np.errstate(divide="ignore", invalid="ignore"):
         drop = -np.log(busbw / ref.busbw)
@@ -183,8 +185,10 @@ def classify(busbw: np.ndarray, retransmit_pct: np.ndarray, ref: Reference, t: T
     slow_fail, slow_border = drop > fail_drop, drop > pass_drop
     lossy_fail, lossy_border = excess > t.loss_fail_pct, excess > t.loss_pass_pct
     outcome = np.where(slow_fail | lossy_fail, FAIL, np.where(slow_border | lossy_border, BORDERLINE, PASS))
-    reason = np.array(["+".join(name for name, on in (("slow", s), ("lossy", lo)) if on)
-                       for s, lo in zip(slow_border, lossy_border)], dtype=object)
+    reason = np.array(
+        ["+".join(name for name, on in (("slow", s), ("lossy", lo)) if on) for s, lo in zip(slow_border, lossy_border)],
+        dtype=object,
+    )
     return outcome, reason
 
 
@@ -202,23 +206,42 @@ class Diagnoser:
         self._screened: dict[tuple[int, ...], Decision] = {}  # the screen's groups, decided
 
     # -- running rounds -------------------------------------------------------------------------
-    def _round(self, step: str, groups: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, RoundResult]:
+    def _round(
+        self, step: str, groups: list[tuple[int, ...]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, RoundResult]:
         measured = self.tester.run_round(groups)
         for node in sorted(measured.hung):
-            self.result.hung.setdefault(node, f"no answer within the round's timeout ({step}, round {len(self.result.rounds) + 1})")
+            self.result.hung.setdefault(
+                node, f"no answer within the round's timeout ({step}, round {len(self.result.rounds) + 1})"
+            )
         if self.result.reference is None:
             self.result.reference = reference_from(measured, self.t)
         outcome, reason = classify(measured.busbw, measured.retransmit_pct, self._reference(), self.t)
         hung_group = np.array([bool(set(g) & measured.hung) for g in groups])
         outcome = np.where(hung_group, HUNG, outcome)
-        self.result.rounds.append(RoundLog(step, list(groups), measured.busbw.tolist(), measured.retransmit_pct.tolist(),
-                                           outcome.tolist(), sorted(measured.hung)))
+        self.result.rounds.append(
+            RoundLog(
+                step,
+                list(groups),
+                measured.busbw.tolist(),
+                measured.retransmit_pct.tolist(),
+                outcome.tolist(),
+                sorted(measured.hung),
+            )
+        )
         return outcome, reason, measured.busbw, measured
 
     def _evidence(self, group: tuple[int, ...], decided: Decision, note: str = "") -> dict[str, Any]:
-        return {"round": len(self.result.rounds), "group": list(group), "outcome": decided.outcome,
-                "busbw_gbps": decided.busbw, "of_median": decided.busbw / self._reference().busbw,
-                "retransmit_pct": decided.retransmit_pct, "reason": decided.reason, "note": note}
+        return {
+            "round": len(self.result.rounds),
+            "group": list(group),
+            "outcome": decided.outcome,
+            "busbw_gbps": decided.busbw,
+            "of_median": decided.busbw / self._reference().busbw,
+            "retransmit_pct": decided.retransmit_pct,
+            "reason": decided.reason,
+            "note": note,
+        }
 
     def _reference(self) -> Reference:
         """The healthy reference the first round set (every classification after it needs one)."""
@@ -278,7 +301,7 @@ class Diagnoser:
 
     def _screen_and_localise(self, groups: list[tuple[int, ...]]) -> None:
         step = "screen"
-        parent_of: dict[tuple[int, ...], tuple[int, ...]] = {}   # half -> the failing group it came from
+        parent_of: dict[tuple[int, ...], tuple[int, ...]] = {}  # half -> the failing group it came from
         parent_result: dict[tuple[int, ...], Decision] = {}
         while groups:
             decided = self._screened if step == "screen" else self._tested_until_decided(step, groups)
@@ -292,8 +315,15 @@ class Diagnoser:
                     if len(rest) >= 2:
                         children.append(rest)
                     else:
-                        self._suspect(rest, {"round": len(self.result.rounds), "group": list(group), "outcome": HUNG,
-                                                 "note": "its group hung on a node that stopped answering"})
+                        self._suspect(
+                            rest,
+                            {
+                                "round": len(self.result.rounds),
+                                "group": list(group),
+                                "outcome": HUNG,
+                                "note": "its group hung on a node that stopped answering",
+                            },
+                        )
                 elif outcome == PASS:
                     self.good.update(group)
                 elif len(group) <= 3:
@@ -307,9 +337,12 @@ class Diagnoser:
             groups, step = children, "split"
         self.good -= set(self.suspects) | set(self.result.hung)
 
-    def _links_between_passing_halves(self, decided: dict[tuple[int, ...], Decision],
-                                      parent_of: dict[tuple[int, ...], tuple[int, ...]],
-                                      parent_result: dict[tuple[int, ...], Decision]) -> None:
+    def _links_between_passing_halves(
+        self,
+        decided: dict[tuple[int, ...], Decision],
+        parent_of: dict[tuple[int, ...], tuple[int, ...]],
+        parent_result: dict[tuple[int, ...], Decision],
+    ) -> None:
         """A group failed, yet both its halves passed: the fault is on an edge only the group's ring had."""
         halves_of: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         for half, parent in parent_of.items():
@@ -318,9 +351,13 @@ class Diagnoser:
             if all(decided[h].outcome == PASS for h in halves):
                 cross = ring_edges(parent) - set().union(*(ring_edges(h) for h in halves))
                 for a, b in cross:
-                    self._suspect((a, b), self._evidence(parent, parent_result[parent], "both halves passed"), links={(a, b)})
+                    self._suspect(
+                        (a, b), self._evidence(parent, parent_result[parent], "both halves passed"), links={(a, b)}
+                    )
 
-    def _suspect(self, nodes: Sequence[int], evidence: dict[str, Any], links: Collection[tuple[int, int]] = frozenset()) -> None:
+    def _suspect(
+        self, nodes: Sequence[int], evidence: dict[str, Any], links: Collection[tuple[int, int]] = frozenset()
+    ) -> None:
         for n in nodes:
             self.suspects.setdefault(n, []).append(evidence)
         for link in links:
@@ -339,7 +376,7 @@ class Diagnoser:
             if not pairs:
                 break
             decided = self._tested_until_decided("confirm", [tuple(p) for p in pairs])
-            for (s, partner) in pairs:
+            for s, partner in pairs:
                 outcome = decided[(s, partner)].outcome
                 tried[s] += 1
                 todo[s] -= 1
@@ -390,10 +427,11 @@ class Diagnoser:
             for link in pairs:
                 outcome, reason = decided[link].outcome, decided[link].reason
                 if outcome == FAIL:
-                    self.result.bad_links[link] = Verdict(reason.split("+") if reason else ["slow"], self.candidate_links[link]
-                                                          + [self._evidence(link, decided[link], "the two alone")])
+                    self.result.bad_links[link] = Verdict(
+                        reason.split("+") if reason else ["slow"],
+                        self.candidate_links[link] + [self._evidence(link, decided[link], "the two alone")],
+                    )
             links = [link for link in later if not set(link) & self.result.drained()]
-
 
     def _recheck_silent(self) -> None:
         """Each node named for not answering, once more with a known-good partner (step 4)."""
@@ -405,21 +443,31 @@ class Diagnoser:
                 return
             measured = self.tester.run_round([tuple(p) for p in pairs], wait_for_silent=True)
             outcome, reason = classify(measured.busbw, measured.retransmit_pct, self._reference(), self.t)
-            self.result.rounds.append(RoundLog("recheck", [tuple(p) for p in pairs], measured.busbw.tolist(),
-                                               measured.retransmit_pct.tolist(),
-                                               [HUNG if s in measured.hung else o for (s, _), o in zip(pairs, outcome)],
-                                               sorted(s for s, _ in pairs if s in measured.hung)))
+            self.result.rounds.append(
+                RoundLog(
+                    "recheck",
+                    [tuple(p) for p in pairs],
+                    measured.busbw.tolist(),
+                    measured.retransmit_pct.tolist(),
+                    [HUNG if s in measured.hung else o for (s, _), o in zip(pairs, outcome)],
+                    sorted(s for s, _ in pairs if s in measured.hung),
+                )
+            )
             for i, (node, partner) in enumerate(pairs):
                 if node in measured.hung:
                     continue  # silent again, with a partner that answers everyone else: it stays named
                 del self.result.hung[node]
-                decided = Decision(str(outcome[i]), str(reason[i]), float(measured.busbw[i]), float(measured.retransmit_pct[i]))
+                decided = Decision(
+                    str(outcome[i]), str(reason[i]), float(measured.busbw[i]), float(measured.retransmit_pct[i])
+                )
                 if outcome[i] == FAIL:
-                    self.result.bad_nodes[node] = Verdict(reason[i].split("+") if reason[i] else ["slow"], [
-                        self._evidence((node, partner), decided, "answered a recheck with a known-good partner")])
+                    self.result.bad_nodes[node] = Verdict(
+                        reason[i].split("+") if reason[i] else ["slow"],
+                        [self._evidence((node, partner), decided, "answered a recheck with a known-good partner")],
+                    )
                 elif outcome[i] == PASS:
                     self.good.add(node)
-            silent = silent[len(pairs):]
+            silent = silent[len(pairs) :]
 
 
 def diagnose(tester: Tester, n_nodes: int, thresholds: Thresholds = Thresholds()) -> Diagnosis:

@@ -66,13 +66,27 @@ class Grid:
 # --quick keeps a 2-core CPU under a minute; full mode is what a GPU is worth measuring
 GRIDS = {
     ("cpu", "quick"): Grid((128, 512, 1024), ((256, 4, 64), (512, 8, 64)), 4 << 20, 4 << 20, 5),
-    ("cpu", "full"): Grid((64, 256, 512, 1024, 2048), ((256, 8, 64), (512, 8, 64), (1024, 8, 64), (512, 8, 128)),
-                          8 << 20, 16 << 20, 5),
+    ("cpu", "full"): Grid(
+        (64, 256, 512, 1024, 2048), ((256, 8, 64), (512, 8, 64), (1024, 8, 64), (512, 8, 128)), 8 << 20, 16 << 20, 5
+    ),
     ("cuda", "quick"): Grid((256, 1024, 4096, 8192), ((1024, 16, 64), (4096, 16, 128)), 64 << 20, 64 << 20, 5),
-    ("cuda", "full"): Grid((128, 256, 512, 1024, 2048, 4096, 8192, 16384),
-                           ((512, 16, 64), (1024, 16, 64), (2048, 16, 64), (4096, 16, 64), (8192, 16, 64),
-                            (1024, 16, 128), (4096, 16, 128), (8192, 16, 128), (4096, 32, 128)),
-                           256 << 20, 256 << 20, 10),
+    ("cuda", "full"): Grid(
+        (128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+        (
+            (512, 16, 64),
+            (1024, 16, 64),
+            (2048, 16, 64),
+            (4096, 16, 64),
+            (8192, 16, 64),
+            (1024, 16, 128),
+            (4096, 16, 128),
+            (8192, 16, 128),
+            (4096, 32, 128),
+        ),
+        256 << 20,
+        256 << 20,
+        10,
+    ),
 }
 
 
@@ -121,8 +135,9 @@ def time_scaled_gemm(clock, device, m: int, n: int, k: int, repeats: int) -> flo
     a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
     scale = torch.ones((), device=device)
-    return clock.seconds(lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16),
-                         repeats)
+    return clock.seconds(
+        lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16), repeats
+    )
 
 
 def fp8_gemm_unavailable(device: torch.device) -> str | None:
@@ -145,12 +160,17 @@ def time_linear(clock, device, dtype, tokens: int, k: int, out: int, repeats: in
 def _sdpa_backend(name: str):
     from torch.nn.attention import SDPBackend
 
-    return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+    return {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[name]
 
 
-def time_attention(clock, device, dtype, batch: int, heads: int, seq: int, head_dim: int, repeats: int,
-                   backend: str | None = None) -> tuple[float, float] | None:
+def time_attention(
+    clock, device, dtype, batch: int, heads: int, seq: int, head_dim: int, repeats: int, backend: str | None = None
+) -> tuple[float, float] | None:
     """(forward, forward + backward) seconds of causal SDPA on `backend` (None: torch's choice), or
     None where that backend does not take this shape, dtype or device."""
     from contextlib import nullcontext
@@ -228,8 +248,10 @@ def time_autograd_op(clock, device, repeats: int) -> tuple[float, float]:
         return y
 
     graph = forward()  # kept, so that its backward can be timed again and again on its own
-    return (clock.seconds(forward, repeats) / LAUNCH_OPS,
-            clock.seconds(lambda: graph.backward(retain_graph=True), repeats) / LAUNCH_OPS)
+    return (
+        clock.seconds(forward, repeats) / LAUNCH_OPS,
+        clock.seconds(lambda: graph.backward(retain_graph=True), repeats) / LAUNCH_OPS,
+    )
 
 
 def adamw(parameters, device) -> torch.optim.Optimizer:
@@ -253,12 +275,17 @@ def time_optimizer(clock, device, params: int, repeats: int) -> float:
 # a whole calibration ------------------------------------------------------------------------------
 def steps(grid: Grid, dtypes: tuple[str, ...], fp8: bool = False) -> int:
     """How many measurements `measure` makes (for a progress bar)."""
-    return (len(grid.shapes()) * (len(dtypes) + fp8) + len(grid.attention) * len(dtypes) * len(ATTENTION_BACKENDS)
-            + len(ELEMENTWISE_KINDS) * len(dtypes) + 3)
+    return (
+        len(grid.shapes()) * (len(dtypes) + fp8)
+        + len(grid.attention) * len(dtypes) * len(ATTENTION_BACKENDS)
+        + len(ELEMENTWISE_KINDS) * len(dtypes)
+        + 3
+    )
 
 
-def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=lambda what: None,
-            fp8: bool = False) -> dict:
+def measure(
+    device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=lambda what: None, fp8: bool = False
+) -> dict:
     """Every figure of one calibration as plain numbers (seconds, bytes, FLOPs); `advance(text)` is
     called after each measurement. With fp8 the GEMM grid is also timed in FP8 ("gemm_fp8")."""
     clock, repeats = clock_for(device), grid.repeats
@@ -279,13 +306,24 @@ def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=l
             for backend in ATTENTION_BACKENDS:
                 timed = time_attention(clock, device, TORCH_DTYPES[dtype], 1, heads, seq, head_dim, repeats, backend)
                 if timed is not None:
-                    result["attention"].append({"dtype": dtype, "backend": backend, "batch": 1, "heads": heads,
-                                                "seq": seq, "head_dim": head_dim, "forward_s": timed[0],
-                                                "forward_backward_s": timed[1]})
+                    result["attention"].append(
+                        {
+                            "dtype": dtype,
+                            "backend": backend,
+                            "batch": 1,
+                            "heads": heads,
+                            "seq": seq,
+                            "head_dim": head_dim,
+                            "forward_s": timed[0],
+                            "forward_backward_s": timed[1],
+                        }
+                    )
                 advance(f"attention {backend} {dtype} s={seq}")
     for dtype in dtypes:
         for kind in ELEMENTWISE_KINDS:
-            seconds, moved = time_elementwise(clock, device, TORCH_DTYPES[dtype], kind, grid.elementwise_elements, repeats)
+            seconds, moved = time_elementwise(
+                clock, device, TORCH_DTYPES[dtype], kind, grid.elementwise_elements, repeats
+            )
             result["elementwise"].append({"dtype": dtype, "kind": kind, "bytes": moved, "seconds": seconds})
             advance(f"elementwise {kind} {dtype}")
     result["launch_s"] = time_launch(clock, device, repeats)
@@ -293,8 +331,10 @@ def measure(device: torch.device, dtypes: tuple[str, ...], grid: Grid, advance=l
     forward_s, backward_s = time_autograd_op(clock, device, repeats)
     result["autograd_op"] = {"forward_s": forward_s, "backward_s": backward_s}
     advance("autograd op")
-    result["optimizer"] = {"params": grid.optimizer_params,
-                           "seconds": time_optimizer(clock, device, grid.optimizer_params, repeats)}
+    result["optimizer"] = {
+        "params": grid.optimizer_params,
+        "seconds": time_optimizer(clock, device, grid.optimizer_params, repeats),
+    }
     advance("optimizer step")
     return result
 
@@ -303,12 +343,22 @@ def device_facts(device: torch.device) -> dict:
     """Name, memory and parallel units of the device measured."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        return {"name": props.name, "memory_bytes": float(props.total_memory), "sm_count": props.multi_processor_count,
-                "torch": torch.__version__, "cuda": torch.version.cuda,
-                "compute_capability": f"{props.major}.{props.minor}"}
+        return {
+            "name": props.name,
+            "memory_bytes": float(props.total_memory),
+            "sm_count": props.multi_processor_count,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "compute_capability": f"{props.major}.{props.minor}",
+        }
     import os
     import platform
 
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return {"name": f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s)",
-            "memory_bytes": memory, "sm_count": torch.get_num_threads(), "torch": torch.__version__, "cuda": None}
+    return {
+        "name": f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s)",
+        "memory_bytes": memory,
+        "sm_count": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": None,
+    }

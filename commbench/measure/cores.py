@@ -33,7 +33,10 @@ def cgroup_cpu_quota(cgroup_root: Path = CGROUP_ROOT, own_cgroup: str | None = N
         if v2 is not None:
             quota, _, period = v2.partition(" ")
             quotas.append(None if quota == "max" else _ratio(quota, period))
-    v1_quota, v1_period = _read(cgroup_root / "cpu" / "cpu.cfs_quota_us"), _read(cgroup_root / "cpu" / "cpu.cfs_period_us")
+    v1_quota, v1_period = (
+        _read(cgroup_root / "cpu" / "cpu.cfs_quota_us"),
+        _read(cgroup_root / "cpu" / "cpu.cfs_period_us"),
+    )
     if v1_quota is not None and v1_period is not None and not v1_quota.startswith("-"):
         quotas.append(_ratio(v1_quota, v1_period))
     found = [quota for quota in quotas if quota is not None]

@@ -64,14 +64,25 @@ class Node:
 
 # -- every rank -----------------------------------------------------------------------------------
 
+
 def run_rank(cfg: DiagnoseConfig, env: RankEnv) -> int:
     """What one rank runs; rank 0 prints the report. 0: diagnosis complete, 1: it could not complete."""
     try:
-        store = next(dist.rendezvous(f"tcp://{env.master_addr}:{env.master_port}", env.rank, env.world_size,
-                                     timeout=timedelta(seconds=STARTUP_TIMEOUT_S)))[0]
+        store = next(
+            dist.rendezvous(
+                f"tcp://{env.master_addr}:{env.master_port}",
+                env.rank,
+                env.world_size,
+                timeout=timedelta(seconds=STARTUP_TIMEOUT_S),
+            )
+        )[0]
     except (RuntimeError, ValueError) as exc:
-        print(f"commbench diagnose: error: rank {env.rank} cannot reach the rendezvous store at "
-              f"{env.master_addr}:{env.master_port}: {_first_line(exc)}", file=sys.stderr, flush=True)
+        print(
+            f"commbench diagnose: error: rank {env.rank} cannot reach the rendezvous store at "
+            f"{env.master_addr}:{env.master_port}: {_first_line(exc)}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     has_gpu = torch.cuda.is_available() and env.local_rank < torch.cuda.device_count()
     store.set(WHO.format(env.rank), json.dumps({"host": rank_node_name(cfg, env), "gpu": has_gpu}))
@@ -131,12 +142,17 @@ class Member:
             pass  # rank 0 stops waiting for us after a few seconds anyway
 
     def _lost(self, exc: BaseException) -> int:
-        print(f"commbench diagnose: error: rank {self.env.rank} on {rank_node_name(self.cfg, self.env)} lost rank 0's "
-              f"store ({_first_line(exc)}): this node lost its link, or rank 0 is gone", file=sys.stderr, flush=True)
+        print(
+            f"commbench diagnose: error: rank {self.env.rank} on {rank_node_name(self.cfg, self.env)} lost rank 0's "
+            f"store ({_first_line(exc)}): this node lost its link, or rank 0 is gone",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
 
 
 # -- one group's part in a round ----------------------------------------------------------------------
+
 
 def run_ring_part(store, plan: dict, group: Sequence[int], env: RankEnv) -> dict:
     """This rank's part of its group's ring: per-iteration seconds and the node's TCP counter deltas,
@@ -153,8 +169,12 @@ def run_ring_part(store, plan: dict, group: Sequence[int], env: RankEnv) -> dict
         times, error = [], _first_line(exc)
     after = read_tcp_counters() if over_tcp else None
     delta = after - before if before is not None and after is not None else None
-    return {"times": times, "error": error, "sent": delta.segments_sent if delta else None,
-            "retransmitted": delta.retransmitted if delta else None}
+    return {
+        "times": times,
+        "error": error,
+        "sent": delta.segments_sent if delta else None,
+        "retransmitted": delta.retransmitted if delta else None,
+    }
 
 
 def _ring(store, plan: dict, group: list[int], env: RankEnv, deadline: float) -> list[float]:
@@ -206,6 +226,7 @@ def _left(deadline: float) -> float:
 
 # -- rank 0 ---------------------------------------------------------------------------------------
 
+
 class StoreTester:
     """The strategy's Tester over live ranks: one round = one plan posted, every member's result collected."""
 
@@ -237,20 +258,33 @@ class StoreTester:
         self._progress(f"straggler screen: a ring of {len(ranks)}", hung, time.monotonic() - started)
         broken = [answers[rank]["error"] for rank in ranks if rank in answers and answers[rank]["error"]]
         if hung or broken:
-            return {"note": "the screen's ring did not complete: " + (f"no answer from "
-                    f"{', '.join(self.nodes[i].name for i in sorted(hung))}" if hung else broken[0])}
+            return {
+                "note": "the screen's ring did not complete: "
+                + (f"no answer from {', '.join(self.nodes[i].name for i in sorted(hung))}" if hung else broken[0])
+            }
         slow, waited_for = ring_stragglers([answers[rank]["times"] for rank in ranks])
-        return {"iterations": self.cfg.iters, "size": self.cfg.size, "ratio": STRAGGLER_RATIO,  # the threshold used
-                "slow": [_straggler(self.nodes[s.process].name, s) for s in slow],
-                "waited_for": [_straggler(self.nodes[s.process].name, s) for s in waited_for]}
+        return {
+            "iterations": self.cfg.iters,
+            "size": self.cfg.size,
+            "ratio": STRAGGLER_RATIO,  # the threshold used
+            "slow": [_straggler(self.nodes[s.process].name, s) for s in slow],
+            "waited_for": [_straggler(self.nodes[s.process].name, s) for s in waited_for],
+        }
 
     def _play(self, rank_groups: list[list[int]], label: str) -> dict[int, dict]:
         """Post one plan, run rank 0's own part, collect the others' until the round's timeout."""
-        plan = {"round": self.round_no, "label": label, "groups": rank_groups, "size": self.cfg.size,
-                "iters": self.cfg.iters, "warmup": self.cfg.warmup, "timeout_s": self.cfg.timeout_s,
-                "backend": self.backend,
-                # local ranks share one host's counters: they would not be any group's own
-                "count_tcp": self.env.launcher != "commbench"}
+        plan = {
+            "round": self.round_no,
+            "label": label,
+            "groups": rank_groups,
+            "size": self.cfg.size,
+            "iters": self.cfg.iters,
+            "warmup": self.cfg.warmup,
+            "timeout_s": self.cfg.timeout_s,
+            "backend": self.backend,
+            # local ranks share one host's counters: they would not be any group's own
+            "count_tcp": self.env.launcher != "commbench",
+        }
         started = time.monotonic()
         self.store.set(PLAN.format(self.round_no), json.dumps(plan))
         answers: dict[int, dict] = {}
@@ -265,7 +299,11 @@ class StoreTester:
     def _progress(self, what: str, hung: set[int] | frozenset[int], seconds: float) -> None:
         """One line per round on stderr (stdout is the report): a long diagnosis shows where it is."""
         silent = ", ".join(self.nodes[n].name for n in sorted(hung))
-        print(f"# {what} in {seconds:.1f} s" + (f"; no answer from {silent}" if silent else ""), file=sys.stderr, flush=True)
+        print(
+            f"# {what} in {seconds:.1f} s" + (f"; no answer from {silent}" if silent else ""),
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _collect(self, waiting: set[int], deadline: float) -> dict[int, dict]:
         """Results as they come in, until every member answered or the round's time is up."""
@@ -306,8 +344,12 @@ def _decisive(item: dict) -> str:
 
 
 def _straggler(name: str, found: Straggler) -> dict:
-    return {"node": name, "iterations_slow": found.sizes_slow, "iterations": found.sizes,
-            "ratio": round(found.median_ratio, 3)}
+    return {
+        "node": name,
+        "iterations_slow": found.sizes_slow,
+        "iterations": found.sizes,
+        "ratio": round(found.median_ratio, 3),
+    }
 
 
 def group_busbw(parts: list[dict], size: int) -> float:
@@ -351,8 +393,11 @@ class Coordinator:
             return exc.exit_code
         except (RuntimeError, ValueError, IndexError) as exc:  # a store failure, or no healthy group to compare with
             self._release(tester)
-            print(f"commbench diagnose: error: the diagnosis could not complete: {_first_line(exc)}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"commbench diagnose: error: the diagnosis could not complete: {_first_line(exc)}",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         self._release(tester)
         report = to_dict(result, [node.name for node in nodes], source=self._source(nodes, backend))
@@ -362,8 +407,15 @@ class Coordinator:
         run_id = new_run_id("diagnose-") if self.cfg.out_dir else None
         status = self._act(report, run_id)
         if self.cfg.out_dir:
-            path = save_run(report, self.cfg.out_dir, {**asdict(self.cfg), "launcher": self.env.launcher},
-                            synthetic=False, note=report["source"], backend=backend, run_id=run_id)
+            path = save_run(
+                report,
+                self.cfg.out_dir,
+                {**asdict(self.cfg), "launcher": self.env.launcher},
+                synthetic=False,
+                note=report["source"],
+                backend=backend,
+                run_id=run_id,
+            )
             print(f"# Results: {path}", file=sys.stderr if self.cfg.json else sys.stdout, flush=True)
         return status
 
@@ -373,9 +425,14 @@ class Coordinator:
             return 0
         bad = {item["node"]: "diagnose: " + ", ".join(item["reasons"]) + _decisive(item) for item in report["drain"]}
         try:
-            status, report["actions"] = scheduler.act(scheduler.Choice(**self.cfg.slurm), bad,
-                                                      expand(report["good"]) if report["good"] else [],
-                                                      run_id, "diagnose", out=sys.stderr if self.cfg.json else sys.stdout)
+            status, report["actions"] = scheduler.act(
+                scheduler.Choice(**self.cfg.slurm),
+                bad,
+                expand(report["good"]) if report["good"] else [],
+                run_id,
+                "diagnose",
+                out=sys.stderr if self.cfg.json else sys.stdout,
+            )
         except CommbenchError as exc:
             print(f"commbench diagnose: error: {exc}", file=sys.stderr, flush=True)
             report["actions"] = [{"result": f"not carried out: {exc}"}]
@@ -391,16 +448,19 @@ class Coordinator:
         for rank, entry in enumerate(who):
             nodes.setdefault(entry["host"], Node(entry["host"], rank))
         if len(nodes) < 2:
-            raise UsageError(f"a diagnosis needs at least 2 nodes; all {self.env.world_size} ranks are on "
-                             f"{next(iter(nodes))}")
+            raise UsageError(
+                f"a diagnosis needs at least 2 nodes; all {self.env.world_size} ranks are on {next(iter(nodes))}"
+            )
         backend = "nccl" if all(entry["gpu"] for entry in who) and dist.is_nccl_available() else "gloo"
         return list(nodes.values()), backend
 
     def _source(self, nodes: list[Node], backend: str) -> str:
         cfg = self.cfg
-        return (f"measured: {backend} send/recv rings of {cfg.size} B, {cfg.warmup} warm-up + {cfg.iters} timed "
-                f"iterations per group, on {len(nodes)} nodes ({self.env.launcher}), rank 0 on {nodes[0].name}, "
-                f"{utc_now()}; command: {cfg.command}")
+        return (
+            f"measured: {backend} send/recv rings of {cfg.size} B, {cfg.warmup} warm-up + {cfg.iters} timed "
+            f"iterations per group, on {len(nodes)} nodes ({self.env.launcher}), rank 0 on {nodes[0].name}, "
+            f"{utc_now()}; command: {cfg.command}"
+        )
 
     def _release(self, tester: StoreTester | None) -> None:
         """Post "done" and wait a little for every live rank to read it: the store dies with rank 0."""

@@ -84,8 +84,10 @@ def scope_rows(session: Session) -> list[Row]:
                 continue
             n = len(groups[0])
             if op == "all_to_allv":
-                rows += [Row(scope, routed, groups, size, counts, exchange)
-                         for routed, size, counts, exchange in routed_rows(cfg, n, elt)]
+                rows += [
+                    Row(scope, routed, groups, size, counts, exchange)
+                    for routed, size, counts, exchange in routed_rows(cfg, n, elt)
+                ]
                 continue
             for size in cfg.sizes():
                 counts = collective.counts(size // elt, n, elt)
@@ -118,11 +120,13 @@ def allocate(session: Session, row: Row, variant: Variant, ctx: GroupContext) ->
     dtype = getattr(torch, DTYPES[session.cfg.dtype].torch)
     counts = row.counts
     if not variant.in_place:
-        return Buffers(send=torch.empty(counts.send, dtype=dtype, device=session.device),
-                       recv=torch.empty(counts.recv, dtype=dtype, device=session.device))
+        return Buffers(
+            send=torch.empty(counts.send, dtype=dtype, device=session.device),
+            recv=torch.empty(counts.recv, dtype=dtype, device=session.device),
+        )
     whole = torch.empty(max(counts.send, counts.recv), dtype=dtype, device=session.device)
     send_at, recv_at = row.collective.in_place_offsets(counts, ctx.rank)
-    return Buffers(send=whole[send_at: send_at + counts.send], recv=whole[recv_at: recv_at + counts.recv])
+    return Buffers(send=whole[send_at : send_at + counts.send], recv=whole[recv_at : recv_at + counts.recv])
 
 
 def fill_known_inputs(buffers: Buffers, ctx: GroupContext) -> None:
@@ -132,9 +136,11 @@ def fill_known_inputs(buffers: Buffers, ctx: GroupContext) -> None:
 
 def op_callable(session: Session, collective: Collective, buffers: Buffers, ctx: GroupContext, variant: Variant):
     if collective.out_of_place_copies and not variant.in_place:
+
         def copy_then_op():
             buffers.recv.copy_(buffers.send)
             collective.launch(buffers, ctx, variant)
+
         return copy_then_op
     if variant.in_place and session.backend in collective.in_place_staged_on:
         scratch = torch.empty_like(buffers.send)
@@ -142,12 +148,13 @@ def op_callable(session: Session, collective: Collective, buffers: Buffers, ctx:
         def staged_op():
             scratch.copy_(buffers.send)
             collective.launch(Buffers(send=scratch, recv=buffers.recv), ctx, variant)
+
         return staged_op
     return lambda: collective.launch(buffers, ctx, variant)
 
 
 # largest integer each float type holds exactly: sums of the known inputs up to it compare exactly
-_EXACT_UP_TO = {torch.float64: 2 ** 53, torch.float32: 2 ** 24, torch.float16: 2 ** 11, torch.bfloat16: 2 ** 8}
+_EXACT_UP_TO = {torch.float64: 2**53, torch.float32: 2**24, torch.float16: 2**11, torch.bfloat16: 2**8}
 
 
 def count_wrong(result: torch.Tensor, expected: torch.Tensor, group_size: int) -> int:
@@ -290,8 +297,9 @@ def _warm_up(session: Session, run_op, first_us: float, reuse: bool) -> tuple[in
     return count, _agreed([recent])[0]
 
 
-def _timed(session: Session, ctx: GroupContext | None, run_op, op_time_us: float, predicted: int
-           ) -> tuple[list[float], int, str]:
+def _timed(
+    session: Session, ctx: GroupContext | None, run_op, op_time_us: float, predicted: int
+) -> tuple[list[float], int, str]:
     """(this rank's samples, the agreed count, why it stopped): -n's count, else chunks until the
     slowest-converging rank's median is within --ci-pct or the budget is spent."""
     cfg, timer = session.cfg, timer_for(session)
@@ -358,8 +366,11 @@ def to_record(session: Session, row: Row, variant: Variant, samples: torch.Tenso
     wrong_values = samples[members, iters]
     wrong = -1 if bool((wrong_values < 0).any()) else int(wrong_values.sum().item())
     return build_record(
-        row_facts(session, row, variant, iters, measured.warmups, stop_reason=measured.stop_reason), per_rank[slowest],
-        row.collective.busbw_factor(n, variant), wrong=wrong, slowest_rank=slowest,
+        row_facts(session, row, variant, iters, measured.warmups, stop_reason=measured.stop_reason),
+        per_rank[slowest],
+        row.collective.busbw_factor(n, variant),
+        wrong=wrong,
+        slowest_rank=slowest,
         time_us_mean_nccl=sum(per_rank[r].mean for r in members) / len(members),
         **(row.exchange.record_fields() if row.exchange else {}),
     )
@@ -375,13 +386,30 @@ def kept_samples(row: Row, variant: Variant, samples: torch.Tensor, measured: Me
     return samples_line(record.model_dump(), record.slowest_rank, times, members, medians)
 
 
-def row_facts(session: Session, row: Row, variant: Variant, iters: int, warmups: int, timer: str | None = None,
-              stop_reason: str = "fixed") -> RowFacts:
+def row_facts(
+    session: Session,
+    row: Row,
+    variant: Variant,
+    iters: int,
+    warmups: int,
+    timer: str | None = None,
+    stop_reason: str = "fixed",
+) -> RowFacts:
     """The row's columns left of the times, as nccl-tests prints them."""
     return RowFacts(
-        op=row.collective.name, scope=row.scope, group_size=len(row.groups[0]), n_groups=len(row.groups),
-        size_bytes=row.counts.size_bytes(DTYPES[session.cfg.dtype].bytes), count=row.counts.param,
-        dtype=session.cfg.dtype, redop=row.collective.redop, root=row.collective.root,
-        in_place=variant.in_place, direction=variant.direction, iters=iters, warmup=warmups,
-        timer=timer or timer_for(session).kind, stop_reason=stop_reason,
+        op=row.collective.name,
+        scope=row.scope,
+        group_size=len(row.groups[0]),
+        n_groups=len(row.groups),
+        size_bytes=row.counts.size_bytes(DTYPES[session.cfg.dtype].bytes),
+        count=row.counts.param,
+        dtype=session.cfg.dtype,
+        redop=row.collective.redop,
+        root=row.collective.root,
+        in_place=variant.in_place,
+        direction=variant.direction,
+        iters=iters,
+        warmup=warmups,
+        timer=timer or timer_for(session).kind,
+        stop_reason=stop_reason,
     )

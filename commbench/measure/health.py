@@ -56,6 +56,7 @@ class Figure:
 
 # ---- NICs ------------------------------------------------------------------------------------------
 
+
 def interfaces(named: list[str] | None = None) -> list[str]:
     """Interfaces of this network namespace that are up and have an IPv4 address, loopback left out;
     or the ones named (as named: one that is missing is reported as not measured)."""
@@ -109,9 +110,14 @@ def nic_egress(name: str, target: str, seconds: float = 1.0) -> Figure:
         offered, queued = _blast(sock, payload, target, seconds)
         sent, elapsed = _tx_bytes_all()[name] - before, time.perf_counter() - start
     link_bound = queued >= _QUEUED_SHARE or sent < _LINK_BOUND * offered * _WIRE_OVERHEAD
-    return Figure(label, sent * 8 / elapsed / 1e9, "Gbit/s",
-                  f"UDP to {target} for {elapsed:.2f} s: {offered} B offered, {sent} B on the counter, a queue "
-                  f"at the NIC after {queued:.0%} of the sends", "link" if link_bound else "sender")
+    return Figure(
+        label,
+        sent * 8 / elapsed / 1e9,
+        "Gbit/s",
+        f"UDP to {target} for {elapsed:.2f} s: {offered} B offered, {sent} B on the counter, a queue "
+        f"at the NIC after {queued:.0%} of the sends",
+        "link" if link_bound else "sender",
+    )
 
 
 def _blast(sock: socket.socket, payload: bytes, target: str, seconds: float) -> tuple[int, float]:
@@ -132,6 +138,7 @@ def _blast(sock: socket.socket, payload: bytes, target: str, seconds: float) -> 
 
 
 # ---- intra-node -------------------------------------------------------------------------------------
+
 
 def intra(size: int = 8 << 20, iters: int = 5) -> list[Figure]:
     """GPU pairs when the node has two or more GPUs, else gloo over loopback."""
@@ -184,8 +191,12 @@ def _copy(torch, src: int, dst: int, size: int, iters: int) -> Figure:
         torch.cuda.synchronize(dst)
         if i:
             times.append(time.perf_counter() - start)
-    return Figure(f"intra gpu{src}->gpu{dst}", size / statistics.median(times) / 1e9, "GB/s",
-                  f"copy of {size} B, median of {iters}")
+    return Figure(
+        f"intra gpu{src}->gpu{dst}",
+        size / statistics.median(times) / 1e9,
+        "GB/s",
+        f"copy of {size} B, median of {iters}",
+    )
 
 
 def gloo_loopback(size: int, iters: int, timeout_s: float = 30.0) -> Figure:
@@ -220,5 +231,9 @@ def gloo_loopback(size: int, iters: int, timeout_s: float = 30.0) -> Figure:
         thread.join(timeout_s + 5)
     if errors or len(times) < iters:
         return Figure("intra gloo loopback", None, "GB/s", errors[0] if errors else "did not finish in time")
-    return Figure("intra gloo loopback", size / statistics.median(times) / 1e9, "GB/s",
-                  f"send/recv of {size} B between two gloo ranks, median of {iters}")
+    return Figure(
+        "intra gloo loopback",
+        size / statistics.median(times) / 1e9,
+        "GB/s",
+        f"send/recv of {size} B between two gloo ranks, median of {iters}",
+    )

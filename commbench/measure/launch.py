@@ -74,7 +74,9 @@ def _first_slurm_host() -> str:
     if not nodelist:
         raise UsageError("under srun but SLURM_JOB_NODELIST is unset; export MASTER_ADDR")
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True)
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+        )
         return out.stdout.split()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         raise UsageError(f"cannot expand SLURM_JOB_NODELIST={nodelist!r} with scontrol; export MASTER_ADDR") from None
@@ -117,13 +119,26 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
     port = free_port()
     procs = []
     for rank in range(nproc):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   COMMBENCH_LAUNCHER="commbench")
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            COMMBENCH_LAUNCHER="commbench",
+        )
         env[WORKER_CONFIG_ENV] = config_json
         env[WORKER_DRIVER_ENV] = driver
-        procs.append(subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env, start_new_session=True,
-                                      preexec_fn=_die_with_parent(os.getpid())))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE],
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()),
+            )
+        )
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _wait_leader(procs, grace_s) if leader_decides else _wait_all(procs, grace_s)
@@ -135,8 +150,9 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _stop(procs, signal.SIGTERM)
         _wait_all(procs, grace_s)
-        raise Terminated("terminated (SIGTERM): ranks stopped, the run directory keeps the rows measured so "
-                         "far") from None
+        raise Terminated(
+            "terminated (SIGTERM): ranks stopped, the run directory keeps the rows measured so far"
+        ) from None
     finally:
         _stop(procs, signal.SIGKILL)
         signal.signal(signal.SIGTERM, previous)
@@ -163,11 +179,13 @@ def _die_with_parent(parent: int):
     """preexec_fn of a local rank: the kernel sends it SIGTERM when the launcher dies, SIGKILL
     included (ranks run in a session of their own, away from the terminal's Ctrl-C, so nothing else
     would stop them, and on a GPU node they would keep the GPUs)."""
+
     def arm() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the launcher died before the line above took effect
             os._exit(128 + signal.SIGTERM)
+
     return arm
 
 
@@ -211,7 +229,9 @@ def check_local_launch(cfg, nproc: int | None) -> int:
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {nproc})")
     if getattr(cfg, "pairwise", False) and nproc < 2:  # known now: no need to start a rank to find out
-        raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
+        raise UsageError(
+            "--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)"
+        )
     if cfg.dtype not in GLOO_DTYPES and not _has_gpu():
         check_gloo_supports(cfg.dtype, "the only backend without a GPU")
     return nproc

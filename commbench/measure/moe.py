@@ -31,9 +31,14 @@ class RoutedExchange:
     uniform: Counts  # the all_to_all of the same total bytes
 
     def record_fields(self) -> dict:
-        return {"routing": self.routing, "tokens_per_rank": self.tokens, "recv_bytes_max": self.stats.max_bytes,
-                "recv_bytes_mean": self.stats.mean_bytes, "hottest_rank": self.stats.hottest_rank,
-                "split_bytes": (self.matrix * self.token_bytes).tolist()}
+        return {
+            "routing": self.routing,
+            "tokens_per_rank": self.tokens,
+            "recv_bytes_max": self.stats.max_bytes,
+            "recv_bytes_mean": self.stats.mean_bytes,
+            "hottest_rank": self.stats.hottest_rank,
+            "split_bytes": (self.matrix * self.token_bytes).tolist(),
+        }
 
 
 def routed_rows(cfg, n: int, elt: int) -> list[tuple]:
@@ -52,7 +57,9 @@ def routed_rows(cfg, n: int, elt: int) -> list[tuple]:
         if counts.param == 0:
             continue
         uniform = get_collective("all_to_all").counts(int(matrix.sum()) * shape.hidden // n, n, elt)
-        exchange = RoutedExchange(routing.key, tokens, shape.token_bytes, matrix, received(matrix, shape.token_bytes), uniform)
+        exchange = RoutedExchange(
+            routing.key, tokens, shape.token_bytes, matrix, received(matrix, shape.token_bytes), uniform
+        )
         rows.append((collective, counts.size_bytes(elt), counts, exchange))
     return rows
 
@@ -60,5 +67,6 @@ def routed_rows(cfg, n: int, elt: int) -> list[tuple]:
 def uniform_row(row):
     """The all_to_all row of the same total bytes as a routed all_to_allv row."""
     counts, elt = row.exchange.uniform, row.size // row.counts.send
-    return replace(row, collective=get_collective("all_to_all"), counts=counts, exchange=None, size=counts.size_bytes(elt))
-
+    return replace(
+        row, collective=get_collective("all_to_all"), counts=counts, exchange=None, size=counts.size_bytes(elt)
+    )

@@ -24,8 +24,13 @@ BACKENDS = ("auto", "nccl", "gloo")
 
 
 # the --help sections of `commbench run`, one per concern
-SWEEP, PAIRWISE, TIMING, ROUTING, OUTPUT = ("what to measure", "pairwise (--pairwise)", "how to measure",
-                                            "all_to_allv routing (--ops all_to_allv)", "where results land")
+SWEEP, PAIRWISE, TIMING, ROUTING, OUTPUT = (
+    "what to measure",
+    "pairwise (--pairwise)",
+    "how to measure",
+    "all_to_allv routing (--ops all_to_allv)",
+    "where results land",
+)
 
 
 @dataclass
@@ -33,75 +38,143 @@ class RunConfig:
     """The options of `commbench run`; each field's doc is its --help (commbench/config_options.py)."""
 
     ops: tuple[str, ...] = documented(
-        "comma-separated ops; also broadcast, pingpong, all_to_allv", DEFAULT_OPS, group=SWEEP,
-        parse=csv_list(MEASURED_OPS))
-    min_bytes: int = documented("smallest size, e.g. 8, 1K", 8, flags=("-b", "--min-bytes"), group=SWEEP,
-                                parse=size_arg, shown=format_size)
-    max_bytes: int = documented("largest size, e.g. 4M, 1G", 64 << 20, flags=("-e", "--max-bytes"), group=SWEEP,
-                                parse=size_arg, shown=format_size)
-    step_factor: int = documented("multiply the size by this each step", 2, flags=("-f", "--step-factor"),
-                                  group=SWEEP, parse=int)
-    dtype: str = documented(f"element type: {', '.join(MEASURED_DTYPES)}", "float", flags=("-d", "--dtype"), group=SWEEP)
+        "comma-separated ops; also broadcast, pingpong, all_to_allv",
+        DEFAULT_OPS,
+        group=SWEEP,
+        parse=csv_list(MEASURED_OPS),
+    )
+    min_bytes: int = documented(
+        "smallest size, e.g. 8, 1K", 8, flags=("-b", "--min-bytes"), group=SWEEP, parse=size_arg, shown=format_size
+    )
+    max_bytes: int = documented(
+        "largest size, e.g. 4M, 1G",
+        64 << 20,
+        flags=("-e", "--max-bytes"),
+        group=SWEEP,
+        parse=size_arg,
+        shown=format_size,
+    )
+    step_factor: int = documented(
+        "multiply the size by this each step", 2, flags=("-f", "--step-factor"), group=SWEEP, parse=int
+    )
+    dtype: str = documented(
+        f"element type: {', '.join(MEASURED_DTYPES)}", "float", flags=("-d", "--dtype"), group=SWEEP
+    )
     scopes: tuple[str, ...] | None = documented(
-        describe(SWEPT_SCOPES), None, group=SWEEP, parse=csv_list(SWEPT_SCOPES), shown="all that apply")
+        describe(SWEPT_SCOPES), None, group=SWEEP, parse=csv_list(SWEPT_SCOPES), shown="all that apply"
+    )
     pairwise: bool = documented(
         "instead of a sweep: ping-pong latency (at --min-bytes) and bandwidth (at --max-bytes) of every pair of "
-        "nodes and of ranks inside each node, in rounds that share no link; flags slow or lossy pairs", False,
-        group=PAIRWISE)
+        "nodes and of ranks inside each node, in rounds that share no link; flags slow or lossy pairs",
+        False,
+        group=PAIRWISE,
+    )
     outlier_ratio: float = documented(
         "flag a pair below this fraction of the best pair of its kind (between nodes, or inside a node) as slow",
-        0.75, group=PAIRWISE, parse=float)
+        0.75,
+        group=PAIRWISE,
+        parse=float,
+    )
     max_retransmit_pct: float = documented(
         "flag a pair of nodes as lossy when their TCP re-sent more than PCT% of its segments while the pair was "
-        "measured: loss that TCP repairs at nearly full bandwidth (gloo, or NCCL over sockets)", 0.5,
-        group=PAIRWISE, parse=float, metavar="PCT")
-    backend: str = documented("auto: NCCL when every rank has a GPU, else gloo", "auto", group=TIMING,
-                              choices=BACKENDS)
+        "measured: loss that TCP repairs at nearly full bandwidth (gloo, or NCCL over sockets)",
+        0.5,
+        group=PAIRWISE,
+        parse=float,
+        metavar="PCT",
+    )
+    backend: str = documented("auto: NCCL when every rank has a GPU, else gloo", "auto", group=TIMING, choices=BACKENDS)
     iters: int | None = documented(
-        "timed iterations per size, fixed as nccl-tests' -n", None, flags=("-n", "--iters"), group=TIMING,
-        parse=int, shown="time until the median's 95% confidence interval is within --ci-pct, or the budget is "
-                         "spent; each row's stop_reason says which")
+        "timed iterations per size, fixed as nccl-tests' -n",
+        None,
+        flags=("-n", "--iters"),
+        group=TIMING,
+        parse=int,
+        shown="time until the median's 95% confidence interval is within --ci-pct, or the budget is "
+        "spent; each row's stop_reason says which",
+    )
     warmup: int | None = documented(
-        "warm-up iterations per size, fixed as nccl-tests' -w", None, flags=("-w", "--warmup"), group=TIMING,
-        parse=int, shown="until the median of the last 5 ops stops falling, at most 100 ops or --time-budget-ms")
-    time_budget_ms: float = documented("timed time per row when adapting iterations", 20.0, group=TIMING,
-                                       parse=float)
-    ci_pct: float = documented("adaptive timing stops when the median's 95% confidence interval is within "
-                               "+-this %", 2.0, group=TIMING, parse=float)
+        "warm-up iterations per size, fixed as nccl-tests' -w",
+        None,
+        flags=("-w", "--warmup"),
+        group=TIMING,
+        parse=int,
+        shown="until the median of the last 5 ops stops falling, at most 100 ops or --time-budget-ms",
+    )
+    time_budget_ms: float = documented("timed time per row when adapting iterations", 20.0, group=TIMING, parse=float)
+    ci_pct: float = documented(
+        "adaptive timing stops when the median's 95% confidence interval is within +-this %",
+        2.0,
+        group=TIMING,
+        parse=float,
+    )
     min_iters: int = documented("fewest iterations when adapting", 5, group=TIMING, parse=int)
     max_iters: int = documented("most iterations when adapting", 200, group=TIMING, parse=int)
-    check_iters: int = documented("correctness checks per row (0: none)", 1, flags=("-c", "--check-iters"),
-                                  group=TIMING, parse=int)
-    cuda_graph: bool = documented("NCCL: capture each op in a CUDA graph", False, flags=("-G", "--cuda-graph"),
-                                  group=TIMING)
-    timeout_s: float = documented("seconds before a stuck collective aborts the run", 300.0, flags=("--timeout",), metavar="S",
-                                  group=TIMING, parse=float)
+    check_iters: int = documented(
+        "correctness checks per row (0: none)", 1, flags=("-c", "--check-iters"), group=TIMING, parse=int
+    )
+    cuda_graph: bool = documented(
+        "NCCL: capture each op in a CUDA graph", False, flags=("-G", "--cuda-graph"), group=TIMING
+    )
+    timeout_s: float = documented(
+        "seconds before a stuck collective aborts the run",
+        300.0,
+        flags=("--timeout",),
+        metavar="S",
+        group=TIMING,
+        parse=float,
+    )
     # all_to_allv's routing model (commbench.modeling.routing); tokens per rank is its size axis
     routing: str = documented(
         "uniform | zipf:S | dirichlet:ALPHA | file:PATH (JSON/CSV counts, source x destination rank or x expert, "
-        "or per expert)", "uniform", group=ROUTING, metavar="SKEW")
+        "or per expert)",
+        "uniform",
+        group=ROUTING,
+        metavar="SKEW",
+    )
     tokens: tuple[int, ...] | None = documented(
-        "tokens per rank, e.g. 64,256,1024", None, group=ROUTING, parse=tokens_list, metavar="LIST",
-        shown="one per size, size / (top-k x hidden x dtype bytes)")
+        "tokens per rank, e.g. 64,256,1024",
+        None,
+        group=ROUTING,
+        parse=tokens_list,
+        metavar="LIST",
+        shown="one per size, size / (top-k x hidden x dtype bytes)",
+    )
     hidden: int = documented("hidden size: elements per token", 4096, group=ROUTING, parse=int)
     top_k: int = documented("experts per token", 2, group=ROUTING, parse=int)
     experts: int = documented("experts", 8, group=ROUTING, parse=int)
     placement: str = documented("experts over ranks: block | round_robin", "block", group=ROUTING)
     capacity_factor: float = documented(
-        "drop copies beyond C x tokens x top-k / experts per expert and source rank (0: dropless)", 0.0,
-        group=ROUTING, parse=float)
+        "drop copies beyond C x tokens x top-k / experts per expert and source rank (0: dropless)",
+        0.0,
+        group=ROUTING,
+        parse=float,
+    )
     routing_seed: int = documented("seed of the routing draws", 0, group=ROUTING, parse=int)
     out_dir: str = documented("results folder", "results", flags=("--out",), group=OUTPUT)
     run_id: str | None = documented(
-        "name of the run directory: one name of letters, digits, . _ + -", None, group=OUTPUT,
-        parse=run_id_argument, shown="time-host-random")
+        "name of the run directory: one name of letters, digits, . _ + -",
+        None,
+        group=OUTPUT,
+        parse=run_id_argument,
+        shown="time-host-random",
+    )
     node_name: str | None = documented("this node's name in the results", None, group=OUTPUT, shown="hostname")
     cluster: str | None = documented(
-        "cluster name recorded in run.json", None, group=OUTPUT, metavar="NAME",
-        shown="Slurm's cluster name, else the first host's name without its number (data/cluster_name.py)")
+        "cluster name recorded in run.json",
+        None,
+        group=OUTPUT,
+        metavar="NAME",
+        shown="Slurm's cluster name, else the first host's name without its number (data/cluster_name.py)",
+    )
     db: str | None = documented(
         "when the run ends, ingest it into this results database (no FILE: $COMMBENCH_DB, else "
-        "results/commbench.duckdb)", None, group=OUTPUT, metavar="FILE", argparse={"nargs": "?", "const": ""})
+        "results/commbench.duckdb)",
+        None,
+        group=OUTPUT,
+        metavar="FILE",
+        argparse={"nargs": "?", "const": ""},
+    )
     progress: bool = documented("no progress bar", True, flags=("--no-progress",), group=OUTPUT)
     argv: list[str] = field(default_factory=list)  # the command line, for run.json (not an option)
 
@@ -132,8 +205,13 @@ class RunConfig:
         if not 0 < self.outlier_ratio < 1:
             raise UsageError("--outlier-ratio must be between 0 and 1")
         if not 0 <= self.max_retransmit_pct <= 100:  # also refuses nan
-            raise UsageError(f"--max-retransmit-pct must be a percentage between 0 and 100 (got {self.max_retransmit_pct})")
-        for flag, value, most in (("--time-budget-ms", self.time_budget_ms, 3_600_000), ("--timeout", self.timeout_s, 86_400)):
+            raise UsageError(
+                f"--max-retransmit-pct must be a percentage between 0 and 100 (got {self.max_retransmit_pct})"
+            )
+        for flag, value, most in (
+            ("--time-budget-ms", self.time_budget_ms, 3_600_000),
+            ("--timeout", self.timeout_s, 86_400),
+        ):
             if not 0 < value <= most:  # also refuses nan, which every comparison fails
                 raise UsageError(f"{flag} must be a positive number of at most {most} (got {value})")
         if self.scopes is not None:
@@ -152,9 +230,17 @@ class RunConfig:
         parse_routing(self.routing)
         if self.tokens is not None and (not self.tokens or min(self.tokens) < 1):
             raise UsageError("--tokens must list whole numbers of at least 1")
-        return MoeShape(tokens=tokens, hidden=self.hidden, elt_bytes=DTYPES[self.dtype].bytes, top_k=self.top_k,
-                        experts=self.experts, ranks=ranks, placement=self.placement,
-                        capacity_factor=self.capacity_factor or None, seed=self.routing_seed)
+        return MoeShape(
+            tokens=tokens,
+            hidden=self.hidden,
+            elt_bytes=DTYPES[self.dtype].bytes,
+            top_k=self.top_k,
+            experts=self.experts,
+            ranks=ranks,
+            placement=self.placement,
+            capacity_factor=self.capacity_factor or None,
+            seed=self.routing_seed,
+        )
 
     def check_moe_ranks(self, world_size: int) -> None:
         """all_to_allv on the world group: experts to place, and a routing file's matrix of that size."""

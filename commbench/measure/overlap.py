@@ -63,7 +63,7 @@ class Gemm:
         self.b = torch.randn(size, size, generator=generator).to(device, self.dtype)
         self.out = torch.empty(size, size, device=device, dtype=self.dtype)
         self.size = size
-        self.flops = 2.0 * size ** 3
+        self.flops = 2.0 * size**3
 
     def __call__(self) -> None:
         torch.matmul(self.a, self.b, out=self.out)
@@ -83,8 +83,9 @@ class ThreadedOverlap:
         self.align_ranks = align_ranks
         # OpenMP keeps its thread count per OS thread: a new thread would use every core and, with
         # several ranks per machine, oversubscribe them (a 256^3 GEMM then runs 30x slower)
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commbench-gemm",
-                                       initializer=torch.set_num_threads, initargs=(threads,))
+        self.pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="commbench-gemm", initializer=torch.set_num_threads, initargs=(threads,)
+        )
 
     def _timed_gemm(self) -> tuple[float, float]:
         start = time.perf_counter()
@@ -119,7 +120,9 @@ class ThreadedOverlap:
             run_op()
             comm_end = time.perf_counter()
             gemm_start, gemm_end = gemm.result()
-            samples.append((_us(max(comm_end, gemm_end) - begin), _us(gemm_end - gemm_start), _us(comm_end - comm_start)))
+            samples.append(
+                (_us(max(comm_end, gemm_end) - begin), _us(gemm_end - gemm_start), _us(comm_end - comm_start))
+            )
         return samples
 
 
@@ -179,7 +182,9 @@ class StreamOverlap:
             end.record(main)
             marks.append((begin, end, spans))
         torch.cuda.synchronize()
-        return [(_elapsed_us(begin, end), _elapsed_us(*spans[0]), _elapsed_us(*spans[1])) for begin, end, spans in marks]
+        return [
+            (_elapsed_us(begin, end), _elapsed_us(*spans[0]), _elapsed_us(*spans[1])) for begin, end, spans in marks
+        ]
 
 
 @dataclass
@@ -202,8 +207,15 @@ class RankFigures:
     @classmethod
     def from_row(cls, row: torch.Tensor) -> RankFigures:
         compute, both, compute_during, comm_during, wrong, *samples = row.tolist()
-        return cls(compute=compute, comm=Stats.of(samples), comm_samples=samples, both=both,
-                   compute_during_comm=compute_during, comm_during_compute=comm_during, wrong=int(wrong))
+        return cls(
+            compute=compute,
+            comm=Stats.of(samples),
+            comm_samples=samples,
+            both=both,
+            compute_during_comm=compute_during,
+            comm_during_compute=comm_during,
+            wrong=int(wrong),
+        )
 
 
 def gemm_threads(session: Session) -> int:
@@ -277,11 +289,15 @@ class OverlapDriver:
         def op_beside_gemm() -> None:
             self._phase_start()
             overlap.together(run_op, 1)
+
         wrong = check(session, row, variant, ctx, buffers, op_beside_gemm) if cfg.check_iters else -1
         return RankFigures(
-            compute=statistics.median(compute), comm=Stats.of(comm), comm_samples=list(comm),
+            compute=statistics.median(compute),
+            comm=Stats.of(comm),
+            comm_samples=list(comm),
             both=statistics.median(both),
-            compute_during_comm=statistics.median(compute_during), comm_during_compute=statistics.median(comm_during),
+            compute_during_comm=statistics.median(compute_during),
+            comm_during_compute=statistics.median(comm_during),
             wrong=wrong,
         )
 
@@ -298,13 +314,24 @@ class OverlapDriver:
         facts = row_facts(self.session, row, variant, cfg.iters, cfg.warmup, self.overlap.kind)
         wrong = -1 if any(r.wrong < 0 for r in ranks) else sum(r.wrong for r in ranks)  # -1: not checked
         return build_record(
-            facts, comm, row.collective.busbw_factor(len(row.groups[0]), variant), record_class=OverlapRecord,
-            time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks), wrong=wrong,
-            slowest_rank=slowest, gemm_size=self.gemm.size, gemm_dtype=_dtype_name(self.gemm.dtype),
-            gemm_threads=self.threads, gemm_tflops=_ratio(self.gemm.flops, figures.compute) / 1e6,
-            compute_us=figures.compute, comm_us=comm.median, both_us=figures.both,
-            compute_during_comm_us=figures.compute_during_comm, comm_during_compute_us=figures.comm_during_compute,
-            overlap=min(1.0, max(0.0, raw_overlap)), overlap_unclamped=raw_overlap,
+            facts,
+            comm,
+            row.collective.busbw_factor(len(row.groups[0]), variant),
+            record_class=OverlapRecord,
+            time_us_mean_nccl=sum(r.comm.mean for r in ranks) / len(ranks),
+            wrong=wrong,
+            slowest_rank=slowest,
+            gemm_size=self.gemm.size,
+            gemm_dtype=_dtype_name(self.gemm.dtype),
+            gemm_threads=self.threads,
+            gemm_tflops=_ratio(self.gemm.flops, figures.compute) / 1e6,
+            compute_us=figures.compute,
+            comm_us=comm.median,
+            both_us=figures.both,
+            compute_during_comm_us=figures.compute_during_comm,
+            comm_during_compute_us=figures.comm_during_compute,
+            overlap=min(1.0, max(0.0, raw_overlap)),
+            overlap_unclamped=raw_overlap,
             compute_slowdown=_ratio(figures.compute_during_comm, figures.compute),
             comm_slowdown=_ratio(figures.comm_during_compute, comm.median),
         )
@@ -312,14 +339,21 @@ class OverlapDriver:
     def _title(self, row: Row) -> str:
         s, size = self.session, self.gemm.size
         threads = f", {self.threads} thread(s)" if self.threads else ""
-        return (f"{row.collective.name} beside a {size}x{size}x{size} {_dtype_name(self.gemm.dtype)} GEMM{threads}: "
-                f"{len(row.groups[0])} rank(s), backend {s.backend}, dtype {s.cfg.dtype}, timer {self.overlap.kind}")
+        return (
+            f"{row.collective.name} beside a {size}x{size}x{size} {_dtype_name(self.gemm.dtype)} GEMM{threads}: "
+            f"{len(row.groups[0])} rank(s), backend {s.backend}, dtype {s.cfg.dtype}, timer {self.overlap.kind}"
+        )
 
 
 def _kept_samples(record: OverlapRecord, ranks: list[RankFigures]) -> str:
     """The row's samples.jsonl line: the reported rank's collective-alone times and every rank's median."""
-    return samples_line(record.model_dump(), record.slowest_rank, ranks[record.slowest_rank].comm_samples,
-                        list(range(len(ranks))), [figures.comm.median for figures in ranks])
+    return samples_line(
+        record.model_dump(),
+        record.slowest_rank,
+        ranks[record.slowest_rank].comm_samples,
+        list(range(len(ranks))),
+        [figures.comm.median for figures in ranks],
+    )
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -70,9 +70,15 @@ class PairwiseDriver:
                 records, kept = [], []
                 for pair in row.groups:
                     one_pair = replace(row, groups=(pair,))
-                    records.append(to_record(session, one_pair, UNI, samples, measured).model_copy(
-                        update={"pair": list(pair), "pair_nodes": [host[pair[0]], host[pair[1]]],
-                                **pair_counters(counters, pair, host)}))
+                    records.append(
+                        to_record(session, one_pair, UNI, samples, measured).model_copy(
+                            update={
+                                "pair": list(pair),
+                                "pair_nodes": [host[pair[0]], host[pair[1]]],
+                                **pair_counters(counters, pair, host),
+                            }
+                        )
+                    )
                     kept.append(kept_samples(one_pair, UNI, samples, measured, records[-1]))
                 run.add(records, kept)
             progress.advance(f"pairwise {row.size} B round")
@@ -90,13 +96,17 @@ def pair_rows(session: Session) -> list[Row]:
     after another, then the intra-node rounds of all nodes together."""
     cfg, nodes = session.cfg, session.nodes
     if session.env.world_size < 2:
-        raise UsageError("--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)")
+        raise UsageError(
+            "--pairwise measures pairs of ranks: it needs at least 2 (--nproc 2, or more under a launcher)"
+        )
     pingpong = get_collective("pingpong")
     elt = DTYPES[cfg.dtype].bytes
     inter_rounds = round_robin([node.ranks[0] for node in nodes])
     per_node = [round_robin(node.ranks) for node in nodes]
-    intra_rounds = [[pair for rounds in per_node if k < len(rounds) for pair in rounds[k]]
-                    for k in range(max((len(r) for r in per_node), default=0))]
+    intra_rounds = [
+        [pair for rounds in per_node if k < len(rounds) for pair in rounds[k]]
+        for k in range(max((len(r) for r in per_node), default=0))
+    ]
     rows = []
     for size in sorted({max(cfg.min_bytes, elt), cfg.max_bytes}):
         counts = pingpong.counts(size // elt, 2, elt)
@@ -105,8 +115,9 @@ def pair_rows(session: Session) -> list[Row]:
     return rows
 
 
-def gather_counter_deltas(session: Session, before: TcpCounters | None, after: TcpCounters | None
-                          ) -> torch.Tensor | None:
+def gather_counter_deltas(
+    session: Session, before: TcpCounters | None, after: TcpCounters | None
+) -> torch.Tensor | None:
     """Every rank's (segments sent, retransmitted) over its last measurement, as a (world, 2)
     tensor on rank 0; NaN where a rank could not read its counters."""
     mine = torch.full((2,), float("nan"), dtype=torch.float64)

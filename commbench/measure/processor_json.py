@@ -35,8 +35,10 @@ from commbench.modeling.compute import BACKWARD_ATTENTION_FACTOR
 from commbench.modeling.job import PRECISIONS
 
 # SDPA backend -> the implementation name the step model prices (compute.ATTENTION_IMPLEMENTATIONS)
-IMPLEMENTATIONS = {"cuda": {"flash": "flash2", "efficient": "sdpa-efficient", "cudnn": "cudnn", "math": "sdpa-math"},
-                   "cpu": {"flash": "sdpa-flash-cpu", "math": "sdpa-math"}}
+IMPLEMENTATIONS = {
+    "cuda": {"flash": "flash2", "efficient": "sdpa-efficient", "cudnn": "cudnn", "math": "sdpa-math"},
+    "cpu": {"flash": "sdpa-flash-cpu", "math": "sdpa-math"},
+}
 DEFAULT_BACKEND_ORDER = ("flash", "cudnn", "efficient", "math")  # the order torch tries them in
 
 
@@ -65,7 +67,8 @@ def gemm_surface(measurements: dict, peak: float) -> dict:
     surface: dict[str, list] = {}
     for point in measurements["gemm"]:
         surface.setdefault(point["dtype"], []).append(
-            [point["m"], point["n"], point["k"], min(1.0, gemm_fraction(point, peak))])
+            [point["m"], point["n"], point["k"], min(1.0, gemm_fraction(point, peak))]
+        )
     return surface
 
 
@@ -83,8 +86,10 @@ def _attention_flops(point: dict) -> float:
 
 def _backend_rates(points: list, peak: float) -> dict:
     forward = [_attention_flops(p) / p["forward_s"] / peak for p in points]
-    backward = [BACKWARD_ATTENTION_FACTOR * _attention_flops(p)
-                / max(p["forward_backward_s"] - p["forward_s"], 1e-9) / peak for p in points]
+    backward = [
+        BACKWARD_ATTENTION_FACTOR * _attention_flops(p) / max(p["forward_backward_s"] - p["forward_s"], 1e-9) / peak
+        for p in points
+    ]
     return {"forward": min(1.0, statistics.median(forward)), "backward": min(1.0, statistics.median(backward))}
 
 
@@ -107,22 +112,27 @@ def attention_efficiency(measurements: dict, peak: float) -> tuple[float, str]:
     for backend in DEFAULT_BACKEND_ORDER:
         points = [p for p in measurements["attention"] if p["backend"] == backend and p["dtype"] == dtype]
         if points:
-            fractions = [(1 + BACKWARD_ATTENTION_FACTOR) * _attention_flops(p) / p["forward_backward_s"] / peak
-                         for p in points]
+            fractions = [
+                (1 + BACKWARD_ATTENTION_FACTOR) * _attention_flops(p) / p["forward_backward_s"] / peak for p in points
+            ]
             return min(1.0, statistics.median(fractions)), backend
     raise ValueError("no attention backend ran on this device")
 
 
 def copy_rate(measurements: dict) -> float:
     dtype = measurements["dtypes"][0]
-    return next(p["bytes"] / p["seconds"] for p in measurements["elementwise"]
-                if p["kind"] == "copy" and p["dtype"] == dtype)
+    return next(
+        p["bytes"] / p["seconds"] for p in measurements["elementwise"] if p["kind"] == "copy" and p["dtype"] == dtype
+    )
 
 
 def elementwise_efficiency(measurements: dict) -> float:
     dtype, copy = measurements["dtypes"][0], copy_rate(measurements)
-    rates = [p["bytes"] / p["seconds"] / copy for p in measurements["elementwise"]
-             if p["kind"] != "copy" and p["dtype"] == dtype]
+    rates = [
+        p["bytes"] / p["seconds"] / copy
+        for p in measurements["elementwise"]
+        if p["kind"] != "copy" and p["dtype"] == dtype
+    ]
     return min(1.0, statistics.median(rates))
 
 
@@ -137,13 +147,18 @@ def autograd_op(measurements: dict, figure) -> dict:
     if "autograd_op" not in measurements:
         return {}
     timed = measurements["autograd_op"]
-    return {"autograd_op_s": figure({"forward": timed["forward_s"], "backward": timed["backward_s"]},
-                                    "one-element multiplies with requires_grad, chained: seconds per op forward "
-                                    "(dispatch + graph) and backward (its node run)")}
+    return {
+        "autograd_op_s": figure(
+            {"forward": timed["forward_s"], "backward": timed["backward_s"]},
+            "one-element multiplies with requires_grad, chained: seconds per op forward "
+            "(dispatch + graph) and backward (its node run)",
+        )
+    }
 
 
-def processor_json(measurements: dict, facts: dict, host: str, when: str, version: str,
-                   peak_flops: float | None = None) -> dict:
+def processor_json(
+    measurements: dict, facts: dict, host: str, when: str, version: str, peak_flops: float | None = None
+) -> dict:
     """The processor description (presets' format) of one calibration; `peak_flops` a datasheet
     peak to take fractions of instead of the fastest GEMM measured."""
     measured = measured_source(host, when, version)
@@ -164,33 +179,55 @@ def processor_json(measurements: dict, facts: dict, host: str, when: str, versio
     return {
         "kind": "processor",
         "name": f"{facts['name']} (calibrated on {host})",
-        "peak_flops_bf16": ({"value": peak, "source": "given to commbench calibrate (--peak-flops)"} if peak_flops
-                            else figure(peak, "the fastest GEMM measured, not a datasheet figure")),
-        **({} if fp8 is None else {"peak_flops_fp8": figure(fp8[0], "the fastest FP8 GEMM measured "
-                                                              "(torch._scaled_mm, E4M3), not a datasheet figure")}),
-        **({"compute_capability": figure(facts["compute_capability"], "torch.cuda.get_device_properties")}
-           if facts.get("compute_capability") else {}),
+        "peak_flops_bf16": (
+            {"value": peak, "source": "given to commbench calibrate (--peak-flops)"}
+            if peak_flops
+            else figure(peak, "the fastest GEMM measured, not a datasheet figure")
+        ),
+        **(
+            {}
+            if fp8 is None
+            else {
+                "peak_flops_fp8": figure(
+                    fp8[0], "the fastest FP8 GEMM measured (torch._scaled_mm, E4M3), not a datasheet figure"
+                )
+            }
+        ),
+        **(
+            {"compute_capability": figure(facts["compute_capability"], "torch.cuda.get_device_properties")}
+            if facts.get("compute_capability")
+            else {}
+        ),
         "memory_bytes": figure(facts["memory_bytes"], "the device's memory as torch reports it"),
         "memory_bandwidth_bytes_per_s": figure(copy_rate(measurements), f"copy kernel, read + write bytes, {repeats}"),
-        "gemm_efficiency": figure(gemm_curve(surface[reference_dtype]),
-                                  f"{reference_dtype} GEMMs of the surface by FLOPs alone (median of equal FLOPs)"),
-        "gemm_surface": figure({**surface, **({} if fp8 is None else {"fp8": fp8[1]})},
-                               f"torch.matmul per shape and dtype, 2MNK / seconds / peak, {repeats}"
-                               + ("; fp8: torch._scaled_mm (E4M3, per-tensor scales, BF16 out), of peak_flops_fp8"
-                                  if fp8 else "")),
-        "attention_efficiency": figure(attention, f"scaled_dot_product_attention ({default_backend}), causal, "
-                                                  f"forward + backward, median over shapes"),
-        "attention_rates": figure(attention_rates(measurements, peak, device_type),
-                                  f"scaled_dot_product_attention per backend, causal, {reference_dtype}, forward and "
-                                  f"backward (x{BACKWARD_ATTENTION_FACTOR} forward FLOPs), median over shapes; "
-                                  f"'sdpa' is the backend torch picks ({default_backend})"),
-        "elementwise_efficiency": figure(elementwise_efficiency(measurements),
-                                         "add, GELU, LayerNorm, softmax: bytes/s over the copy's (median)"),
+        "gemm_efficiency": figure(
+            gemm_curve(surface[reference_dtype]),
+            f"{reference_dtype} GEMMs of the surface by FLOPs alone (median of equal FLOPs)",
+        ),
+        "gemm_surface": figure(
+            {**surface, **({} if fp8 is None else {"fp8": fp8[1]})},
+            f"torch.matmul per shape and dtype, 2MNK / seconds / peak, {repeats}"
+            + ("; fp8: torch._scaled_mm (E4M3, per-tensor scales, BF16 out), of peak_flops_fp8" if fp8 else ""),
+        ),
+        "attention_efficiency": figure(
+            attention,
+            f"scaled_dot_product_attention ({default_backend}), causal, forward + backward, median over shapes",
+        ),
+        "attention_rates": figure(
+            attention_rates(measurements, peak, device_type),
+            f"scaled_dot_product_attention per backend, causal, {reference_dtype}, forward and "
+            f"backward (x{BACKWARD_ATTENTION_FACTOR} forward FLOPs), median over shapes; "
+            f"'sdpa' is the backend torch picks ({default_backend})",
+        ),
+        "elementwise_efficiency": figure(
+            elementwise_efficiency(measurements), "add, GELU, LayerNorm, softmax: bytes/s over the copy's (median)"
+        ),
         "kernel_overhead_s": figure(measurements["launch_s"], "one-element adds back to back, seconds per kernel"),
         **autograd_op(measurements, figure),
-        "optimizer_efficiency": figure(optimizer_efficiency(measurements),
-                                       "AdamW step over fp32 parameters, traffic the step model counts / seconds / "
-                                       "memory bandwidth"),
+        "optimizer_efficiency": figure(
+            optimizer_efficiency(measurements),
+            "AdamW step over fp32 parameters, traffic the step model counts / seconds / memory bandwidth",
+        ),
         "sm_count": figure(int(facts["sm_count"]), "the device's multiprocessors (a CPU: torch's threads)"),
         "measurements": figure({**measurements, "device": facts}, "the raw timings these figures come from"),
     }
@@ -199,15 +236,19 @@ def processor_json(measurements: dict, facts: dict, host: str, when: str, versio
 def summary_lines(description: dict) -> list[str]:
     """A few lines saying what was measured, for the terminal."""
     value = {key: entry["value"] for key, entry in description.items() if isinstance(entry, dict) and "value" in entry}
-    lines = [f"{description['name']}",
-             f"  peak (fastest GEMM or given): {value['peak_flops_bf16'] / 1e12:.3f} TFLOP/s; "
-             f"copy bandwidth {value['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s; "
-             f"elementwise {value['elementwise_efficiency']:.2f} of it; optimizer {value['optimizer_efficiency']:.2f} of it",
-             f"  kernel overhead {value['kernel_overhead_s'] * 1e6:.2f} us; attention (default backend) "
-             f"{value['attention_efficiency']:.2f} of peak"]
+    lines = [
+        f"{description['name']}",
+        f"  peak (fastest GEMM or given): {value['peak_flops_bf16'] / 1e12:.3f} TFLOP/s; "
+        f"copy bandwidth {value['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s; "
+        f"elementwise {value['elementwise_efficiency']:.2f} of it; optimizer {value['optimizer_efficiency']:.2f} of it",
+        f"  kernel overhead {value['kernel_overhead_s'] * 1e6:.2f} us; attention (default backend) "
+        f"{value['attention_efficiency']:.2f} of peak",
+    ]
     if "autograd_op_s" in value:
         op = value["autograd_op_s"]
-        lines.append(f"  eager autograd op: {op['forward'] * 1e6:.2f} us forward, {op['backward'] * 1e6:.2f} us backward")
+        lines.append(
+            f"  eager autograd op: {op['forward'] * 1e6:.2f} us forward, {op['backward'] * 1e6:.2f} us backward"
+        )
     for dtype, points in value["gemm_surface"].items():
         fractions = [point[3] for point in points]
         lines.append(f"  GEMM {dtype}: {len(points)} shapes, {min(fractions):.2f} to {max(fractions):.2f} of peak")
@@ -220,8 +261,11 @@ def _keyed(points: list, key_fields: tuple[str, ...]) -> dict:
     return {tuple(point[name] for name in key_fields): point for point in points}
 
 
-KEYS = {"gemm": ("dtype", "m", "n", "k"), "attention": ("dtype", "backend", "batch", "heads", "seq", "head_dim"),
-        "elementwise": ("dtype", "kind", "bytes")}
+KEYS = {
+    "gemm": ("dtype", "m", "n", "k"),
+    "attention": ("dtype", "backend", "batch", "heads", "seq", "head_dim"),
+    "elementwise": ("dtype", "kind", "bytes"),
+}
 SECONDS = {"gemm": ("seconds",), "attention": ("forward_s", "forward_backward_s"), "elementwise": ("seconds",)}
 
 
@@ -236,12 +280,16 @@ def combine(calibrations: list[dict], statistic=statistics.median) -> dict:
         for calibration in calibrations:
             for key, point in _keyed(calibration[kind], key_fields).items():
                 groups.setdefault(key, []).append(point)
-        combined[kind] = [{**points[0], **{name: statistic([p[name] for p in points]) for name in SECONDS[kind]}}
-                          for points in groups.values()]
+        combined[kind] = [
+            {**points[0], **{name: statistic([p[name] for p in points]) for name in SECONDS[kind]}}
+            for points in groups.values()
+        ]
     combined["launch_s"] = statistic([c["launch_s"] for c in calibrations])
     timed = [c["autograd_op"] for c in calibrations if "autograd_op" in c]
     if timed:
         combined["autograd_op"] = {name: statistic([t[name] for t in timed]) for name in ("forward_s", "backward_s")}
-    combined["optimizer"] = {"params": first["optimizer"]["params"],
-                             "seconds": statistic([c["optimizer"]["seconds"] for c in calibrations])}
+    combined["optimizer"] = {
+        "params": first["optimizer"]["params"],
+        "seconds": statistic([c["optimizer"]["seconds"] for c in calibrations]),
+    }
     return combined

@@ -18,8 +18,14 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
 
-            self.bar = RichProgress(TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(),
-                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.bar = RichProgress(
+                TextColumn(f"{{task.description:<{width}}}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.task = self.bar.add_task(first, total=total)
 
     def __enter__(self):

@@ -47,15 +47,19 @@ class NcclTestsPrinter:
         cells = "  ".join(
             f"{_time(r.time_us)}  {r.algbw_gbps:6.2f}  {r.busbw_gbps:6.2f}  {_wrong(r.wrong):>6s}" for r in records
         )
-        self.print(f"{first.size_bytes:12d}  {first.count:12d}  {first.dtype:>8s}  {first.redop:>6s}  {first.root:6d}  {cells}")
+        self.print(
+            f"{first.size_bytes:12d}  {first.count:12d}  {first.dtype:>8s}  {first.redop:>6s}  {first.root:6d}  {cells}"
+        )
         self.rows.append(records)
 
     def routing_row(self, rec: Record) -> None:
         """all_to_allv: the routing model's figures under the row, as a comment nccl-tests parsers skip."""
-        self.print(f"#   {rec.routing}, {rec.tokens_per_rank} tokens/rank: received max {rec.recv_bytes_max} B "
-                   f"(rank {rec.hottest_rank}), mean {rec.recv_bytes_mean:.0f} B, ratio "
-                   f"{rec.recv_bytes_max / max(rec.recv_bytes_mean, 1):.3f}; uniform all_to_all of the same bytes "
-                   f"{rec.uniform_time_us:.1f} us, penalty {rec.skew_penalty:.3f}")
+        self.print(
+            f"#   {rec.routing}, {rec.tokens_per_rank} tokens/rank: received max {rec.recv_bytes_max} B "
+            f"(rank {rec.hottest_rank}), mean {rec.recv_bytes_mean:.0f} B, ratio "
+            f"{rec.recv_bytes_max / max(rec.recv_bytes_mean, 1):.3f}; uniform all_to_all of the same bytes "
+            f"{rec.uniform_time_us:.1f} us, penalty {rec.skew_penalty:.3f}"
+        )
 
     def summary(self, run_dir: str | None) -> None:
         records = [r for row in self.rows for r in row]
@@ -80,22 +84,32 @@ class OverlapPrinter:
 
     def header(self, title: str) -> None:
         self.print(f"#\n# {title}\n#")
-        self.print(f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'compute':>9s}  {'comm':>9s}  {'both':>9s}  "
-                   f"{'overlap':>7s}  {'compute':>8s}  {'comm':>8s}  {'#wrong':>6s}")
-        self.print(f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'(us)':>9s}  {'(us)':>9s}  {'(us)':>9s}  "
-                   f"{'(%)':>7s}  {'slowdown':>8s}  {'slowdown':>8s}  {'':>6s}")
+        self.print(
+            f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'compute':>9s}  {'comm':>9s}  {'both':>9s}  "
+            f"{'overlap':>7s}  {'compute':>8s}  {'comm':>8s}  {'#wrong':>6s}"
+        )
+        self.print(
+            f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'(us)':>9s}  {'(us)':>9s}  {'(us)':>9s}  "
+            f"{'(%)':>7s}  {'slowdown':>8s}  {'slowdown':>8s}  {'':>6s}"
+        )
 
     def row(self, rec: OverlapRecord) -> None:
-        self.print(f"{rec.size_bytes:12d}  {rec.count:12d}  {rec.dtype:>8s}  {rec.compute_us:9.1f}  {rec.comm_us:9.1f}  "
-                   f"{rec.both_us:9.1f}  {100 * rec.overlap:7.1f}  {rec.compute_slowdown:8.3f}  "
-                   f"{rec.comm_slowdown:8.3f}  {rec.wrong:6d}")
+        self.print(
+            f"{rec.size_bytes:12d}  {rec.count:12d}  {rec.dtype:>8s}  {rec.compute_us:9.1f}  {rec.comm_us:9.1f}  "
+            f"{rec.both_us:9.1f}  {100 * rec.overlap:7.1f}  {rec.compute_slowdown:8.3f}  "
+            f"{rec.comm_slowdown:8.3f}  {rec.wrong:6d}"
+        )
 
     def summary(self, run_dir: str, records: list[dict]) -> None:
         wrong = sum(max(r["wrong"], 0) for r in records)
         self.print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'ERROR'}")
         if records:
-            self.print(f"# GEMM alone: {statistics.median(r['gemm_tflops'] for r in records):.4g} TFLOP/s (median of rows)")
-        self.print("# overlap = (compute + comm - both) / min(compute, comm), clamped to [0, 1] (raw: overlap_unclamped);")
+            self.print(
+                f"# GEMM alone: {statistics.median(r['gemm_tflops'] for r in records):.4g} TFLOP/s (median of rows)"
+            )
+        self.print(
+            "# overlap = (compute + comm - both) / min(compute, comm), clamped to [0, 1] (raw: overlap_unclamped);"
+        )
         self.print("# slowdown = an operation's duration beside the other / alone. Medians over iterations of the rank")
         self.print("# slowest at both; every figure and the per-iteration spread are in records.csv/jsonl.")
         self.print(f"# Results: {run_dir}")

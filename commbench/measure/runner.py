@@ -78,9 +78,15 @@ class MeasuredRun:
         session = self.session
         self._open_run_directory()
         hosts = {rank: node.hostname for node in session.nodes for rank in node.ranks}
-        self.monitor = session.monitor = RankMonitor(session.env.master_addr, session.env.master_port, session.rank,
-                                                     session.env.world_size, hosts, session.cfg.timeout_s,
-                                                     self._on_hang).start()
+        self.monitor = session.monitor = RankMonitor(
+            session.env.master_addr,
+            session.env.master_port,
+            session.rank,
+            session.env.world_size,
+            hosts,
+            session.cfg.timeout_s,
+            self._on_hang,
+        ).start()
         try:
             with Progress(session.rank == 0 and session.cfg.progress, len(self.driver.rows)) as progress:
                 self.driver.measure_rows(self, progress)
@@ -104,7 +110,9 @@ class MeasuredRun:
             self.driver.report(self)
             self._ingest()
         if self.total_wrong:
-            raise CommbenchError(f"{self.total_wrong} wrong elements: a collective returned bad data (rows marked in #wrong)")
+            raise CommbenchError(
+                f"{self.total_wrong} wrong elements: a collective returned bad data (rows marked in #wrong)"
+            )
         return 0
 
     def _ingest(self) -> None:
@@ -118,8 +126,11 @@ class MeasuredRun:
             report = ingest(self.session.cfg.db, [self.writer.path])
             print(f"# Database: {self.session.cfg.db} ({report.summary()})", flush=True)
         except CommbenchError as exc:
-            print(f"commbench {self.driver.command}: warning: not ingested into {self.session.cfg.db}: {exc}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"commbench {self.driver.command}: warning: not ingested into {self.session.cfg.db}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _open_run_directory(self) -> None:
         session = self.session
@@ -196,8 +207,12 @@ class _TerminateWatch:
         if run is not None and not run.finished:  # a run already finished keeps what it says
             run._finish(False, TERMINATED_REASON)
             if run.session.rank == 0 and run.session.env.launcher != "commbench":  # our launcher says it itself
-                print(f"commbench {run.driver.command}: terminated (SIGTERM); the run directory keeps the rows "
-                      "measured so far", file=sys.stderr, flush=True)
+                print(
+                    f"commbench {run.driver.command}: terminated (SIGTERM); the run directory keeps the rows "
+                    "measured so far",
+                    file=sys.stderr,
+                    flush=True,
+                )
         exit_now(128 + signal.SIGTERM)
 
 

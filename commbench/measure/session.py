@@ -71,8 +71,11 @@ class Session:
 
 def open_session(cfg: RunConfig, env: RankEnv) -> Session:
     dist.init_process_group(
-        "gloo", init_method=f"tcp://{env.master_addr}:{env.master_port}",
-        rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=cfg.timeout_s + GLOO_TIMEOUT_MARGIN_S),
+        "gloo",
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timedelta(seconds=cfg.timeout_s + GLOO_TIMEOUT_MARGIN_S),
     )
     backend = _agree_on_backend(cfg, env)
     if backend == "gloo":
@@ -85,8 +88,10 @@ def open_session(cfg: RunConfig, env: RankEnv) -> Session:
     identities: list = [None] * env.world_size
     dist.all_gather_object(identities, identity)
     topology, domains = _cluster_topology(identity, identities)
-    nodes = [NodeInfo(**placement.to_dict(), **_domain_key(domains.get(placement.hostname)))
-             for placement in place_ranks(identities)]
+    nodes = [
+        NodeInfo(**placement.to_dict(), **_domain_key(domains.get(placement.hostname)))
+        for placement in place_ranks(identities)
+    ]
     session = Session(cfg=cfg, env=env, backend=backend, device=device, nodes=nodes)
     if device.type == "cpu":
         _share_cores(session)
@@ -141,9 +146,16 @@ def broadcast_str(value: str) -> str:
 
 def run_info(session: Session, run_id: str, kind: str) -> RunInfo:
     return RunInfo(
-        run_id=run_id, kind=kind, created=utc_now(), backend=session.backend, world_size=session.env.world_size,
-        nodes=session.nodes, args={**json.loads(session.cfg.to_json()), "launcher": session.env.launcher},
-        versions=software_versions(session.backend), env=captured_env(), topology=session.topology,
+        run_id=run_id,
+        kind=kind,
+        created=utc_now(),
+        backend=session.backend,
+        world_size=session.env.world_size,
+        nodes=session.nodes,
+        args={**json.loads(session.cfg.to_json()), "launcher": session.env.launcher},
+        versions=software_versions(session.backend),
+        env=captured_env(),
+        topology=session.topology,
         cluster=resolve_cluster(session.cfg.cluster, os.environ, session.nodes[0].hostname if session.nodes else None),
     )
 
@@ -166,5 +178,15 @@ def software_versions(backend: str) -> dict:
 
 
 def captured_env() -> dict:
-    prefixes = ("NCCL_", "GLOO_", "TORCH_", "CUDA_VISIBLE", "MASTER_", "SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMP_NUM")
+    prefixes = (
+        "NCCL_",
+        "GLOO_",
+        "TORCH_",
+        "CUDA_VISIBLE",
+        "MASTER_",
+        "SLURM_JOB",
+        "SLURM_NNODES",
+        "SLURM_NTASKS",
+        "OMP_NUM",
+    )
     return {key: value for key, value in sorted(os.environ.items()) if key.startswith(prefixes)}

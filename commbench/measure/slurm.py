@@ -46,14 +46,30 @@ from commbench.errors import CommbenchError, UsageError
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "slurm_templates"
 LAUNCHERS = ("srun", "torchrun")
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 UNKNOWN = "UNKNOWN"
 # environment the templates read; removed from sbatch's environment so the rendered values hold
-RENDERED_SETTINGS = ("COMMBENCH_PYTHON", "COMMBENCH_RESULTS", "COMMBENCH_RANKS_PER_NODE", "COMMBENCH_COMMAND",
-                     "COMMBENCH_EVERY")
+RENDERED_SETTINGS = (
+    "COMMBENCH_PYTHON",
+    "COMMBENCH_RESULTS",
+    "COMMBENCH_RANKS_PER_NODE",
+    "COMMBENCH_COMMAND",
+    "COMMBENCH_EVERY",
+)
 JOB_COMMANDS = ("run", "calibrate", "diagnose")  # what a job may run
 
 # every check below is fullmatch: `$` would let a trailing newline through (--time $'30\n')
@@ -91,8 +107,11 @@ class JobOptions:
     every_s: int | None = None  # a recurring sweep: seconds from one job's start to the next's
 
     def validate(self) -> JobOptions:
-        for name, flag in (("nodes", "--nodes"), ("ranks_per_node", "--ntasks-per-node"),
-                           ("cpus_per_rank", "--cpus-per-rank")):
+        for name, flag in (
+            ("nodes", "--nodes"),
+            ("ranks_per_node", "--ntasks-per-node"),
+            ("cpus_per_rank", "--cpus-per-rank"),
+        ):
             if getattr(self, name) < 1:
                 raise UsageError(f"{flag} must be at least 1 (got {getattr(self, name)})")
         if self.gpus_per_node is not None and self.gpus_per_node < 0:
@@ -102,8 +121,9 @@ class JobOptions:
         if self.command == "calibrate" and self.ranks_per_node != 1:
             raise UsageError("calibrate runs one task per node (--ntasks-per-node 1): each measures its node's device")
         if self.command == "diagnose" and self.ranks_per_node != 1:
-            raise UsageError("diagnose runs one task per node (--ntasks-per-node 1): each node is one member "
-                             "of the diagnosis")
+            raise UsageError(
+                "diagnose runs one task per node (--ntasks-per-node 1): each node is one member of the diagnosis"
+            )
         if self.command == "diagnose" and self.nodes < 2:
             raise UsageError(f"diagnose needs at least 2 nodes (--nodes {self.nodes})")
         if self.every_s is not None and self.every_s < 1:
@@ -111,8 +131,10 @@ class JobOptions:
         if self.launcher not in LAUNCHERS:
             raise UsageError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
         if self.time_limit is not None and not _TIME_LIMIT.fullmatch(self.time_limit):
-            raise UsageError(f"--time {self.time_limit!r} is not a Slurm time limit "
-                             "(minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)")
+            raise UsageError(
+                f"--time {self.time_limit!r} is not a Slurm time limit "
+                "(minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)"
+            )
         for flag, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not re.fullmatch(r"[\w.,-]+", value):
                 raise UsageError(f"{flag} {value!r}: only letters, digits and . , _ - are allowed")
@@ -141,8 +163,12 @@ class JobOptions:
         }
 
     def settings(self) -> dict[str, str]:
-        values = {"COMMBENCH_PYTHON": self.python, "COMMBENCH_RESULTS": self.results_dir,
-                  "COMMBENCH_COMMAND": self.command, "COMMBENCH_EVERY": str(self.every_s or "")}
+        values = {
+            "COMMBENCH_PYTHON": self.python,
+            "COMMBENCH_RESULTS": self.results_dir,
+            "COMMBENCH_COMMAND": self.command,
+            "COMMBENCH_EVERY": str(self.every_s or ""),
+        }
         if self.launcher == "torchrun":
             values["COMMBENCH_RANKS_PER_NODE"] = str(self.ranks_per_node)
         return values
@@ -153,8 +179,10 @@ def render(options: JobOptions) -> str:
     try:
         lines = options.template.read_text().splitlines()
     except OSError:
-        raise CommbenchError(f"sbatch template {options.template} not found or not readable: the install "
-                             "is missing commbench/slurm_templates (reinstall commbench)") from None
+        raise CommbenchError(
+            f"sbatch template {options.template} not found or not readable: the install "
+            "is missing commbench/slurm_templates (reinstall commbench)"
+        ) from None
     directives = options.directives()
     settings = options.settings()
     seen: set[str] = set()
@@ -170,8 +198,10 @@ def render(options: JobOptions) -> str:
         out.append(_render_line(line, options, directives, settings, seen))
     missing = (set(directives) | set(settings) | {"DEFAULT_RUN_ARGS", _KNOBS_HEADER}) - seen
     if missing:
-        raise CommbenchError(f"{options.template} lacks lines for {', '.join(sorted(missing))}; "
-                             "it no longer matches commbench/measure/slurm.py")
+        raise CommbenchError(
+            f"{options.template} lacks lines for {', '.join(sorted(missing))}; "
+            "it no longer matches commbench/measure/slurm.py"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -207,8 +237,10 @@ def job_dir(results_dir: str | Path, job_id: int) -> Path:
 
 def _slurm(cmd: list[str], env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     if shutil.which(cmd[0]) is None:
-        raise CommbenchError(f"{cmd[0]} not found: Slurm's client commands are not installed here; run on a "
-                             "login node (commbench submit --dry-run prints the script without them)")
+        raise CommbenchError(
+            f"{cmd[0]} not found: Slurm's client commands are not installed here; run on a "
+            "login node (commbench submit --dry-run prints the script without them)"
+        )
     try:
         return subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, timeout=_SLURM_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -269,8 +301,9 @@ def parse_squeue(text: str) -> dict[int, JobStatus]:
         parts = line.strip().split("|")
         if len(parts) == 5 and parts[0].isdigit():
             job_id = int(parts[0])
-            found[job_id] = JobStatus(job_id, parse_state(parts[1]), "squeue", elapsed=parts[2],
-                                      nodes=parts[3], reason=parts[4])
+            found[job_id] = JobStatus(
+                job_id, parse_state(parts[1]), "squeue", elapsed=parts[2], nodes=parts[3], reason=parts[4]
+            )
     return found
 
 
@@ -283,10 +316,16 @@ def parse_scontrol(text: str) -> dict[str, str]:
 
 
 def status_from_scontrol(fields: dict[str, str]) -> JobStatus:
-    return JobStatus(int(fields["JobId"]), parse_state(fields.get("JobState", "")), "scontrol",
-                     elapsed=fields.get("RunTime", ""), nodes=fields.get("NodeList", "").replace("(null)", ""),
-                     reason=fields.get("Reason", ""), exit_code=fields.get("ExitCode", ""),
-                     stdout_path=fields.get("StdOut", ""))
+    return JobStatus(
+        int(fields["JobId"]),
+        parse_state(fields.get("JobState", "")),
+        "scontrol",
+        elapsed=fields.get("RunTime", ""),
+        nodes=fields.get("NodeList", "").replace("(null)", ""),
+        reason=fields.get("Reason", ""),
+        exit_code=fields.get("ExitCode", ""),
+        stdout_path=fields.get("StdOut", ""),
+    )
 
 
 def parse_sacct(text: str) -> JobStatus | None:
@@ -294,8 +333,9 @@ def parse_sacct(text: str) -> JobStatus | None:
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) == 5 and parts[0].isdigit():
-            return JobStatus(int(parts[0]), parse_state(parts[1]), "sacct", elapsed=parts[2],
-                             nodes=parts[3], exit_code=parts[4])
+            return JobStatus(
+                int(parts[0]), parse_state(parts[1]), "sacct", elapsed=parts[2], nodes=parts[3], exit_code=parts[4]
+            )
     return None
 
 
@@ -398,8 +438,16 @@ def remember_submission(sub: Submission) -> None:
 def remember_state(sub: Submission, status: JobStatus) -> None:
     if status.state != sub.state:
         sub.state, sub.state_seen, sub.elapsed = status.state, utc_now(), status.elapsed
-        _append({"event": "state", "cluster": sub.cluster, "job_id": sub.job_id, "state": sub.state,
-                 "at": sub.state_seen, "elapsed": sub.elapsed})
+        _append(
+            {
+                "event": "state",
+                "cluster": sub.cluster,
+                "job_id": sub.job_id,
+                "state": sub.state,
+                "at": sub.state_seen,
+                "elapsed": sub.elapsed,
+            }
+        )
 
 
 def submissions(limit: int | None = None) -> list[Submission]:

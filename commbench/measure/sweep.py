@@ -65,9 +65,17 @@ class SweepDriver:
         if samples is None:
             return records
         even = to_record(self.session, uniform, variant, samples, measured)
-        return [rec.model_copy(update={"uniform_time_us": even.time_us, "uniform_time_us_p10": even.time_us_p10,
-                                       "uniform_time_us_p90": even.time_us_p90, "skew_penalty": rec.time_us / even.time_us})
-                for rec in records]
+        return [
+            rec.model_copy(
+                update={
+                    "uniform_time_us": even.time_us,
+                    "uniform_time_us_p10": even.time_us_p10,
+                    "uniform_time_us_p90": even.time_us_p90,
+                    "skew_penalty": rec.time_us / even.time_us,
+                }
+            )
+            for rec in records
+        ]
 
     def report(self, run: MeasuredRun) -> None:
         self.printer.summary(str(run.writer.path))
@@ -77,6 +85,8 @@ class SweepDriver:
             return
         s = self.session
         labels = tuple(v.label for v in row.collective.variants)
-        title = (f"{row.collective.name}: scope {row.scope}, {len(row.groups)} group(s) of {len(row.groups[0])} rank(s), "
-                 f"backend {s.backend}, dtype {s.cfg.dtype}, timer {timer_for(s).kind}")
+        title = (
+            f"{row.collective.name}: scope {row.scope}, {len(row.groups)} group(s) of {len(row.groups[0])} rank(s), "
+            f"backend {s.backend}, dtype {s.cfg.dtype}, timer {timer_for(s).kind}"
+        )
         self.printer.header(title, labels)

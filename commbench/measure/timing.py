@@ -44,7 +44,7 @@ def warmed_up(times_us: Sequence[float], window: int = WARMUP_WINDOW, tolerance:
     if len(times_us) < 2 * window:
         return False
     last = statistics.median(times_us[-window:])
-    before = statistics.median(times_us[-2 * window: -window])
+    before = statistics.median(times_us[-2 * window : -window])
     return last >= before * (1.0 - tolerance)
 
 
@@ -78,8 +78,9 @@ def next_chunk(done: int, op_time_us: float, elapsed_us: float, budget_ms: float
     return max(0, min(max(done, 1), left_by_budget, max_iters - done))
 
 
-def stop_reason(halfwidth: float, ci_pct: float, done: int, elapsed_us: float, budget_ms: float,
-                min_iters: int, max_iters: int) -> str | None:
+def stop_reason(
+    halfwidth: float, ci_pct: float, done: int, elapsed_us: float, budget_ms: float, min_iters: int, max_iters: int
+) -> str | None:
     """Why timing stops now ("converged" / "budget"), or None to time more."""
     if done < min_iters:
         return None

@@ -34,8 +34,16 @@ class Diagnosis:
 
 
 class RankMonitor:
-    def __init__(self, addr: str, port: int, rank: int, world_size: int, hosts: dict[int, str],
-                 timeout_s: float, on_hang: Callable[[Diagnosis], None]):
+    def __init__(
+        self,
+        addr: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        hosts: dict[int, str],
+        timeout_s: float,
+        on_hang: Callable[[Diagnosis], None],
+    ):
         self.addr, self.port = addr, port
         self.rank, self.world_size, self.hosts = rank, world_size, hosts
         self.timeout_s = timeout_s
@@ -44,8 +52,10 @@ class RankMonitor:
         self._last_progress = time.monotonic()
         self._stop = threading.Event()
         # two threads: the heartbeat must go on while the watchdog spends seconds diagnosing
-        self._threads = [threading.Thread(target=self._beat, name="commbench-heartbeat", daemon=True),
-                         threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._beat, name="commbench-heartbeat", daemon=True),
+            threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True),
+        ]
 
     def start(self) -> RankMonitor:
         for thread in self._threads:
@@ -61,7 +71,9 @@ class RankMonitor:
         self._last_progress = time.monotonic()
 
     def _client(self) -> dist.TCPStore:
-        return dist.TCPStore(self.addr, self.port, is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False)
+        return dist.TCPStore(
+            self.addr, self.port, is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False
+        )
 
     def _beat(self) -> None:
         try:
@@ -107,8 +119,12 @@ class RankMonitor:
             second = self._read_all(store)
         except Exception:
             here = self.hosts.get(self.rank, "?")
-            return Diagnosis((0,), f"node {here} cannot reach {self.describe([0])}, which hosts the rendezvous "
-                                   f"store: {here} lost its network link, or rank 0 is gone", store_lost=True)
+            return Diagnosis(
+                (0,),
+                f"node {here} cannot reach {self.describe([0])}, which hosts the rendezvous "
+                f"store: {here} lost its network link, or rank 0 is gone",
+                store_lost=True,
+            )
         lost = [rank for rank in range(self.world_size) if second[rank][0] <= first[rank][0]]
         if lost:
             return Diagnosis(tuple(lost), f"lost {self.describe(lost)} (no heartbeat)")

@@ -80,7 +80,9 @@ def stopped_line(how: str, run_dir: Path) -> str:
     except CommbenchError:
         return f"{how} before the first row: nothing kept ({run_dir} was not written)"
     reason = run.info.reason or ""
-    kept = reason.removeprefix(INTERRUPTED_PREFIX) if reason.startswith(INTERRUPTED_PREFIX) else f"{len(run.records)} rows"
+    kept = (
+        reason.removeprefix(INTERRUPTED_PREFIX) if reason.startswith(INTERRUPTED_PREFIX) else f"{len(run.records)} rows"
+    )
     return f"{how}: {kept} kept in {run_dir}"
 
 

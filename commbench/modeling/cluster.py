@@ -64,6 +64,7 @@ class Cluster:
         """The intra-node phase's share of a hierarchical all-gather's time on the system's preset
         network (the rates are preset figures too; a measured factor is the same for both tiers)."""
         network = PresetNetwork(self.system)
-        whole = network.time_s("all_gather", PHASE_REFERENCE_BYTES, ranks_per_node * nodes,
-                               Placement(ranks_per_node, nodes))
+        whole = network.time_s(
+            "all_gather", PHASE_REFERENCE_BYTES, ranks_per_node * nodes, Placement(ranks_per_node, nodes)
+        )
         return float(network.flat("all_gather", PHASE_REFERENCE_BYTES, ranks_per_node, "intra") / whole)

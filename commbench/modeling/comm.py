@@ -71,8 +71,9 @@ class Traffic:
 
     @staticmethod
     def choose(condition: np.ndarray, if_true: Traffic, if_false: Traffic) -> Traffic:
-        return Traffic(np.where(condition, if_true.seconds, if_false.seconds),
-                       np.where(condition, if_true.sent, if_false.sent))
+        return Traffic(
+            np.where(condition, if_true.seconds, if_false.seconds), np.where(condition, if_true.sent, if_false.sent)
+        )
 
 
 @dataclass(frozen=True)
@@ -196,21 +197,35 @@ class CommCosts:
     @property
     def bytes_per_step(self) -> dict[str, np.ndarray]:
         """Per parallelism, the bytes one rank sends per step; ZeRO-3's gathers count as data parallel."""
-        return {"tp": self.tp.sent_per_step, "cp": self.cp.sent_per_step, "ep": self.ep.sent_per_step,
-                "dp": self.dp.sent_per_step + self.zero3.sent_per_step, "pp": self.pp.sent_per_step}
+        return {
+            "tp": self.tp.sent_per_step,
+            "cp": self.cp.sent_per_step,
+            "ep": self.ep.sent_per_step,
+            "dp": self.dp.sent_per_step + self.zero3.sent_per_step,
+            "pp": self.pp.sent_per_step,
+        }
 
 
 def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, nvlink_domain: int) -> CommCosts:
     """Every collective of the layouts, each group placed in NVLink domains of `nvlink_domain` GPUs."""
     seq_local = job.seq_len / batch.cp
     pricing = _Pricing(
-        job=job, batch=batch, cost=cost, groups=layout_groups(batch, nvlink_domain),
-        micro_batches=micro_batches(job, batch), layers=layers_per_chunk(job, batch) * batch.vpp,
-        seq_local=seq_local, activation=batch.mbs * seq_local * job.model.hidden * job.activation_bytes,
+        job=job,
+        batch=batch,
+        cost=cost,
+        groups=layout_groups(batch, nvlink_domain),
+        micro_batches=micro_batches(job, batch),
+        layers=layers_per_chunk(job, batch) * batch.vpp,
+        seq_local=seq_local,
+        activation=batch.mbs * seq_local * job.model.hidden * job.activation_bytes,
     )
     return CommCosts(
-        tp=tensor_parallel(pricing), cp=context_parallel(pricing), ep=expert_parallel(pricing),
-        zero3=zero3_sharding(pricing), dp=data_parallel(pricing), pp=pipeline_parallel(pricing),
+        tp=tensor_parallel(pricing),
+        cp=context_parallel(pricing),
+        ep=expert_parallel(pricing),
+        zero3=zero3_sharding(pricing),
+        dp=data_parallel(pricing),
+        pp=pipeline_parallel(pricing),
         groups=pricing.groups,
     )
 
@@ -245,8 +260,11 @@ def tensor_parallel(p: _Pricing) -> TensorParallelCosts:
         bwd_blocking, bwd_overlapped = bwd_critical + bwd_hideable, none
         head_bwd_blocking, head_bwd_overlapped = head_bwd_hideable, none
     return TensorParallelCosts(
-        fwd=layer_fwd.seconds, bwd_blocking=bwd_blocking.seconds, bwd_overlapped=bwd_overlapped.seconds,
-        head_fwd=head_fwd.seconds, head_bwd_blocking=head_bwd_blocking.seconds,
+        fwd=layer_fwd.seconds,
+        bwd_blocking=bwd_blocking.seconds,
+        bwd_overlapped=bwd_overlapped.seconds,
+        head_fwd=head_fwd.seconds,
+        head_bwd_blocking=head_bwd_blocking.seconds,
         head_bwd_overlapped=head_bwd_overlapped.seconds,
         sent_per_step=p.layer_passes * (layer_fwd + bwd_blocking + bwd_overlapped).sent,
     )
@@ -274,15 +292,24 @@ def expert_parallel(p: _Pricing) -> ExpertParallelCosts:
     exchange = _DISPATCHERS[options.dispatcher]
     layer = exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load, load.hottest * p.job.expert_load)
     balanced = np.array_equal(load.hottest, load.kept)
-    even = layer if balanced else exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load,
-                                           load.kept * p.job.expert_load)
+    even = (
+        layer
+        if balanced
+        else exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load, load.kept * p.job.expert_load)
+    )
     share = model.moe_layers / model.layers
     seconds = share * layer["seconds"]
     sent = share * (layer["dispatch"]["sent_bytes"] + layer["combine"]["sent_bytes"])
     imbalance = np.where(load.kept > 0, load.hottest / np.where(load.kept > 0, load.kept, 1.0), 1.0)
-    return ExpertParallelCosts(fwd=seconds, bwd=seconds, sent_per_step=p.layer_passes * 2 * sent,
-                               uniform_fwd=share * even["seconds"], imbalance=imbalance,
-                               hideable=p.micro_batches > 1, parts=layer)
+    return ExpertParallelCosts(
+        fwd=seconds,
+        bwd=seconds,
+        sent_per_step=p.layer_passes * 2 * sent,
+        uniform_fwd=share * even["seconds"],
+        imbalance=imbalance,
+        hideable=p.micro_batches > 1,
+        parts=layer,
+    )
 
 
 def _tiers(p: _Pricing, group: str, sent) -> dict:
@@ -294,8 +321,14 @@ def _tiers(p: _Pricing, group: str, sent) -> dict:
 
 def _exchange(p: _Pricing, op: str, size, group: str) -> dict:
     traffic = p.collective(op, size, group)
-    return {"op": op, "group": group, "size_bytes": np.broadcast_to(size, traffic.seconds.shape) + 0.0,
-            "seconds": traffic.seconds, "sent_bytes": traffic.sent, **_tiers(p, group, traffic.sent)}
+    return {
+        "op": op,
+        "group": group,
+        "size_bytes": np.broadcast_to(size, traffic.seconds.shape) + 0.0,
+        "seconds": traffic.seconds,
+        "sent_bytes": traffic.sent,
+        **_tiers(p, group, traffic.sent),
+    }
 
 
 def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
@@ -310,8 +343,14 @@ def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) 
     gather = _exchange(p, "all_gather", gathered * dispatch_scale, "etp")
     scatter = _exchange(p, "reduce_scatter", gathered, "etp")
     seconds = dispatch["seconds"] + combine["seconds"] + gather["seconds"] + scatter["seconds"]
-    return {"dispatcher": "alltoall", "dispatch": dispatch, "combine": combine, "etp_gather": gather,
-            "etp_scatter": scatter, "seconds": seconds}
+    return {
+        "dispatcher": "alltoall",
+        "dispatch": dispatch,
+        "combine": combine,
+        "etp_gather": gather,
+        "etp_scatter": scatter,
+        "seconds": seconds,
+    }
 
 
 def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
@@ -320,8 +359,12 @@ def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest)
     gathered = p.batch.ep * p.batch.etp * tokens
     dispatch = _exchange(p, "all_gather", gathered * dispatch_scale, "tpep")
     combine = _exchange(p, "reduce_scatter", gathered, "tpep")
-    return {"dispatcher": "allgather", "dispatch": dispatch, "combine": combine,
-            "seconds": dispatch["seconds"] + combine["seconds"]}
+    return {
+        "dispatcher": "allgather",
+        "dispatch": dispatch,
+        "combine": combine,
+        "seconds": dispatch["seconds"] + combine["seconds"],
+    }
 
 
 def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
@@ -339,15 +382,29 @@ def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> d
     def tiers(element_scale):
         across = remote * kept * tokens * element_scale * scale
         inside = copies * tokens * element_scale * scale
-        inter = price(p.cost, "all_to_all", np.where(nodes > 1, across * nodes / np.maximum(nodes - 1, 1), 0.0), nodes_group)
+        inter = price(
+            p.cost, "all_to_all", np.where(nodes > 1, across * nodes / np.maximum(nodes - 1, 1), 0.0), nodes_group
+        )
         intra = price(p.cost, "all_to_all", inside, domain_group)
         seconds = np.maximum(inter, intra)
-        return {"op": "deepep", "group": "tpep", "seconds": seconds, "inter_domain_seconds": inter,
-                "intra_domain_seconds": intra, "inter_domain_bytes": across, "intra_domain_bytes": inside,
-                "sent_bytes": across + inside * (per_node - 1) / np.maximum(per_node, 1)}
+        return {
+            "op": "deepep",
+            "group": "tpep",
+            "seconds": seconds,
+            "inter_domain_seconds": inter,
+            "intra_domain_seconds": intra,
+            "inter_domain_bytes": across,
+            "intra_domain_bytes": inside,
+            "sent_bytes": across + inside * (per_node - 1) / np.maximum(per_node, 1),
+        }
+
     dispatch, combine = tiers(dispatch_scale), tiers(1.0)
-    return {"dispatcher": "flex", "dispatch": dispatch, "combine": combine,
-            "seconds": dispatch["seconds"] + combine["seconds"]}
+    return {
+        "dispatcher": "flex",
+        "dispatch": dispatch,
+        "combine": combine,
+        "seconds": dispatch["seconds"] + combine["seconds"],
+    }
 
 
 _DISPATCHERS = {"alltoall": _alltoall_dispatch, "allgather": _allgather_dispatch, "flex": _flex_dispatch}
@@ -359,8 +416,11 @@ def zero3_sharding(p: _Pricing) -> Zero3Costs:
     prec = p.job.precision
 
     def per_layer(op: str, bytes_per_param: float) -> Traffic:
-        return p.over_replicas(op, np.where(zero3, dense / p.layers * bytes_per_param, 0.0),
-                               np.where(zero3, expert / p.layers * bytes_per_param, 0.0))
+        return p.over_replicas(
+            op,
+            np.where(zero3, dense / p.layers * bytes_per_param, 0.0),
+            np.where(zero3, expert / p.layers * bytes_per_param, 0.0),
+        )
 
     gather = per_layer("all_gather", p.job.gathered_param_bytes)
     reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes)
@@ -368,8 +428,12 @@ def zero3_sharding(p: _Pricing) -> Zero3Costs:
         bwd, bwd_blocking = gather + reduce_scatter, p.zeros()
     else:
         bwd, bwd_blocking = gather, reduce_scatter
-    return Zero3Costs(fwd=gather.seconds, bwd=bwd.seconds, bwd_blocking=bwd_blocking.seconds,
-                      sent_per_step=p.layer_passes * (gather + bwd + bwd_blocking).sent)
+    return Zero3Costs(
+        fwd=gather.seconds,
+        bwd=bwd.seconds,
+        bwd_blocking=bwd_blocking.seconds,
+        sent_per_step=p.layer_passes * (gather + bwd + bwd_blocking).sent,
+    )
 
 
 def data_parallel(p: _Pricing) -> DataParallelCosts:
@@ -387,10 +451,14 @@ def data_parallel(p: _Pricing) -> DataParallelCosts:
     reductions = np.select([batch.zero <= 1, batch.zero == 2], [1, p.micro_batches], 0)
     gather_weights = (batch.zero == 1) | (batch.zero == 2)
     gathered = p.job.gathered_param_bytes  # in the width sent: FP8 with --fp8-param-gather
-    param_gather = p.over_replicas("all_gather", np.where(gather_weights, dense * gathered, 0.0),
-                                   np.where(gather_weights, expert * gathered, 0.0))
+    param_gather = p.over_replicas(
+        "all_gather", np.where(gather_weights, dense * gathered, 0.0), np.where(gather_weights, expert * gathered, 0.0)
+    )
     return DataParallelCosts(
-        bucket=bucket.seconds, buckets=buckets, reductions=reductions, param_gather=param_gather.seconds,
+        bucket=bucket.seconds,
+        buckets=buckets,
+        reductions=reductions,
+        param_gather=param_gather.seconds,
         sent_per_step=reductions * buckets * bucket.sent + param_gather.sent,
     )
 

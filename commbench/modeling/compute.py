@@ -48,7 +48,9 @@ from commbench.modeling.recipes import cast_bytes_per_element
 SECONDS_PER_YEAR = 365.25 * 86400
 BACKWARD_GEMM_FACTOR = 2.0  # input and weight gradients, each the forward's FLOPs
 BACKWARD_ATTENTION_FACTOR = FLASH_BACKWARD_FLOPS
-BACKWARD_ELEMENTWISE_FACTOR = 2.0  # norm, activation and residual gradients read and write about twice the forward's bytes
+BACKWARD_ELEMENTWISE_FACTOR = (
+    2.0  # norm, activation and residual gradients read and write about twice the forward's bytes
+)
 
 
 def training_flops(params: float, tokens: float) -> float:
@@ -92,10 +94,19 @@ class LayerCompute:
     @property
     def backward(self) -> np.ndarray:
         if self.bwd_kernels is not None:
-            return (self.bwd_gemm + self.bwd_attention + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise
-                    + self.bwd_kernels + self.bwd_quantise)
-        return (self.bwd_gemm + self.bwd_attention + self.bwd_quantise
-                + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels))
+            return (
+                self.bwd_gemm
+                + self.bwd_attention
+                + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise
+                + self.bwd_kernels
+                + self.bwd_quantise
+            )
+        return (
+            self.bwd_gemm
+            + self.bwd_attention
+            + self.bwd_quantise
+            + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels)
+        )
 
     def recompute(self, batch: LayoutBatch, chunk_layers) -> np.ndarray:
         """Extra forward work done in backward per layer: the modules selective recompute names
@@ -104,17 +115,27 @@ class LayerCompute:
         (full; Megatron's block method: recompute_layers of each chunk's chunk_layers)."""
         mask = np.where(batch.recompute == SELECTIVE_RECOMPUTE, batch.recompute_mask, 0)
         share = self.shares
-        parts = (self.fwd_attention, self.fwd_gemm * share.get("mlp", 0.0), self.fwd_elementwise * share.get("layernorm", 0.0),
-                 self.fwd_elementwise * share.get("moe_act", 0.0), self.fwd_gemm * share.get("mla_up_proj", 0.0))
+        parts = (
+            self.fwd_attention,
+            self.fwd_gemm * share.get("mlp", 0.0),
+            self.fwd_elementwise * share.get("layernorm", 0.0),
+            self.fwd_elementwise * share.get("moe_act", 0.0),
+            self.fwd_gemm * share.get("mla_up_proj", 0.0),
+        )
         selective = sum((mask >> bit & 1) * part for bit, part in enumerate(parts))
-        return np.select([batch.recompute == SELECTIVE_RECOMPUTE, batch.recompute == FULL_RECOMPUTE],
-                         [selective, self.forward * full_recompute_share(batch, chunk_layers)], 0.0)
+        return np.select(
+            [batch.recompute == SELECTIVE_RECOMPUTE, batch.recompute == FULL_RECOMPUTE],
+            [selective, self.forward * full_recompute_share(batch, chunk_layers)],
+            0.0,
+        )
 
 
 def full_recompute_share(batch: LayoutBatch, chunk_layers) -> np.ndarray:
     """Share of a chunk's layers full recompute repeats: all (uniform), or Megatron's block method's
     recompute_layers of them; 0 without full recompute."""
-    block = np.where(batch.recompute_layers > 0, np.minimum(batch.recompute_layers, chunk_layers) / np.maximum(chunk_layers, 1), 1.0)
+    block = np.where(
+        batch.recompute_layers > 0, np.minimum(batch.recompute_layers, chunk_layers) / np.maximum(chunk_layers, 1), 1.0
+    )
     return np.where(batch.recompute == FULL_RECOMPUTE, block, 0.0)
 
 
@@ -127,8 +148,10 @@ def recompute_shares(job: TrainingJob, batch: LayoutBatch, hidden_passes: float,
     mlp = model.mlp_params(model.ffn_hidden) * model.dense_layers
     if model.moe:
         moe = model.moe
-        mlp = mlp + model.moe_layers * (moe.top_k * job.expert_load * model.mlp_params(moe.expert_ffn_hidden)
-                                        + model.mlp_params(moe.shared_ffn_hidden))
+        mlp = mlp + model.moe_layers * (
+            moe.top_k * job.expert_load * model.mlp_params(moe.expert_ffn_hidden)
+            + model.mlp_params(moe.shared_ffn_hidden)
+        )
     mlp = mlp / model.layers
     gemm = model.attention_projection_params + mlp
     up = 0.0
@@ -136,12 +159,17 @@ def recompute_shares(job: TrainingJob, batch: LayoutBatch, hidden_passes: float,
         mla = model.mla
         up = mla.q_lora_rank * model.q_dim + mla.kv_lora_rank * model.heads * (mla.qk_nope_head_dim + mla.v_head_dim)
     passes = hidden_passes * h * replicated + 2 * (model.q_dim + model.kv_dim) / t + mlp_width
-    return {"mlp": mlp / gemm, "mla_up_proj": up / gemm, "layernorm": 4 * h * replicated / passes,
-            "moe_act": mlp_width / passes * model.moe_layers / model.layers}
+    return {
+        "mlp": mlp / gemm,
+        "mla_up_proj": up / gemm,
+        "layernorm": 4 * h * replicated / passes,
+        "moe_act": mlp_width / passes * model.moe_layers / model.layers,
+    }
 
 
-def elementwise_bytes(activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0,
-                      hidden_passes: float = 14.0):
+def elementwise_bytes(
+    activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0, hidden_passes: float = 14.0
+):
     """Forward memory traffic of one layer's elementwise work: norms, dropout and residual adds
     (`hidden_passes` reads and writes of the hidden state: 14 when each is its own kernel, 10 with
     dropout and residual add fused beside the norm), rotary on q and k, the activation function over
@@ -182,11 +210,15 @@ def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, router_proc: 
     parts = moe_compute(job, batch, proc, n, router_proc)
     moe_fwd, moe_bwd = parts.gemm
     # the activation function over every computed expert width, and over the shared experts'
-    moe_width = (parts.received_tokens * matrices * parts.expert_width / n
-                 + matrices * model.moe.shared_ffn_hidden / t)
+    moe_width = parts.received_tokens * matrices * parts.expert_width / n + matrices * model.moe.shared_ffn_hidden / t
     dense_share, moe_share = model.dense_layers / model.layers, model.moe_layers / model.layers
-    return (dense_share * dense[0] + moe_share * moe_fwd, dense_share * dense[1] + moe_share * moe_bwd,
-            dense_share * width + moe_share * moe_width, moe_share * parts.traffic[0], parts)
+    return (
+        dense_share * dense[0] + moe_share * moe_fwd,
+        dense_share * dense[1] + moe_share * moe_bwd,
+        dense_share * width + moe_share * moe_width,
+        moe_share * parts.traffic[0],
+        parts,
+    )
 
 
 def _mlp_block(proc: Processor, tokens, h, ffn_local, up: int) -> tuple[np.ndarray, np.ndarray]:
@@ -213,17 +245,22 @@ def _unfused_attention(job: TrainingJob, batch: LayoutBatch, proc: Processor) ->
     queries, keys = job.seq_len / batch.cp, job.seq_len
     heads = batch.mbs * model.heads / batch.tp  # batched GEMMs: one matrix per (sequence, head)
     score_bytes = job.activation_bytes / 2  # the per-element figures are for 2-byte scores
-    fwd = (gemm_seconds(proc, queries, keys, model.qk_head_dim, heads)
-           + gemm_seconds(proc, queries, model.v_head_dim, keys, heads))
+    fwd = gemm_seconds(proc, queries, keys, model.qk_head_dim, heads) + gemm_seconds(
+        proc, queries, model.v_head_dim, keys, heads
+    )
     # backward: dQ = dS K, dK = dS^T Q (s x S x d_qk each); dV = P^T dO, dP = dO V^T (over d_v)
-    bwd = (gemm_seconds(proc, queries, model.qk_head_dim, keys, heads)
-           + gemm_seconds(proc, keys, model.qk_head_dim, queries, heads)
-           + gemm_seconds(proc, keys, model.v_head_dim, queries, heads)
-           + gemm_seconds(proc, queries, keys, model.v_head_dim, heads))
+    bwd = (
+        gemm_seconds(proc, queries, model.qk_head_dim, keys, heads)
+        + gemm_seconds(proc, keys, model.qk_head_dim, queries, heads)
+        + gemm_seconds(proc, keys, model.v_head_dim, queries, heads)
+        + gemm_seconds(proc, queries, keys, model.v_head_dim, heads)
+    )
     elements = heads * queries * keys
     fwd = fwd + elements * UNFUSED_SCORE_BYTES_FORWARD * score_bytes / proc.elementwise_bandwidth
     bwd = bwd + elements * UNFUSED_SCORE_BYTES_BACKWARD * score_bytes / proc.elementwise_bandwidth
-    return np.broadcast_to(fwd, np.shape(batch.tp)).astype(float), np.broadcast_to(bwd, np.shape(batch.tp)).astype(float)
+    return np.broadcast_to(fwd, np.shape(batch.tp)).astype(float), np.broadcast_to(bwd, np.shape(batch.tp)).astype(
+        float
+    )
 
 
 def kernels_per_layer(model, execution) -> float:
@@ -243,8 +280,10 @@ def framework_costs(model, execution, proc: Processor, n) -> tuple[np.ndarray, n
     kernels = kernels_per_layer(model, execution)
     if execution.eager_autograd and any(proc.autograd_op_s):
         forward, backward = proc.autograd_op_s
-        return (np.broadcast_to(kernels * forward, np.shape(n)).astype(float),
-                np.broadcast_to(kernels * backward, np.shape(n)).astype(float))
+        return (
+            np.broadcast_to(kernels * forward, np.shape(n)).astype(float),
+            np.broadcast_to(kernels * backward, np.shape(n)).astype(float),
+        )
     return np.broadcast_to(kernels * proc.kernel_overhead_s, np.shape(n)).astype(float), None
 
 
@@ -259,8 +298,9 @@ def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n):
     share = job.compute.bf16_layer_share if job.compute.quantised else 0.0
     if share:
         bf16_attention, bf16_mlp = _attention_projections(model, proc, n, t), _mlp(job, batch, proc, n)
-        attention_fwd, attention_bwd = ((1 - share) * q + share * b for q, b in
-                                        zip((attention_fwd, attention_bwd), bf16_attention))
+        attention_fwd, attention_bwd = (
+            (1 - share) * q + share * b for q, b in zip((attention_fwd, attention_bwd), bf16_attention)
+        )
         mlp_fwd, mlp_bwd = ((1 - share) * q + share * b for q, b in zip((mlp_fwd, mlp_bwd), bf16_mlp[:2]))
     return attention_fwd + mlp_fwd, attention_bwd + mlp_bwd, mlp_width, moe_traffic, moe_parts
 
@@ -279,14 +319,20 @@ def quantised_operands(job: TrainingJob, batch: LayoutBatch, n) -> tuple:
         moe = model.moe
         routed = n * moe.top_k * job.expert_load
         ffn = (routed * moe.expert_ffn_hidden + n * moe.shared_ffn_hidden) / t
-        moe_mlp = ((routed + n * bool(moe.shared_ffn_hidden)) * h + ffn, up * ffn + (routed + n * bool(moe.shared_ffn_hidden)) * h)
+        moe_mlp = (
+            (routed + n * bool(moe.shared_ffn_hidden)) * h + ffn,
+            up * ffn + (routed + n * bool(moe.shared_ffn_hidden)) * h,
+        )
         dense_share, moe_share = model.dense_layers / model.layers, model.moe_layers / model.layers
         x_mlp, dy_mlp = (dense_share * d + moe_share * m for d, m in zip(dense_mlp, moe_mlp))
     else:
         x_mlp, dy_mlp = dense_mlp
-    dense_weights = (model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params) / model.layers
-    weights = ((dense_weights - model.tp_replicated_params_per_layer) / t
-               + model.expert_params / model.layers / (batch.etp * batch.ep))
+    dense_weights = (
+        model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params
+    ) / model.layers
+    weights = (dense_weights - model.tp_replicated_params_per_layer) / t + model.expert_params / model.layers / (
+        batch.etp * batch.ep
+    )
     return x_attention + x_mlp, dy_attention + dy_mlp, weights
 
 
@@ -317,18 +363,31 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_b
         mlp_width = mlp_width + 2 * (model.mlp_matrices - 1) * model.ffn_hidden / t
     core_fwd, core_bwd = _attention_core(job, batch, proc, n)
     hidden_passes = 10.0 if execution.fused_norm_residual else 14.0
-    elementwise = elementwise_bytes(job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_width, n, t,
-                                    replicated, hidden_passes) / proc.elementwise_bandwidth + moe_traffic
+    elementwise = (
+        elementwise_bytes(
+            job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_width, n, t, replicated, hidden_passes
+        )
+        / proc.elementwise_bandwidth
+        + moe_traffic
+    )
     head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h)
     logits = n * model.vocab / t  # on this rank, per micro-batch
     loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
     fwd_kernels, bwd_kernels = framework_costs(model, execution, proc, n)
     fwd_quantise, bwd_quantise = quantise_seconds(job, batch, proc, n, micro_batches)
     layer = LayerCompute(
-        fwd_gemm=linear_fwd, bwd_gemm=linear_bwd,
-        fwd_attention=core_fwd, bwd_attention=core_bwd, fwd_elementwise=elementwise,
-        fwd_kernels=fwd_kernels, head_fwd=head_fwd + loss_fwd, head_bwd=head_bwd + loss_bwd, bwd_kernels=bwd_kernels,
-        fwd_quantise=fwd_quantise, bwd_quantise=bwd_quantise, moe=moe_parts,
+        fwd_gemm=linear_fwd,
+        bwd_gemm=linear_bwd,
+        fwd_attention=core_fwd,
+        bwd_attention=core_bwd,
+        fwd_elementwise=elementwise,
+        fwd_kernels=fwd_kernels,
+        head_fwd=head_fwd + loss_fwd,
+        head_bwd=head_bwd + loss_bwd,
+        bwd_kernels=bwd_kernels,
+        fwd_quantise=fwd_quantise,
+        bwd_quantise=bwd_quantise,
+        moe=moe_parts,
         shares=recompute_shares(job, batch, hidden_passes, mlp_width),
     )
     if model.mtp_layers:  # DeepSeek-V3's MTP modules run after the main head, on the last stage

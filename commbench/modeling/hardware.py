@@ -141,8 +141,10 @@ class Processor:
         if scale == 1.0:
             return self
         curve = tuple((flops, min(1.0, e * scale)) for flops, e in self.gemm_curve)
-        surface = tuple((dtype, tuple((m, n, k, min(1.0, e * scale)) for m, n, k, e in points))
-                        for dtype, points in self.gemm_surface)
+        surface = tuple(
+            (dtype, tuple((m, n, k, min(1.0, e * scale)) for m, n, k, e in points))
+            for dtype, points in self.gemm_surface
+        )
         return replace(self, gemm_curve=curve, gemm_surface=surface)
 
     def surface(self, dtype: str) -> np.ndarray | None:
@@ -201,8 +203,9 @@ class System:
         if self.nvlink_domain == 0:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_host)
         if self.nvlink_domain < self.gpus_per_host or self.nvlink_domain % self.gpus_per_host:
-            raise UsageError(f"an NVLink domain of {self.nvlink_domain} GPUs is not a whole number of "
-                             f"{self.gpus_per_host}-GPU hosts")
+            raise UsageError(
+                f"an NVLink domain of {self.nvlink_domain} GPUs is not a whole number of {self.gpus_per_host}-GPU hosts"
+            )
 
     @property
     def domain_is_host(self) -> bool:
@@ -260,8 +263,10 @@ def load_processor(name_or_path: str) -> Processor:
     try:
         return processor_from_json(document)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UsageError(f"{path}: not a processor description ({type(error).__name__}: {_short_error(error)}); "
-                         "see presets/processor-*.json") from None
+        raise UsageError(
+            f"{path}: not a processor description ({type(error).__name__}: {_short_error(error)}); "
+            "see presets/processor-*.json"
+        ) from None
 
 
 def _short_error(error: Exception) -> str:
@@ -292,14 +297,14 @@ def processor_from_json(raw: dict) -> Processor:
         kernel_overhead_s=_non_negative(values.get("kernel_overhead_s", 0.0), "kernel_overhead_s"),
         autograd_op_s=_autograd_op(values.get("autograd_op_s", {"forward": 0.0, "backward": 0.0})),
         optimizer_efficiency=_fraction(values.get("optimizer_efficiency", 1.0), "optimizer_efficiency"),
-        execution_gemm_efficiency=tuple((str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
-                                        for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())),
+        execution_gemm_efficiency=tuple(
+            (str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
+            for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())
+        ),
         **{name: _optional_positive(values, name) for name in ("peak_flops_fp8", "peak_flops_fp4", "power_w")},
         compute_capability=str(values["compute_capability"]) if values.get("compute_capability") else None,
         sources=sources,
     )
-
-
 
 
 def _positive_int(value, name: str) -> int:
@@ -325,8 +330,10 @@ def _non_negative(value, name: str) -> float:
 
 
 def _autograd_op(value: dict) -> tuple[float, float]:
-    return (_non_negative(value["forward"], "autograd_op_s.forward"),
-            _non_negative(value["backward"], "autograd_op_s.backward"))
+    return (
+        _non_negative(value["forward"], "autograd_op_s.forward"),
+        _non_negative(value["backward"], "autograd_op_s.backward"),
+    )
 
 
 def _gemm_tile(value) -> tuple[int, int]:
@@ -341,8 +348,12 @@ def _gemm_surface(value: dict) -> tuple:
             raise ValueError(f"gemm_surface dtype {dtype!r} is not one of {', '.join(SURFACE_DTYPES)}")
         rows = []
         for m, n, k, fraction in points:
-            rows.append((*(float(_positive_int(d, "gemm_surface shape")) for d in (m, n, k)),
-                         _fraction(fraction, "gemm_surface fraction")))
+            rows.append(
+                (
+                    *(float(_positive_int(d, "gemm_surface shape")) for d in (m, n, k)),
+                    _fraction(fraction, "gemm_surface fraction"),
+                )
+            )
         if not rows:
             raise ValueError(f"gemm_surface[{dtype!r}] has no points")
         surface.append((dtype, tuple(rows)))
@@ -350,9 +361,14 @@ def _gemm_surface(value: dict) -> tuple:
 
 
 def _attention_rates(value: dict) -> tuple:
-    return tuple((str(name), _fraction(rates["forward"], f"attention_rates[{name!r}].forward"),
-                  _fraction(rates["backward"], f"attention_rates[{name!r}].backward"))
-                 for name, rates in sorted(value.items()))
+    return tuple(
+        (
+            str(name),
+            _fraction(rates["forward"], f"attention_rates[{name!r}].forward"),
+            _fraction(rates["backward"], f"attention_rates[{name!r}].backward"),
+        )
+        for name, rates in sorted(value.items())
+    )
 
 
 def _fraction(value, name: str) -> float:
@@ -379,5 +395,10 @@ def load_network(name: str) -> Network:
 def load_system(name: str) -> System:
     values, _ = _values(_read("system", name))
     networks = {tier: load_network(values[f"{tier}_network"]) for tier in NODE_TIERS}
-    return System(name=values["name"], processor=load_processor(values["processor"]),
-                  gpus_per_host=int(values["gpus_per_host"]), nvlink_domain=int(values["nvlink_domain"]), **networks)
+    return System(
+        name=values["name"],
+        processor=load_processor(values["processor"]),
+        gpus_per_host=int(values["gpus_per_host"]),
+        nvlink_domain=int(values["nvlink_domain"]),
+        **networks,
+    )

@@ -43,9 +43,15 @@ PRECISIONS = {
     # Megatron with fp32 main gradients: 2 + 4 + 12; its distributed optimizer shards only the 12
     "18": Precision("bf16 + fp32 main grads + Adam (Megatron): 2 weights + 4 grads + 12 optimizer", grad_bytes=4),
     # plain fp32 training (no autocast): fp32 weights, gradients and activations, Adam m and v, no master copy
-    "fp32": Precision("fp32 + Adam: 4 weights + 4 grads + 8 optimizer (m 4, v 4), fp32 activations",
-                      param_bytes=4, grad_bytes=4, master_bytes=0, moment_bytes=8, activation_bytes=4,
-                      compute_dtype="fp32"),
+    "fp32": Precision(
+        "fp32 + Adam: 4 weights + 4 grads + 8 optimizer (m 4, v 4), fp32 activations",
+        param_bytes=4,
+        grad_bytes=4,
+        master_bytes=0,
+        moment_bytes=8,
+        activation_bytes=4,
+        compute_dtype="fp32",
+    ),
 }
 
 
@@ -129,39 +135,66 @@ MEGATRON_LOSS_BYTES = (38.0, 14.0)
 
 
 def _megatron_2021() -> Execution:
-    return Execution("megatron-2021", "Megatron-LM of 2021-2022 (SC21, BLOOM's Megatron-DeepSpeed): unfused "
-                     "attention (batched QK^T/AV GEMMs, fused scale-mask-softmax, dropout), fused bias-GeLU and "
-                     "bias-dropout-add, 1F1B/interleaved pipeline, fused gradient accumulation, TP backward "
-                     "all-reduce overlapped, gradient clipping, unfused vocab-parallel cross entropy over fp32 logits",
-                     attention="unfused", loss_bytes=MEGATRON_LOSS_BYTES)
+    return Execution(
+        "megatron-2021",
+        "Megatron-LM of 2021-2022 (SC21, BLOOM's Megatron-DeepSpeed): unfused "
+        "attention (batched QK^T/AV GEMMs, fused scale-mask-softmax, dropout), fused bias-GeLU and "
+        "bias-dropout-add, 1F1B/interleaved pipeline, fused gradient accumulation, TP backward "
+        "all-reduce overlapped, gradient clipping, unfused vocab-parallel cross entropy over fp32 logits",
+        attention="unfused",
+        loss_bytes=MEGATRON_LOSS_BYTES,
+    )
 
 
 EXECUTIONS = {
-    "megatron-core": Execution("megatron-core", "Megatron-Core with Transformer Engine (2023-): FlashAttention-2 "
-                               "(flash3 is not assumed), TE fused LayerNorm/RMSNorm + bias-dropout-add, fused "
-                               "SwiGLU/bias-GeLU, TP backward collectives overlapped with the weight-gradient "
-                               "GEMMs and forward TP collectives overlapped with the GEMMs they feed (TE TP communication overlap), fused "
-                               "gradient accumulation, distributed optimizer, gradient clipping, vocab-parallel cross entropy "
-                               "over fp32 logits (--cross-entropy-loss-fusion not assumed)", tp_forward_overlap=True,
-                               loss_bytes=MEGATRON_LOSS_BYTES),
+    "megatron-core": Execution(
+        "megatron-core",
+        "Megatron-Core with Transformer Engine (2023-): FlashAttention-2 "
+        "(flash3 is not assumed), TE fused LayerNorm/RMSNorm + bias-dropout-add, fused "
+        "SwiGLU/bias-GeLU, TP backward collectives overlapped with the weight-gradient "
+        "GEMMs and forward TP collectives overlapped with the GEMMs they feed (TE TP communication overlap), fused "
+        "gradient accumulation, distributed optimizer, gradient clipping, vocab-parallel cross entropy "
+        "over fp32 logits (--cross-entropy-loss-fusion not assumed)",
+        tp_forward_overlap=True,
+        loss_bytes=MEGATRON_LOSS_BYTES,
+    ),
     "megatron-2021": _megatron_2021(),
-    "deepspeed": Execution("deepspeed", "DeepSpeed ZeRO (Megatron-DeepSpeed models): FlashAttention-2, unfused "
-                           "dropout/residual/norm, fused bias-GeLU, ZeRO-3 reduce-scatters on their own stream, "
-                           "gradients accumulated by autograd (unfused), gradient clipping",
-                           fused_norm_residual=False, fused_grad_accumulation=False, grad_buffer="in-flight"),
-    "torch-fsdp": Execution("torch-fsdp", "PyTorch FSDP/FSDP2 on GPU (MosaicML LLM Foundry, torchtitan): SDPA "
-                            "flash attention (FlashAttention-2 kernels), eager elementwise kernels (dropout, "
-                            "residual, norm each a kernel; bias in the GEMM epilogue), TP backward collectives "
-                            "after the GEMM, ZeRO-3 reduce-scatters on their own stream, gradients accumulated "
-                            "by autograd, gradient clipping", tp_backward_overlap=False, fused_norm_residual=False,
-                            fused_grad_accumulation=False, grad_buffer="bucket-copies"),
-    "torch-eager": Execution("torch-eager", "torch eager on CPU/gloo (DTensor TP, FSDP2; commbench's validation "
-                             "GPT): TP backward all-reduces and ZeRO-3 reduce-scatters block, gradients "
-                             "accumulate unfused, SDPA attention, eager elementwise kernels, each op's "
-                             "autograd cost on the computing thread, no clipping",
-                             tp_backward_overlap=False, zero3_reduce_scatter_overlap=False,
-                             fused_grad_accumulation=False, attention="sdpa", fused_norm_residual=False,
-                             grad_clipping=False, eager_autograd=True, grad_buffer="bucket-copies"),
+    "deepspeed": Execution(
+        "deepspeed",
+        "DeepSpeed ZeRO (Megatron-DeepSpeed models): FlashAttention-2, unfused "
+        "dropout/residual/norm, fused bias-GeLU, ZeRO-3 reduce-scatters on their own stream, "
+        "gradients accumulated by autograd (unfused), gradient clipping",
+        fused_norm_residual=False,
+        fused_grad_accumulation=False,
+        grad_buffer="in-flight",
+    ),
+    "torch-fsdp": Execution(
+        "torch-fsdp",
+        "PyTorch FSDP/FSDP2 on GPU (MosaicML LLM Foundry, torchtitan): SDPA "
+        "flash attention (FlashAttention-2 kernels), eager elementwise kernels (dropout, "
+        "residual, norm each a kernel; bias in the GEMM epilogue), TP backward collectives "
+        "after the GEMM, ZeRO-3 reduce-scatters on their own stream, gradients accumulated "
+        "by autograd, gradient clipping",
+        tp_backward_overlap=False,
+        fused_norm_residual=False,
+        fused_grad_accumulation=False,
+        grad_buffer="bucket-copies",
+    ),
+    "torch-eager": Execution(
+        "torch-eager",
+        "torch eager on CPU/gloo (DTensor TP, FSDP2; commbench's validation "
+        "GPT): TP backward all-reduces and ZeRO-3 reduce-scatters block, gradients "
+        "accumulate unfused, SDPA attention, eager elementwise kernels, each op's "
+        "autograd cost on the computing thread, no clipping",
+        tp_backward_overlap=False,
+        zero3_reduce_scatter_overlap=False,
+        fused_grad_accumulation=False,
+        attention="sdpa",
+        fused_norm_residual=False,
+        grad_clipping=False,
+        eager_autograd=True,
+        grad_buffer="bucket-copies",
+    ),
 }
 # `plan --execution megatron` predates the presets above and meant Megatron with flash attention and
 # overlapped collectives: it stays, as another name for megatron-core

@@ -82,7 +82,7 @@ def measured_fraction(proc: Processor, m, n, k, dtype: str) -> np.ndarray:
     points = proc.surface(dtype)
     if points is None:
         return np.full(m.shape, np.nan)
-    same = ((m[..., None] == points[:, 0]) & (n[..., None] == points[:, 1]) & (k[..., None] == points[:, 2]))
+    same = (m[..., None] == points[:, 0]) & (n[..., None] == points[:, 1]) & (k[..., None] == points[:, 2])
     return np.where(same.any(axis=-1), points[:, 3][np.argmax(same, axis=-1)], np.nan)
 
 

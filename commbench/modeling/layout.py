@@ -101,26 +101,31 @@ class Layout:
         if (uneven or self.pp_embedding or self.pp_loss) and self.pp == 1:
             raise UsageError("layout: pp_first, pp_last, pp_embedding and pp_loss need pp > 1")
         if uneven and (self.pp_embedding or self.pp_loss):
-            raise UsageError("layout: Megatron-Core does not combine an uneven split (pp_first/pp_last) with "
-                             "pp_embedding/pp_loss")
+            raise UsageError(
+                "layout: Megatron-Core does not combine an uneven split (pp_first/pp_last) with pp_embedding/pp_loss"
+            )
         if self.vpp_group and self.vpp == 1:
             raise UsageError("layout: vpp_group needs vpp > 1 (it groups the interleaved schedule's micro-batches)")
         if self.vpp_group and self.vpp_group < self.pp:
-            raise UsageError(f"layout: vpp_group={self.vpp_group} must be at least pp={self.pp} (Megatron-Core's "
-                             f"microbatch group per virtual stage ranges over [pp, micro-batches])")
+            raise UsageError(
+                f"layout: vpp_group={self.vpp_group} must be at least pp={self.pp} (Megatron-Core's "
+                f"microbatch group per virtual stage ranges over [pp, micro-batches])"
+            )
 
     def _check_pp_layout(self) -> None:
         chunks = pipeline_layout_chunks(self.pp_layout)
         if len(chunks) != self.pp * self.vpp:
-            raise UsageError(f"layout: pp_layout has {len(chunks)} stages, not pp x vpp = {self.pp * self.vpp} "
-                             f"(Megatron-Core derives vpp from its length over pp)")
+            raise UsageError(
+                f"layout: pp_layout has {len(chunks)} stages, not pp x vpp = {self.pp * self.vpp} "
+                f"(Megatron-Core derives vpp from its length over pp)"
+            )
         if self.pp_first or self.pp_last or self.pp_embedding or self.pp_loss:
             raise UsageError("layout: pp_layout names every stage; leave out pp_first, pp_last, pp_embedding, pp_loss")
 
     def stage_layer_counts(self) -> list[int]:
         """Decoder layers of each pipeline rank under pp_layout (its chunks are entries r, r+pp, ...)."""
         chunks = pipeline_layout_chunks(self.pp_layout)
-        return [sum(chunks[r::self.pp]) for r in range(self.pp)]
+        return [sum(chunks[r :: self.pp]) for r in range(self.pp)]
 
     def _check_recompute(self) -> None:
         unknown = [name for name in self.recompute_modules.split("+") if name and name not in RECOMPUTE_MODULES]
@@ -160,15 +165,21 @@ def check_moe_rules(layout: Layout, experts: int | None) -> None:
     multiple of ep; an MoE model with tp > 1 trains with sequence parallelism."""
     if experts is None:
         if layout.ep > 1 or layout.etp != layout.tp:
-            raise UsageError(f"layout {layout}: ep and etp need an MoE model (Megatron-Core: num_moe_experts must be set "
-                             f"to use expert parallelism)")
+            raise UsageError(
+                f"layout {layout}: ep and etp need an MoE model (Megatron-Core: num_moe_experts must be set "
+                f"to use expert parallelism)"
+            )
         return
     if experts % layout.ep:
-        raise UsageError(f"layout {layout}: ep={layout.ep} must divide the {experts} experts (Megatron-Core: num_experts "
-                         f"a multiple of expert_model_parallel_size)")
+        raise UsageError(
+            f"layout {layout}: ep={layout.ep} must divide the {experts} experts (Megatron-Core: num_experts "
+            f"a multiple of expert_model_parallel_size)"
+        )
     if layout.tp > 1 and not layout.sp:
-        raise UsageError(f"layout {layout}: an MoE model with tp={layout.tp} needs sequence parallelism (Megatron-Core's "
-                         f"MoELayer refuses to train with tensor parallelism without it)")
+        raise UsageError(
+            f"layout {layout}: an MoE model with tp={layout.tp} needs sequence parallelism (Megatron-Core's "
+            f"MoELayer refuses to train with tensor parallelism without it)"
+        )
 
 
 def pipeline_layout_chunks(text: str) -> list[int]:
@@ -184,12 +195,16 @@ def pipeline_layout_chunks(text: str) -> list[int]:
         expanded = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), expanded)
     if set(expanded) - set("EtL|"):
         bad = sorted(set(expanded) - set("EtL|"))
-        raise UsageError(f"layout: pp_layout {text!r}: only E, t, L, '|', x*n and (...)*n are understood"
-                         + (f" (not {', '.join(bad)}; MTP layers are not modelled)" if bad else ""))
+        raise UsageError(
+            f"layout: pp_layout {text!r}: only E, t, L, '|', x*n and (...)*n are understood"
+            + (f" (not {', '.join(bad)}; MTP layers are not modelled)" if bad else "")
+        )
     flat = expanded.replace("|", "")
     if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
-        raise UsageError(f"layout: pp_layout {text!r} must open with the embedding E and close with the loss L, "
-                         f"each once (Megatron-Core's rule)")
+        raise UsageError(
+            f"layout: pp_layout {text!r} must open with the embedding E and close with the loss L, "
+            f"each once (Megatron-Core's rule)"
+        )
     return [stage.count("t") for stage in expanded.split("|")]
 
 
@@ -200,7 +215,9 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
         key, sep, value = item.partition("=")
         key = key.strip().lower()
         if not sep or key not in {f.name for f in fields(Layout)}:
-            raise UsageError(f"bad layout item {item!r}: use key=value with keys {', '.join(f.name for f in fields(Layout))}")
+            raise UsageError(
+                f"bad layout item {item!r}: use key=value with keys {', '.join(f.name for f in fields(Layout))}"
+            )
         value = value.strip().lower()
         if key in ("recompute", "recompute_modules"):
             values[key] = value
@@ -251,8 +268,9 @@ class LayoutBatch:
         for name in (*_SPLIT_FIELDS, *_SPLIT_FLAGS):
             columns[name] = [int(row[name]) for row in rows]
         columns["recompute_mask"] = [layout.recompute_mask for layout in layouts]
-        columns["pp_layout_chunk"] = [max(pipeline_layout_chunks(layout.pp_layout)) if layout.pp_layout else 0
-                                      for layout in layouts]
+        columns["pp_layout_chunk"] = [
+            max(pipeline_layout_chunks(layout.pp_layout)) if layout.pp_layout else 0 for layout in layouts
+        ]
         return cls(columns, [layout.pp_layout for layout in layouts])
 
     def _stage_counts(self) -> np.ndarray:
@@ -267,8 +285,10 @@ class LayoutBatch:
 
     def repeat_row(self, row: int, times: int) -> LayoutBatch:
         """Layout `row` `times` over (to price its stages side by side)."""
-        return LayoutBatch({name: np.repeat(col[row:row + 1], times) for name, col in self.columns.items()},
-                           [self.pp_layouts[row]] * times)
+        return LayoutBatch(
+            {name: np.repeat(col[row : row + 1], times) for name, col in self.columns.items()},
+            [self.pp_layouts[row]] * times,
+        )
 
     def __len__(self) -> int:
         return len(self.dp)
@@ -278,8 +298,14 @@ class LayoutBatch:
         flags = {name: bool(self.columns[name][i]) for name in _SPLIT_FLAGS}
         mask = int(self.recompute_mask[i])
         modules = "+".join(name for bit, name in enumerate(RECOMPUTE_MODULES) if mask >> bit & 1)
-        return Layout(**values, **flags, recompute=RECOMPUTE_MODES[int(self.recompute[i])], sp=bool(self.sp[i]),
-                      recompute_modules="" if modules in ("", "core_attn") else modules, pp_layout=self.pp_layouts[i])
+        return Layout(
+            **values,
+            **flags,
+            recompute=RECOMPUTE_MODES[int(self.recompute[i])],
+            sp=bool(self.sp[i]),
+            recompute_modules="" if modules in ("", "core_attn") else modules,
+            pp_layout=self.pp_layouts[i],
+        )
 
     @property
     def seq_parallel(self) -> np.ndarray:

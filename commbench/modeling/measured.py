@@ -49,8 +49,9 @@ class MeasuredNetwork:
         self.answered: dict[tuple[str, str], str] = {}  # (op, scope) -> how it was priced, for the summary
         self.curves = self._curves_by_placement(self.table, routing)
         if not self.curves:
-            self.warnings.append(f"{self.source}: no group with a known placement measured; "
-                                 "every collective is priced from the preset")
+            self.warnings.append(
+                f"{self.source}: no group with a known placement measured; every collective is priced from the preset"
+            )
 
     @staticmethod
     def _curves_by_placement(table: BandwidthTable, routing: str) -> dict[tuple[str, int, int], Entry]:
@@ -111,7 +112,10 @@ class MeasuredNetwork:
         return self.time_s(op, size, n, placement)
 
     def _has_phases(self, op: str, placement: Placement) -> bool:
-        ops = {"all_reduce": ("reduce_scatter", "all_reduce", "all_gather"), "all_to_all": ("all_to_all", "sendrecv")}.get(op, (op,))
+        ops = {
+            "all_reduce": ("reduce_scatter", "all_reduce", "all_gather"),
+            "all_to_all": ("all_to_all", "sendrecv"),
+        }.get(op, (op,))
         # a phase whose exact group size was not measured is rescaled from the nearest one
         have_intra = any(o in ops and k == 1 and r > 1 for o, r, k in self.curves)
         have_inter = any(o in ops and r == 1 and k > 1 for o, r, k in self.curves)
@@ -124,8 +128,11 @@ class MeasuredNetwork:
     def _nearest(self, op: str, placement: Placement) -> tuple[int, Entry] | None:
         """The measured curve of the same op and scope whose group size is closest (in ratio)."""
         n = placement.ranks_per_node * placement.nodes
-        candidates = [(r * k, curve) for (o, r, k), curve in self.curves.items()
-                      if o == op and Placement(r, k).scope == placement.scope and r * k > 1]
+        candidates = [
+            (r * k, curve)
+            for (o, r, k), curve in self.curves.items()
+            if o == op and Placement(r, k).scope == placement.scope and r * k > 1
+        ]
         if not candidates:
             return None
         return min(candidates, key=lambda item: abs(np.log(item[0] / n)))

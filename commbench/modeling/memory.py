@@ -92,8 +92,9 @@ def static_ledger(params: float, precision: Precision) -> dict:
         "variant": p.name,
         "bytes_per_param": p.bytes_per_param,
         "items": {name: {"bytes_per_param": b, "bytes": b * params} for name, b in items.items()},
-        "optimizer_parts": {name: {"bytes_per_param": b, "bytes": b * params}
-                            for name, b in optimizer_parts.items() if b},
+        "optimizer_parts": {
+            name: {"bytes_per_param": b, "bytes": b * params} for name, b in optimizer_parts.items() if b
+        },
         "total_bytes": p.bytes_per_param * params,
     }
 
@@ -130,8 +131,10 @@ def stage_layers(job: TrainingJob, batch: LayoutBatch, stage) -> np.ndarray:
 
 def layers_per_chunk(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     """Layers of the busiest model chunk; uneven splits pace the pipeline by the larger chunk."""
-    busiest = np.maximum(np.maximum(stage_layers(job, batch, 0), stage_layers(job, batch, batch.pp - 1)),
-                         stage_layers(job, batch, np.minimum(1, batch.pp - 1)))
+    busiest = np.maximum(
+        np.maximum(stage_layers(job, batch, 0), stage_layers(job, batch, batch.pp - 1)),
+        stage_layers(job, batch, np.minimum(1, batch.pp - 1)),
+    )
     if batch.stage_counts is not None:  # an explicit layout: its largest stage and its largest chunk
         busiest = np.where(batch.pp_layout_chunk > 0, batch.stage_counts.max(axis=1), busiest)
         return np.where(batch.pp_layout_chunk > 0, batch.pp_layout_chunk, -(-busiest // batch.vpp))
@@ -142,7 +145,9 @@ def _stage_parameters(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[np.n
     model = job.model
     stage = np.asarray(stage)
     layers = stage_layers(job, batch, stage)
-    dense_per_layer = (model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params) / model.layers
+    dense_per_layer = (
+        model.dense_layers * model.dense_layer_params + model.moe_layers * model.moe_layer_params
+    ) / model.layers
     expert_per_layer = model.expert_params / model.layers
     # the first stage holds the embedding and the model's extras, the last the output layer (tied: a copy)
     head = model.output_params if not model.tied_embeddings else np.where(batch.pp > 1, model.embedding_params, 0)
@@ -192,8 +197,9 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
         mlp = dense_mlp
     wide = job.activation_bytes / 2  # the 16-bit terms scale with the activation dtype; 1-byte dropout masks do not
     masks = 2 if job.dropout else 0
-    kept = (sbh * ((8 * wide + masks) * replicated + wide * (attention + mlp) / t)
-            + wide * s * batch.mbs * 2 * _latent_width(model))
+    kept = sbh * (
+        (8 * wide + masks) * replicated + wide * (attention + mlp) / t
+    ) + wide * s * batch.mbs * 2 * _latent_width(model)
     # what each of Megatron's --recompute-modules leaves out (RECOMPUTE_MODULES order)
     dropped = (
         # core_attn: softmax output and dropout output (16-bit), and the dropout mask (1 byte), per score
@@ -215,7 +221,9 @@ def _expert_activation_width(job: TrainingJob) -> float:
     if not model.moe:
         return 0.0
     moe = model.moe
-    return (moe.top_k * job.expert_load * moe.expert_ffn_hidden + moe.shared_ffn_hidden) * model.moe_layers / model.layers
+    return (
+        (moe.top_k * job.expert_load * moe.expert_ffn_hidden + moe.shared_ffn_hidden) * model.moe_layers / model.layers
+    )
 
 
 def _unfused_attention(job: TrainingJob) -> bool:
@@ -255,12 +263,18 @@ def per_layout_terms(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarr
     """The ledger's terms that do not depend on the stage, computed once for all stages priced."""
     # a quantised recipe keeps the linear layers' inputs in its narrower format
     saved_quantised = quantised_activation_saving(job, batch)
-    kept = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(batch.recompute == FULL_RECOMPUTE, 0.0, saved_quantised)
-    return {"micro_batches": micro_batches(job, batch), "per_layer": kept,
-            # full recompute rebuilds one layer's activations at a time during backward
-            "rebuilt": activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised,
-            "logits": logits_bytes(job, batch), "attention_workspace": _attention_workspace(job, batch),
-            "moe_dispatch": moe_dispatch_bytes(job, batch)}
+    kept = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(
+        batch.recompute == FULL_RECOMPUTE, 0.0, saved_quantised
+    )
+    return {
+        "micro_batches": micro_batches(job, batch),
+        "per_layer": kept,
+        # full recompute rebuilds one layer's activations at a time during backward
+        "rebuilt": activation_bytes_per_layer(job, batch, np.zeros_like(batch.recompute)) - saved_quantised,
+        "logits": logits_bytes(job, batch),
+        "attention_workspace": _attention_workspace(job, batch),
+        "moe_dispatch": moe_dispatch_bytes(job, batch),
+    }
 
 
 def moe_dispatch_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
@@ -268,16 +282,18 @@ def moe_dispatch_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     model = job.model
     if not model.moe:
         return np.zeros(len(batch))
-    load = expert_load(job.routing, model.moe.num_experts, batch.ep, job.capacity_factor,
-                       job.moe_execution.pad_to_capacity)
+    load = expert_load(
+        job.routing, model.moe.num_experts, batch.ep, job.capacity_factor, job.moe_execution.pad_to_capacity
+    )
     local = batch.mbs * job.seq_len / (batch.cp * batch.tp)
     copies = model.moe.top_k * job.expert_load * local
     sent, received = copies * load.kept, copies * batch.etp * load.hottest
     return 2.0 * job.activation_bytes * model.hidden * (sent + received)
 
 
-def stage_memory(job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None = None
-                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def stage_memory(
+    job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Stage `stage`'s ledger (bytes per item at the allocator's peak, 'allocator_peak',
     'outside_allocator', 'total') and the index into PEAK_MOMENTS of when that peak happens.
     `terms`: per_layout_terms(job, batch), when several stages of one batch are priced."""
@@ -413,8 +429,11 @@ def _outside_allocator(job: TrainingJob, batch: LayoutBatch, allocator_peak) -> 
     edp = expert_data_parallel(batch)
     buffers = ring * ((batch.tp > 1) + (batch.dp * batch.cp > 1) + ((batch.ep > 1) & (edp > 1)))
     buffers = buffers + NCCL_P2P_CHANNELS * (2 * (batch.pp > 1) + 2 * (batch.cp > 1) + (batch.ep - 1))
-    return {"cuda_context": np.full(n, CUDA_CONTEXT_BYTES), "nccl_buffers": NCCL_BUFFSIZE * buffers.astype(float),
-            "allocator_reserve": FRAGMENTATION * allocator_peak}
+    return {
+        "cuda_context": np.full(n, CUDA_CONTEXT_BYTES),
+        "nccl_buffers": NCCL_BUFFSIZE * buffers.astype(float),
+        "allocator_reserve": FRAGMENTATION * allocator_peak,
+    }
 
 
 def heaviest_stage_memory(job: TrainingJob, batch: LayoutBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -425,7 +444,9 @@ def heaviest_stage_memory(job: TrainingJob, batch: LayoutBatch) -> tuple[dict[st
     terms = per_layout_terms(job, batch)
     ledgers = [stage_memory(job, batch, stage, terms)[0] for stage in candidates]
     pick = np.argmax(np.stack([ledger["total"] for ledger in ledgers]), axis=0)
-    return {name: np.choose(pick, [ledger[name] for ledger in ledgers]) for name in ledgers[0]}, np.choose(pick, candidates)
+    return {name: np.choose(pick, [ledger[name] for ledger in ledgers]) for name in ledgers[0]}, np.choose(
+        pick, candidates
+    )
 
 
 def memory_per_gpu(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
@@ -438,5 +459,4 @@ def stages_memory(job: TrainingJob, batch: LayoutBatch, row: int) -> list[tuple[
     p = int(batch.pp[row])
     one = batch.repeat_row(row, p)
     ledger, moment = stage_memory(job, one, np.arange(p))
-    return [({name: float(value[i]) for name, value in ledger.items()}, PEAK_MOMENTS[int(moment[i])])
-            for i in range(p)]
+    return [({name: float(value[i]) for name, value in ledger.items()}, PEAK_MOMENTS[int(moment[i])]) for i in range(p)]

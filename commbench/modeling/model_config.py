@@ -54,8 +54,13 @@ class Family:
     defaults: tuple = ()  # (key, value) of the config class's other size defaults
 
 
-_LLAMA_SIZES = (("hidden_size", 4096), ("intermediate_size", 11008), ("num_hidden_layers", 32),
-                ("num_attention_heads", 32), ("vocab_size", 32000))
+_LLAMA_SIZES = (
+    ("hidden_size", 4096),
+    ("intermediate_size", 11008),
+    ("num_hidden_layers", 32),
+    ("num_attention_heads", 32),
+    ("vocab_size", 32000),
+)
 _PLAIN_ALL_BIASES = dict(layernorm=True, qkv_bias=True, out_bias=True, mlp_bias=True)
 
 FAMILY_DEFAULTS: dict[str, Family] = {
@@ -80,7 +85,9 @@ FAMILY_DEFAULTS: dict[str, Family] = {
     "stablelm": Family(layernorm=True),
     "gemma": Family(tied=True, activation="gelu_pytorch_tanh", always_gated=True),
     "gemma2": Family(tied=True, activation="gelu_pytorch_tanh", always_gated=True, norms_per_layer=4),
-    "gemma3_text": Family(tied=True, activation="gelu_pytorch_tanh", always_gated=True, norms_per_layer=4, qk_norm=True),
+    "gemma3_text": Family(
+        tied=True, activation="gelu_pytorch_tanh", always_gated=True, norms_per_layer=4, qk_norm=True
+    ),
     "starcoder2": Family(tied=True, activation="gelu_pytorch_tanh", **_PLAIN_ALL_BIASES),
     "gpt2": Family(tied=True, activation="gelu_new", learned_positions=True, **_PLAIN_ALL_BIASES),
     "gpt_bigcode": Family(tied=True, activation="gelu_pytorch_tanh", learned_positions=True, **_PLAIN_ALL_BIASES),
@@ -114,8 +121,10 @@ def spec_from_config(cfg: dict, name: str, source: str | None = None) -> ModelSp
     notes = []
     if isinstance(cfg.get("text_config"), dict):
         vision = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else {}
-        notes.append(f"vision tower ({vision.get('model_type', 'vision_config')}) and projector not modelled: "
-                     f"planning the language model of {name} only")
+        notes.append(
+            f"vision tower ({vision.get('model_type', 'vision_config')}) and projector not modelled: "
+            f"planning the language model of {name} only"
+        )
         text = dict(cfg["text_config"])
         text.setdefault("tie_word_embeddings", cfg.get("tie_word_embeddings"))
         cfg = text
@@ -129,7 +138,11 @@ def refuse_unmodelled(cfg: dict, name: str) -> None:
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
     if model_type == "jamba" or "attn_layer_period" in cfg:
         period = cfg.get("attn_layer_period") or 1
-        mamba = f", {layers - layers // period} of {layers} layers" if isinstance(layers, int) and isinstance(period, int) else ""
+        mamba = (
+            f", {layers - layers // period} of {layers} layers"
+            if isinstance(layers, int) and isinstance(period, int)
+            else ""
+        )
         raise UsageError(f"{name}: Mamba layers (Jamba{mamba}) are not modelled")
     if "mamba" in model_type or ("state_size" in cfg and "conv_kernel" in cfg):
         raise UsageError(f"{name}: Mamba state-space layers (model_type {model_type or '?'}) are not modelled")
@@ -182,8 +195,10 @@ class _Reader:
         vocab = self.size("padded_vocab_size", "vocab_size", high=MAX_VOCAB)
         if None in (hidden, layers, heads, vocab):
             kind = f" (model_type {self.model_type})" if self.model_type else ""
-            raise UsageError(f"{self.source}{kind}: needs hidden_size, num_hidden_layers, num_attention_heads and "
-                             f"vocab_size (or their n_embd/n_layer/n_head spellings)")
+            raise UsageError(
+                f"{self.source}{kind}: needs hidden_size, num_hidden_layers, num_attention_heads and "
+                f"vocab_size (or their n_embd/n_layer/n_head spellings)"
+            )
         head_dim = self.size("head_dim", "kv_channels", high=MAX_HEAD_DIM)
         kv_heads = self.kv_heads(heads)
         activation, gated = self.activation()
@@ -198,14 +213,35 @@ class _Reader:
         if mtp:
             self.notes.append(mtp_note(mtp))
         return ModelSpec(
-            name=self.name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab,
-            mlp="swiglu" if gated else "gelu", tied_embeddings=tied, head_dim=head_dim, moe=moe,
-            max_seq_len=self.size("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length",
-                                  high=MAX_SEQ_LEN, default=4096),
-            mla=mla, sliding_window=window, windowed_layers=windowed,
-            layer_extra_params=self.layer_extras(hidden, q_width, kv_width, ffn, gated, head_dim or hidden // heads, mla),
+            name=self.name,
+            hidden=hidden,
+            layers=layers,
+            heads=heads,
+            kv_heads=kv_heads,
+            ffn_hidden=ffn,
+            vocab=vocab,
+            mlp="swiglu" if gated else "gelu",
+            tied_embeddings=tied,
+            head_dim=head_dim,
+            moe=moe,
+            max_seq_len=self.size(
+                "max_position_embeddings",
+                "n_positions",
+                "seq_length",
+                "max_sequence_length",
+                high=MAX_SEQ_LEN,
+                default=4096,
+            ),
+            mla=mla,
+            sliding_window=window,
+            windowed_layers=windowed,
+            layer_extra_params=self.layer_extras(
+                hidden, q_width, kv_width, ffn, gated, head_dim or hidden // heads, mla
+            ),
             model_extra_params=self.model_extras(hidden, vocab),
-            embedding_dim=self.size("word_embed_proj_dim", high=MAX_HIDDEN), activation=activation, notes=tuple(self.notes),
+            embedding_dim=self.size("word_embed_proj_dim", high=MAX_HIDDEN),
+            activation=activation,
+            notes=tuple(self.notes),
             mtp_layers=mtp,
         )
 
@@ -223,8 +259,15 @@ class _Reader:
 
     def ffn_width(self, hidden: int, gated: bool) -> int:
         # Llama 4 names its dense layers' MLP intermediate_size_mlp (intermediate_size is the experts')
-        key, _ = self.first("intermediate_size_mlp", "ff_intermediate_size", "ffn_hidden_size", "inner_hidden_size",
-                            "intermediate_size", "n_inner", "ffn_dim")
+        key, _ = self.first(
+            "intermediate_size_mlp",
+            "ff_intermediate_size",
+            "ffn_hidden_size",
+            "inner_hidden_size",
+            "intermediate_size",
+            "n_inner",
+            "ffn_dim",
+        )
         width = self.size(key, high=MAX_FFN) if key else 4 * hidden  # GPT-2 style: n_inner null means 4h
         if self.model_type == "qwen" and key == "intermediate_size":
             width //= 2  # Qwen v1 declares the two SwiGLU branches together (w1 and w2 are each half of it)
@@ -242,8 +285,9 @@ class _Reader:
         )
 
     def moe(self, hidden: int, layers: int) -> MoESpec | None:
-        experts = self.size("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts",
-                            low=0, high=MAX_EXPERTS)
+        experts = self.size(
+            "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", low=0, high=MAX_EXPERTS
+        )
         if not experts or experts < 2:
             return None
         expert_ffn = self.size("moe_intermediate_size", "intermediate_size", high=MAX_FFN)
@@ -257,7 +301,8 @@ class _Reader:
         return MoESpec(
             num_experts=experts,
             top_k=self.size("num_experts_per_tok", "experts_per_token", "top_k", "moe_top_k", high=experts, default=2),
-            expert_ffn_hidden=expert_ffn, shared_ffn_hidden=shared,
+            expert_ffn_hidden=expert_ffn,
+            shared_ffn_hidden=shared,
             dense_layers=layers - self.moe_layer_count(layers),
             shared_expert_gate="shared_expert_intermediate_size" in self.cfg,
         )
@@ -309,10 +354,14 @@ class _Reader:
         """Norm weights (and LayerNorm biases) and linear biases of one layer."""
         fam, all_bias = self.family, self.flag("use_bias", "bias", default=False)
         norm = hidden * (2 if fam.layernorm or not self.flag("rmsnorm", default=True) else 1)
-        extras = (1 if self.flag("parallel_attn", default=False) and fam.norms_per_layer == 2 else fam.norms_per_layer) * norm
+        extras = (
+            1 if self.flag("parallel_attn", default=False) and fam.norms_per_layer == 2 else fam.norms_per_layer
+        ) * norm
         if mla:
             return extras
-        qkv_bias = self.flag("attention_bias", "add_qkv_bias", "use_qkv_bias", "qkv_bias", default=fam.qkv_bias or all_bias)
+        qkv_bias = self.flag(
+            "attention_bias", "add_qkv_bias", "use_qkv_bias", "qkv_bias", default=fam.qkv_bias or all_bias
+        )
         out_bias = self.flag("attention_bias", "add_bias_linear", default=fam.out_bias or all_bias)
         mlp_bias = self.flag("mlp_bias", "add_bias_linear", default=fam.mlp_bias or all_bias)
         extras += qkv_bias * (q_width + 2 * kv_width) + out_bias * hidden

@@ -89,8 +89,11 @@ class MLASpec:
             query = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * self.qk_head_dim
         else:
             query = hidden * heads * self.qk_head_dim
-        key_value = (hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-                     + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+        key_value = (
+            hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
+            + self.kv_lora_rank
+            + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        )
         return query + key_value + heads * self.v_head_dim * hidden
 
     def down_projection_params(self, hidden: int) -> int:
@@ -101,9 +104,11 @@ class MLASpec:
 
 def mtp_note(modules: int) -> str:
     """What the planner says about a model's multi-token-prediction modules."""
-    return (f"{modules} multi-token-prediction module(s): priced as one more layer, projection and output head each "
-            f"on the last stage; not in the parameter count (the published main-model count leaves them out) nor "
-            f"in the memory ledger")
+    return (
+        f"{modules} multi-token-prediction module(s): priced as one more layer, projection and output head each "
+        f"on the last stage; not in the parameter count (the published main-model count leaves them out) nor "
+        f"in the memory ledger"
+    )
 
 
 def causal_pairs(seq_len: float, window: int | None) -> float:
@@ -141,9 +146,15 @@ class ModelSpec:
     def __post_init__(self):
         if self.mlp not in ("swiglu", "gelu"):
             raise UsageError(f"model {self.name}: mlp must be swiglu or gelu, not {self.mlp!r}")
-        for name, high in (("hidden", MAX_HIDDEN), ("layers", MAX_LAYERS), ("heads", MAX_HEADS),
-                           ("kv_heads", MAX_HEADS), ("ffn_hidden", MAX_FFN), ("vocab", MAX_VOCAB),
-                           ("max_seq_len", MAX_SEQ_LEN)):
+        for name, high in (
+            ("hidden", MAX_HIDDEN),
+            ("layers", MAX_LAYERS),
+            ("heads", MAX_HEADS),
+            ("kv_heads", MAX_HEADS),
+            ("ffn_hidden", MAX_FFN),
+            ("vocab", MAX_VOCAB),
+            ("max_seq_len", MAX_SEQ_LEN),
+        ):
             whole_number(f"model {self.name}: {name}", getattr(self, name), 1, high)
         if self.head_dim is not None:
             whole_number(f"model {self.name}: head_dim", self.head_dim, 1, MAX_HEAD_DIM)
@@ -152,14 +163,18 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise UsageError(f"model {self.name}: {self.heads} heads do not split into {self.kv_heads} KV groups")
         if self.moe and self.moe.dense_layers > self.layers:
-            raise UsageError(f"model {self.name}: {self.moe.dense_layers} dense layers, more than its {self.layers} layers")
+            raise UsageError(
+                f"model {self.name}: {self.moe.dense_layers} dense layers, more than its {self.layers} layers"
+            )
         if self.sliding_window is not None:
             whole_number(f"model {self.name}: sliding_window", self.sliding_window, 1, MAX_SEQ_LEN)
         whole_number(f"model {self.name}: windowed_layers", self.windowed_layers, 0, self.layers)
         whole_number(f"model {self.name}: mtp_layers", self.mtp_layers, 0, MAX_LAYERS)
         # every size is bounded above, but their products could still be absurd (and leave int64)
         if self.total_params > MAX_PARAMS:
-            raise UsageError(f"model {self.name}: {self.total_params:.3g} parameters, more than the {MAX_PARAMS:.0e} modelled")
+            raise UsageError(
+                f"model {self.name}: {self.total_params:.3g} parameters, more than the {MAX_PARAMS:.0e} modelled"
+            )
 
     # shapes ---------------------------------------------------------------------------------
     @property
@@ -239,8 +254,12 @@ class ModelSpec:
         """One MoE layer without its routed experts: attention, shared experts, router, norms."""
         if not self.moe:
             return 0
-        return (self.attention_params + self.mlp_params(self.moe.shared_ffn_hidden)
-                + self.hidden * (self.moe.num_experts + self.moe.shared_expert_gate) + self.layer_extras)
+        return (
+            self.attention_params
+            + self.mlp_params(self.moe.shared_ffn_hidden)
+            + self.hidden * (self.moe.num_experts + self.moe.shared_expert_gate)
+            + self.layer_extras
+        )
 
     @property
     def embedding_params(self) -> int:
@@ -256,8 +275,14 @@ class ModelSpec:
 
     @property
     def total_params(self) -> int:
-        return (self.dense_layers * self.dense_layer_params + self.moe_layers * self.moe_layer_params
-                + self.expert_params + self.embedding_params + self.output_params + self.model_extras)
+        return (
+            self.dense_layers * self.dense_layer_params
+            + self.moe_layers * self.moe_layer_params
+            + self.expert_params
+            + self.embedding_params
+            + self.output_params
+            + self.model_extras
+        )
 
     @property
     def active_params(self) -> int:
@@ -294,18 +319,26 @@ class ModelSpec:
         the output projection is one, tied or not) + 6 x the per-token score FLOPs of every layer
         over the keys it sees (12 * layers * q_dim * seq with plain attention, as PaLM counts it)."""
         matmul_params = self.active_params - self.embedding_params + self.embedding_params * self.tied_embeddings
-        keys = (self.windowed_layers * min(seq_len, self.sliding_window or seq_len)
-                + (self.layers - self.windowed_layers) * seq_len)
+        keys = (
+            self.windowed_layers * min(seq_len, self.sliding_window or seq_len)
+            + (self.layers - self.windowed_layers) * seq_len
+        )
         return 6.0 * matmul_params + 3.0 * self.score_flops_per_pair * keys
 
     def describe(self) -> str:
         kind = f"MoE {self.moe.num_experts}e top-{self.moe.top_k}" if self.moe else "dense"
-        attention = (f"MLA kv_lora={self.mla.kv_lora_rank}" if self.mla else f"heads={self.heads}/{self.kv_heads} kv")
+        attention = f"MLA kv_lora={self.mla.kv_lora_rank}" if self.mla else f"heads={self.heads}/{self.kv_heads} kv"
         activation = f" ({self.activation})" if self.activation else ""
-        window = f", window {self.sliding_window} on {self.windowed_layers}/{self.layers} layers" if self.windowed_layers else ""
-        return (f"{self.name}: {self.total_params / 1e9:.2f}B params ({kind}), h={self.hidden}, "
-                f"L={self.layers}, {attention}, ffn={self.ffn_hidden} {self.mlp}{activation}, "
-                f"vocab={self.vocab}{' tied' if self.tied_embeddings else ''}{window}")
+        window = (
+            f", window {self.sliding_window} on {self.windowed_layers}/{self.layers} layers"
+            if self.windowed_layers
+            else ""
+        )
+        return (
+            f"{self.name}: {self.total_params / 1e9:.2f}B params ({kind}), h={self.hidden}, "
+            f"L={self.layers}, {attention}, ffn={self.ffn_hidden} {self.mlp}{activation}, "
+            f"vocab={self.vocab}{' tied' if self.tied_embeddings else ''}{window}"
+        )
 
 
 def _llama(name, hidden, layers, heads, kv_heads, ffn, vocab, seq, tied=False) -> ModelSpec:
@@ -323,50 +356,123 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192),
         _llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, 8192),
         _llama("llama3.1-405b", 16384, 126, 128, 8, 53248, 128256, 8192),
-        replace(_llama("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768),
-                moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden=14336)),
-        replace(_llama("deepseek-moe-16b", 2048, 28, 16, 16, 10944, 102400, 4096),
-                moe=MoESpec(num_experts=64, top_k=6, expert_ffn_hidden=1408, shared_ffn_hidden=2 * 1408,
-                            dense_layers=1)),
+        replace(
+            _llama("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768),
+            moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden=14336),
+        ),
+        replace(
+            _llama("deepseek-moe-16b", 2048, 28, 16, 16, 10944, 102400, 4096),
+            moe=MoESpec(num_experts=64, top_k=6, expert_ffn_hidden=1408, shared_ffn_hidden=2 * 1408, dense_layers=1),
+        ),
         # MoE models as their published config.json files describe them, exactly as commbench's config
         # reader makes them (tests/fixtures/models/moe_presets.json holds the configs and their sources;
         # tests/test_moe_presets.py checks the two agree)
         # deepseek-ai/DeepSeek-V3 config.json (tests/fixtures/models/real/deepseek-v3, see its SOURCES.json
         # entry)
-        ModelSpec(name='deepseek-v3', hidden=7168, layers=61, heads=128, kv_heads=128, ffn_hidden=18432,
-                  vocab=129280, moe=MoESpec(num_experts=256, top_k=8, expert_ffn_hidden=2048,
-                  shared_ffn_hidden=2048, dense_layers=3), max_seq_len=163840, mla=MLASpec(kv_lora_rank=512,
-                  qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536),
-                  layer_extra_params=14336, model_extra_params=7168, activation='silu', mtp_layers=1,
-                  notes=(mtp_note(1),)),
+        ModelSpec(
+            name="deepseek-v3",
+            hidden=7168,
+            layers=61,
+            heads=128,
+            kv_heads=128,
+            ffn_hidden=18432,
+            vocab=129280,
+            moe=MoESpec(num_experts=256, top_k=8, expert_ffn_hidden=2048, shared_ffn_hidden=2048, dense_layers=3),
+            max_seq_len=163840,
+            mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536),
+            layer_extra_params=14336,
+            model_extra_params=7168,
+            activation="silu",
+            mtp_layers=1,
+            notes=(mtp_note(1),),
+        ),
         # Qwen/Qwen3-235B-A22B config.json; shape as reproduced by zyzshishui/slime
         # scripts/models/qwen3-235B-A22B.sh (Megatron flags) and the Qwen3 model card (94 layers, 64/4
         # heads, 128 experts, 8 active)
-        ModelSpec(name='qwen3-235b-a22b', hidden=4096, layers=94, heads=64, kv_heads=4, ffn_hidden=12288,
-                  vocab=151936, head_dim=128, moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden=1536),
-                  max_seq_len=40960, layer_extra_params=8448, model_extra_params=4096, activation='silu'),
+        ModelSpec(
+            name="qwen3-235b-a22b",
+            hidden=4096,
+            layers=94,
+            heads=64,
+            kv_heads=4,
+            ffn_hidden=12288,
+            vocab=151936,
+            head_dim=128,
+            moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden=1536),
+            max_seq_len=40960,
+            layer_extra_params=8448,
+            model_extra_params=4096,
+            activation="silu",
+        ),
         # Qwen/Qwen3-30B-A3B config.json; shape as reproduced by zyzshishui/slime
         # scripts/models/qwen3-30B-A3B.sh (Megatron flags)
-        ModelSpec(name='qwen3-30b-a3b', hidden=2048, layers=48, heads=32, kv_heads=4, ffn_hidden=6144,
-                  vocab=151936, head_dim=128, moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden=768),
-                  max_seq_len=40960, layer_extra_params=4352, model_extra_params=2048, activation='silu'),
+        ModelSpec(
+            name="qwen3-30b-a3b",
+            hidden=2048,
+            layers=48,
+            heads=32,
+            kv_heads=4,
+            ffn_hidden=6144,
+            vocab=151936,
+            head_dim=128,
+            moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden=768),
+            max_seq_len=40960,
+            layer_extra_params=4352,
+            model_extra_params=2048,
+            activation="silu",
+        ),
         # mistralai/Mixtral-8x22B-v0.1 config.json (transformers 4.40.0.dev0), as copied in two public test
         # suites found by code search
-        ModelSpec(name='mixtral-8x22b', hidden=6144, layers=56, heads=48, kv_heads=8, ffn_hidden=16384,
-                  vocab=32000, moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden=16384),
-                  max_seq_len=65536, layer_extra_params=12288, model_extra_params=6144, activation='silu'),
+        ModelSpec(
+            name="mixtral-8x22b",
+            hidden=6144,
+            layers=56,
+            heads=48,
+            kv_heads=8,
+            ffn_hidden=16384,
+            vocab=32000,
+            moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden=16384),
+            max_seq_len=65536,
+            layer_extra_params=12288,
+            model_extra_params=6144,
+            activation="silu",
+        ),
         # meta-llama/Llama-4-Maverick-17B-128E config.json text_config, as copied in a TensorRT-LLM unit
         # test (LLAMA_4_MAVERICK_TWO_LAYER_CONFIG, num_hidden_layers reduced there from 48, restored here);
         # the vision tower is not modelled
-        ModelSpec(name='llama4-maverick', hidden=5120, layers=48, heads=40, kv_heads=8, ffn_hidden=16384,
-                  vocab=202048, head_dim=128, moe=MoESpec(num_experts=128, top_k=1, expert_ffn_hidden=8192,
-                  shared_ffn_hidden=8192, dense_layers=24), max_seq_len=1048576, layer_extra_params=10240,
-                  model_extra_params=5120, activation='silu'),
+        ModelSpec(
+            name="llama4-maverick",
+            hidden=5120,
+            layers=48,
+            heads=40,
+            kv_heads=8,
+            ffn_hidden=16384,
+            vocab=202048,
+            head_dim=128,
+            moe=MoESpec(num_experts=128, top_k=1, expert_ffn_hidden=8192, shared_ffn_hidden=8192, dense_layers=24),
+            max_seq_len=1048576,
+            layer_extra_params=10240,
+            model_extra_params=5120,
+            activation="silu",
+        ),
         # openai/gpt-oss-120b config.json (mxfp4 quantization_config left out), as copied in a public test
         # suite found by code search
-        ModelSpec(name='gpt-oss-120b', hidden=2880, layers=36, heads=64, kv_heads=8, ffn_hidden=2880,
-                  vocab=201088, head_dim=64, moe=MoESpec(num_experts=128, top_k=4, expert_ffn_hidden=2880),
-                  max_seq_len=131072, sliding_window=128, windowed_layers=18, layer_extra_params=13760,
-                  model_extra_params=2880, activation='silu'),
+        ModelSpec(
+            name="gpt-oss-120b",
+            hidden=2880,
+            layers=36,
+            heads=64,
+            kv_heads=8,
+            ffn_hidden=2880,
+            vocab=201088,
+            head_dim=64,
+            moe=MoESpec(num_experts=128, top_k=4, expert_ffn_hidden=2880),
+            max_seq_len=131072,
+            sliding_window=128,
+            windowed_layers=18,
+            layer_extra_params=13760,
+            model_extra_params=2880,
+            activation="silu",
+        ),
     )
 }

@@ -68,15 +68,24 @@ class MoECompute:
 
     def to_dict(self, i: int, hidden: int) -> dict:
         """One layout's parts, seconds per MoE layer per micro-batch, for plan --json."""
+
         def pair(parts):
             return {"forward_s": float(parts[0][i]), "backward_s": float(parts[1][i])}
+
         return {
-            "router": pair(self.router), "permute": pair(self.permute),
+            "router": pair(self.router),
+            "permute": pair(self.permute),
             "grouped_gemm": {
-                **pair(self.experts), "local_experts": float(self.local_experts[i]),
+                **pair(self.experts),
+                "local_experts": float(self.local_experts[i]),
                 "tokens_per_expert_mean": float(self.tokens_per_expert[i]),
-                "shape_per_expert": {"m": float(self.pacing_tokens_per_expert[i]), "n_up": float(self.expert_width[i]),
-                                     "k_up": hidden, "n_down": hidden, "k_down": float(self.expert_width[i])},
+                "shape_per_expert": {
+                    "m": float(self.pacing_tokens_per_expert[i]),
+                    "n_up": float(self.expert_width[i]),
+                    "k_up": hidden,
+                    "n_down": hidden,
+                    "k_down": float(self.expert_width[i]),
+                },
                 "pacing_load_over_even": float(self.load.hottest[i]),
             },
             "shared_experts": pair(self.shared),
@@ -91,8 +100,9 @@ def _block(proc: Processor, tokens, h, width, ups: int) -> tuple[np.ndarray, np.
     return ups * up_f + down_f, ups * up_b + down_b
 
 
-def moe_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, n,
-                router_proc: Processor | None = None) -> MoECompute:
+def moe_compute(
+    job: TrainingJob, batch: LayoutBatch, proc: Processor, n, router_proc: Processor | None = None
+) -> MoECompute:
     """The parts of one MoE layer per micro-batch, n tokens per context-parallel rank; the router's
     GEMM on `router_proc` (BF16 under every quantised recipe), the rest on `proc`."""
     model, moe = job.model, job.model.moe
@@ -115,10 +125,18 @@ def moe_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, n,
 
     def pair(forward, backward):
         return forward + zeros, backward + zeros
+
     return MoECompute(
         router=pair(router_gemm[0] + score_traffic, router_gemm[1] + BACKWARD_TRAFFIC * score_traffic),
-        router_gemm=pair(*router_gemm), permute=pair(permute, BACKWARD_TRAFFIC * permute), experts=pair(*experts),
-        shared=pair(*shared), local_experts=local_experts + zeros, tokens_per_expert=even * load.kept + zeros,
-        pacing_tokens_per_expert=pacing + zeros, expert_width=width + zeros, local_tokens=local + zeros,
-        received_tokens=received + zeros, load=load,
+        router_gemm=pair(*router_gemm),
+        permute=pair(permute, BACKWARD_TRAFFIC * permute),
+        experts=pair(*experts),
+        shared=pair(*shared),
+        local_experts=local_experts + zeros,
+        tokens_per_expert=even * load.kept + zeros,
+        pacing_tokens_per_expert=pacing + zeros,
+        expert_width=width + zeros,
+        local_tokens=local + zeros,
+        received_tokens=received + zeros,
+        load=load,
     )

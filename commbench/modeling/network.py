@@ -48,7 +48,9 @@ class Placement:
 class CollectiveCost(Protocol):
     warnings: list[str]  # what the reader should know about the prices given so far (a measured table's gaps)
 
-    def time_s(self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement) -> float | np.ndarray:
+    def time_s(
+        self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement
+    ) -> float | np.ndarray:
         """Seconds one collective of `op` on `group_size` ranks placed as `placement` takes."""
         ...
 
@@ -69,8 +71,11 @@ def hierarchical_time(flat, op: str, size, placement: Placement):
     r, k = placement.ranks_per_node, placement.nodes
     n = r * k
     if op == "all_reduce":
-        return (flat("reduce_scatter", size, r, "intra") + flat("all_reduce", size / r, k, "inter")
-                + flat("all_gather", size, r, "intra"))
+        return (
+            flat("reduce_scatter", size, r, "intra")
+            + flat("all_reduce", size / r, k, "inter")
+            + flat("all_gather", size, r, "intra")
+        )
     if op in ("all_gather", "reduce_scatter"):
         return flat(op, size / r, k, "inter") + flat(op, size, r, "intra")
     if op == "all_to_all":
@@ -94,8 +99,10 @@ class PresetNetwork:
         self._network: dict[str, Network] = {"intra": system.intra, "inter": system.inter}
 
     def describe(self) -> str:
-        return (f"preset {self.system.name}: intra {self.system.intra.name} {self._busbw['intra'] / 1e9:.0f} GB/s busbw, "
-                f"inter {self.system.inter.name} {self._busbw['inter'] / 1e9:.1f} GB/s busbw per GPU")
+        return (
+            f"preset {self.system.name}: intra {self.system.intra.name} {self._busbw['intra'] / 1e9:.0f} GB/s busbw, "
+            f"inter {self.system.inter.name} {self._busbw['inter'] / 1e9:.1f} GB/s busbw per GPU"
+        )
 
     def flat(self, op: str, size, n: int, tier: str):
         if n <= 1:
@@ -113,7 +120,9 @@ class PresetNetwork:
         return hierarchical_time(self.flat, op, np.asarray(size_bytes, dtype=float), placement)
 
 
-def price(cost: CollectiveCost, op: str, size_bytes: np.ndarray, group: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+def price(
+    cost: CollectiveCost, op: str, size_bytes: np.ndarray, group: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> np.ndarray:
     """Vectorised pricing over layouts: one cost call per distinct (group size, placement).
 
     group is (size, ranks_per_node, nodes) arrays as layout.layout_groups returns them; a
@@ -132,9 +141,8 @@ def price(cost: CollectiveCost, op: str, size_bytes: np.ndarray, group: tuple[np
     order = np.argsort(inverse.reshape(-1), kind="stable")
     bounds = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(unique) + 1))
     for row, key in enumerate(unique):
-        idx = active_idx[order[bounds[row]:bounds[row + 1]]]
+        idx = active_idx[order[bounds[row] : bounds[row + 1]]]
         key, nodes_of = divmod(int(key), base)
         size_of, per_node_of = divmod(key, base)
         out[idx] = cost.time_s(op, sizes[idx], size_of, Placement(per_node_of, nodes_of))
     return out
-

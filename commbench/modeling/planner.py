@@ -60,10 +60,16 @@ class Screening:
         items = sorted(((mem[item][i], item) for item in LEDGER_ITEMS if mem[item][i] >= 0.05 * GB), reverse=True)
         parts = ", ".join(f"{item} {value / GB:.1f}" for value, item in items)
         stage = int(self.evaluation.memory_stage[i])
-        where = f"pipeline stage {stage} of {int(self.evaluation.batch.pp[i])}" if self.evaluation.batch.pp[i] > 1 else "each GPU"
+        where = (
+            f"pipeline stage {stage} of {int(self.evaluation.batch.pp[i])}"
+            if self.evaluation.batch.pp[i] > 1
+            else "each GPU"
+        )
         over = (mem["total"][i] - self.capacity) / GB
-        return (f"{where} needs {mem['total'][i] / GB:.1f} GB > {self.capacity / GB:.0f} GB per GPU, {over:.1f} GB "
-                f"over; largest item {items[0][1] if items else 'none'} ({parts})")
+        return (
+            f"{where} needs {mem['total'][i] / GB:.1f} GB > {self.capacity / GB:.0f} GB per GPU, {over:.1f} GB "
+            f"over; largest item {items[0][1] if items else 'none'} ({parts})"
+        )
 
 
 @dataclass
@@ -164,23 +170,40 @@ class Planner:
     def enumerate(self) -> LayoutBatch:
         shapes = np.array(self._shapes(), dtype=np.int64).reshape(-1, 7)
         mbs_values = [2**k for k in range(int(math.log2(self.space.max_micro_batch)) + 1)]
-        knobs = np.array(list(itertools.product(self.space.zero_stages, mbs_values,
-                                                [RECOMPUTE_MODES.index(r) for r in self.space.recompute])),
-                         dtype=np.int64)
+        knobs = np.array(
+            list(
+                itertools.product(
+                    self.space.zero_stages, mbs_values, [RECOMPUTE_MODES.index(r) for r in self.space.recompute]
+                )
+            ),
+            dtype=np.int64,
+        )
         rows = np.repeat(shapes, len(knobs), axis=0)
         tiled = np.tile(knobs, (len(shapes), 1))
         tp, pp, cp, dp, ep, etp, vpp = rows.T
         zero, mbs, recompute = tiled.T
         per_step = self.job.global_batch // dp
-        ok = (per_step % mbs == 0)
+        ok = per_step % mbs == 0
         m = per_step // np.maximum(mbs, 1)
         # interleaving runs groups of pp micro-batches (Megatron-Core's default); where m is not a
         # multiple of pp, one group of all m of them (its rule: pp <= group <= m, m % group = 0 or >= pp)
         ok &= (vpp == 1) | (m >= pp)
         group = np.where((vpp > 1) & (m % np.maximum(pp, 1) != 0), m, 0)
         ok &= simulated_ops(m, pp, vpp) <= MAX_SIMULATED_OPS  # a shortlisted layout is simulated op by op
-        cols = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, zero=zero, mbs=mbs, recompute=recompute,
-                    sp=np.ones_like(tp), vpp_group=group)
+        cols = dict(
+            dp=dp,
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            zero=zero,
+            mbs=mbs,
+            recompute=recompute,
+            sp=np.ones_like(tp),
+            vpp_group=group,
+        )
         return LayoutBatch({name: col[ok] for name, col in cols.items()})
 
     # screening and ranking ------------------------------------------------------------------
@@ -207,8 +230,9 @@ class Planner:
         results.sort(key=ranking_key, reverse=True)
         dropped = order[~screening.fits[order]][:3]
         best = results[0].tokens_per_s
-        dropped_examples = [(str(ev.batch.layout(i)), screening.memory_reason(i))
-                            for i in dropped if ev.tokens_per_s[i] > best]
+        dropped_examples = [
+            (str(ev.batch.layout(i)), screening.memory_reason(i)) for i in dropped if ev.tokens_per_s[i] > best
+        ]
         return Ranking(results[:top], len(screening), int(screening.fits.sum()), dropped_examples, screening.seconds)
 
     def evaluate_layout(self, layout: Layout) -> tuple[StepResult, str | None]:
@@ -216,7 +240,9 @@ class Planner:
         if layout.gpus != self.cluster.gpus:
             raise UsageError(f"layout {layout} uses {layout.gpus} GPUs, the cluster has {self.cluster.gpus}")
         if self.job.global_batch % (layout.dp * layout.mbs):
-            raise UsageError(f"global batch {self.job.global_batch} is not a multiple of dp*mbs = {layout.dp * layout.mbs}")
+            raise UsageError(
+                f"global batch {self.job.global_batch} is not a multiple of dp*mbs = {layout.dp * layout.mbs}"
+            )
         self.check_pipeline(layout, self.job.global_batch // (layout.dp * layout.mbs))
         refusal = self.shape_refusal(layout.tp, layout.pp, layout.cp, layout.dp)
         if refusal is not None:
@@ -233,46 +259,72 @@ class Planner:
         if layout.pp_layout:
             counted = sum(layout.stage_layer_counts())
             if counted != layers:
-                raise UsageError(f"layout {layout}: pp_layout places {counted} decoder layers, the model has {layers} "
-                                 f"(Megatron-Core's rule)")
+                raise UsageError(
+                    f"layout {layout}: pp_layout places {counted} decoder layers, the model has {layers} "
+                    f"(Megatron-Core's rule)"
+                )
         elif layout.pp_first or layout.pp_last:
             left = p - bool(layout.pp_first) - bool(layout.pp_last)
             rest = layers - layout.pp_first - layout.pp_last
             if rest < 0 or (left == 0 and rest) or (left and rest % left):
-                raise UsageError(f"layout {layout}: with uneven pipelining the {rest} layers left over must divide "
-                                 f"evenly over the {left} other stages (Megatron-Core's rule)")
+                raise UsageError(
+                    f"layout {layout}: with uneven pipelining the {rest} layers left over must divide "
+                    f"evenly over the {left} other stages (Megatron-Core's rule)"
+                )
         elif layout.pp_embedding or layout.pp_loss:
             counted = layers + layout.pp_embedding + layout.pp_loss
             if counted % p:
-                raise UsageError(f"layout {layout}: {layers} layers plus the embedding/loss counted in the split "
-                                 f"({counted}) must be divisible by pp={p} (Megatron-Core's rule)")
+                raise UsageError(
+                    f"layout {layout}: {layers} layers plus the embedding/loss counted in the split "
+                    f"({counted}) must be divisible by pp={p} (Megatron-Core's rule)"
+                )
         if v == 1:
             return
         batch = LayoutBatch.from_layouts([layout])
         stage_counts = {int(n) for n in stage_layers(self.job, batch, np.arange(p)[:, None])[:, 0]}
-        if not layout.pp_layout and any(n % v for n in stage_counts) and (layout.pp_first or layout.pp_last
-                                                                           or layers % p == 0):
-            raise UsageError(f"layout {layout}: every stage's layers ({sorted(stage_counts)}) must be divisible by "
-                             f"vpp={v} (Megatron-Core's rule)")
+        if (
+            not layout.pp_layout
+            and any(n % v for n in stage_counts)
+            and (layout.pp_first or layout.pp_last or layers % p == 0)
+        ):
+            raise UsageError(
+                f"layout {layout}: every stage's layers ({sorted(stage_counts)}) must be divisible by "
+                f"vpp={v} (Megatron-Core's rule)"
+            )
         group = layout.vpp_group or p
         if not p <= group <= m:
-            raise UsageError(f"layout {layout}: the interleaved schedule's micro-batch group ({group}) must lie in "
-                             f"[pp={p}, micro-batches={m}] (Megatron-Core's rule)")
+            raise UsageError(
+                f"layout {layout}: the interleaved schedule's micro-batch group ({group}) must lie in "
+                f"[pp={p}, micro-batches={m}] (Megatron-Core's rule)"
+            )
         if 0 < m % group < p:
-            raise UsageError(f"layout {layout}: interleaving {m} micro-batches in groups of {group} leaves a last group "
-                             f"of {m % group} < pp={p}, which Megatron-Core refuses; set vpp_group to {m} (or a "
-                             f"group size that divides {m} or leaves at least {p})")
+            raise UsageError(
+                f"layout {layout}: interleaving {m} micro-batches in groups of {group} leaves a last group "
+                f"of {m % group} < pp={p}, which Megatron-Core refuses; set vpp_group to {m} (or a "
+                f"group size that divides {m} or leaves at least {p})"
+            )
 
     def ep_skew(self, results: list[StepResult]) -> list[dict]:
         """Per result: the expected max/mean EP load under the job's routing, and how much of its EP
         time that skew costs against a uniform router (the EP category scaled by the skewed share)."""
         if not results:
             return []
-        ep = communication(self.job, LayoutBatch.from_layouts([r.layout for r in results]), self.cluster.cost,
-                           self.cluster.nvlink_domain).ep
-        return [{"layout": str(r.layout), "max_over_mean": float(ep.imbalance[i]), "ep_s": float(r.categories["ep"]),
-                 "ep_uniform_s": float(r.categories["ep"] * (1 - ep.skew_share[i])),
-                 "skew_cost_s": float(r.categories["ep"] * ep.skew_share[i])} for i, r in enumerate(results)]
+        ep = communication(
+            self.job,
+            LayoutBatch.from_layouts([r.layout for r in results]),
+            self.cluster.cost,
+            self.cluster.nvlink_domain,
+        ).ep
+        return [
+            {
+                "layout": str(r.layout),
+                "max_over_mean": float(ep.imbalance[i]),
+                "ep_s": float(r.categories["ep"]),
+                "ep_uniform_s": float(r.categories["ep"] * (1 - ep.skew_share[i])),
+                "skew_cost_s": float(r.categories["ep"] * ep.skew_share[i]),
+            }
+            for i, r in enumerate(results)
+        ]
 
     def moe_parts(self, layouts: list[Layout]) -> list[dict]:
         """Per layout, the MoE layers' parts per micro-batch (router, permute, grouped GEMM and its
@@ -284,38 +336,55 @@ class Planner:
         parts = layer_compute(self.job, batch, self.cluster.system.processor).moe
         ep = communication(self.job, batch, self.cluster.cost, self.cluster.nvlink_domain).ep
         model, options = self.job.model, self.job.moe_execution
-        return [{"layout": str(layout), "dense_layers": model.dense_layers, "moe_layers": model.moe_layers,
-                 "moe_layer": {**parts.to_dict(i, model.hidden), **_exchange_dict(ep.parts, i)},
-                 "execution": {"dispatcher": options.dispatcher, "dispatch_dtype": options.dispatch_dtype,
-                               "shared_expert_overlap": options.shared_expert_overlap,
-                               "a2a_overlap_1f1b": options.a2a_overlap, "capacity_factor": self.job.capacity_factor,
-                               "pad_to_capacity": options.pad_to_capacity},
-                 "placement": expert_placement(batch, self.cluster, i)} for i, layout in enumerate(layouts)]
+        return [
+            {
+                "layout": str(layout),
+                "dense_layers": model.dense_layers,
+                "moe_layers": model.moe_layers,
+                "moe_layer": {**parts.to_dict(i, model.hidden), **_exchange_dict(ep.parts, i)},
+                "execution": {
+                    "dispatcher": options.dispatcher,
+                    "dispatch_dtype": options.dispatch_dtype,
+                    "shared_expert_overlap": options.shared_expert_overlap,
+                    "a2a_overlap_1f1b": options.a2a_overlap,
+                    "capacity_factor": self.job.capacity_factor,
+                    "pad_to_capacity": options.pad_to_capacity,
+                },
+                "placement": expert_placement(batch, self.cluster, i),
+            }
+            for i, layout in enumerate(layouts)
+        ]
 
     # reasons -----------------------------------------------------------------------------
     def _no_shape_reason(self) -> str:
-        return (f"no layout of {self.cluster.gpus} GPUs divides global batch {self.job.global_batch}, "
-                f"{self.job.model.heads} heads and {self.job.model.layers} layers; pick a global batch that is a "
-                f"multiple of the data-parallel size")
+        return (
+            f"no layout of {self.cluster.gpus} GPUs divides global batch {self.job.global_batch}, "
+            f"{self.job.model.heads} heads and {self.job.model.layers} layers; pick a global batch that is a "
+            f"multiple of the data-parallel size"
+        )
 
     def _too_big_reason(self, screening: Screening) -> str:
         ev = screening.evaluation
         leanest = int(np.argmin(ev.memory["total"]))
         static = self.job.model.total_params * self.job.precision.bytes_per_param
         gpus = math.ceil(static / (screening.capacity - ev.memory["outside_allocator"][leanest]))
-        return (f"{self.job.model.name} does not fit on {self.cluster.gpus} GPUs of {screening.capacity / GB:.0f} GB: "
-                f"the leanest layout ({ev.batch.layout(leanest)}) {screening.memory_reason(leanest)}; its static "
-                f"state alone is {static / GB:.0f} GB, so even fully sharded it needs at least {gpus} GPUs")
+        return (
+            f"{self.job.model.name} does not fit on {self.cluster.gpus} GPUs of {screening.capacity / GB:.0f} GB: "
+            f"the leanest layout ({ev.batch.layout(leanest)}) {screening.memory_reason(leanest)}; its static "
+            f"state alone is {static / GB:.0f} GB, so even fully sharded it needs at least {gpus} GPUs"
+        )
 
 
 def _exchange_dict(parts: dict, i: int) -> dict:
     """One layout's dispatch/combine entries (arrays over layouts picked at i; names kept)."""
+
     def pick(value):
         if isinstance(value, dict):
             return {key: pick(v) for key, v in value.items()}
         if isinstance(value, str):
             return value
         return float(value[i]) if np.ndim(value) else float(value)
+
     picked = {key: pick(value) for key, value in parts.items() if key != "seconds"}
     return {**picked, "exchange_s": pick(parts["seconds"])}
 

@@ -81,25 +81,41 @@ class ComputeRecipe:
         return parts
 
     def describe(self) -> dict:
-        return {"compute_precision": self.name, "recipe": self.te_recipe, "gemm_peak": self.peak,
-                "quantised_element_bytes": self.element_bytes, "bf16": self.bf16_parts(),
-                "bf16_layer_share": self.bf16_layer_share, "bf16_layer_source": self.bf16_layer_source}
+        return {
+            "compute_precision": self.name,
+            "recipe": self.te_recipe,
+            "gemm_peak": self.peak,
+            "quantised_element_bytes": self.element_bytes,
+            "bf16": self.bf16_parts(),
+            "bf16_layer_share": self.bf16_layer_share,
+            "bf16_layer_source": self.bf16_layer_source,
+        }
 
 
-RECIPES: dict[str, ComputeRecipe] = {r.name: r for r in (
-    ComputeRecipe("bf16", "none (BF16 autocast)", "bf16", 2.0, ()),
-    ComputeRecipe("fp8-delayed", "DelayedScaling", "fp8", 1.0, _PER_TENSOR_FP8),
-    ComputeRecipe("fp8-current", "Float8CurrentScaling", "fp8", 1.0, _PER_TENSOR_FP8, amax_passes=1.0),
-    # one FP32 scale per 128 elements (1x128 tiles; 128x128 weight blocks are smaller still)
-    ComputeRecipe("fp8-blockwise", "Float8BlockScaling", "fp8", 1.0 + 4 / 128, ("9.0", "10.0", "10.3", "12.0")),
-    # one E8M0 byte per 32 elements
-    ComputeRecipe("mxfp8", "MXFP8BlockScaling", "fp8", 1.0 + 1 / 32, ("10.0", "10.3")),
-    # half a byte per element plus one E4M3 byte per 16
-    ComputeRecipe("nvfp4", "NVFP4BlockScaling", "fp4", 0.5 + 1 / 16, ("10.0", "10.3"), hadamard_passes=1.0,
-                  bf16_layer_share=10 / 62,
-                  bf16_layer_source="NVIDIA, Pretraining Large Language Models with NVFP4 (arXiv:2509.25149, 2025): "
-                                    "the first 2 and last 8 of 62 blocks kept in BF16"),
-)}
+RECIPES: dict[str, ComputeRecipe] = {
+    r.name: r
+    for r in (
+        ComputeRecipe("bf16", "none (BF16 autocast)", "bf16", 2.0, ()),
+        ComputeRecipe("fp8-delayed", "DelayedScaling", "fp8", 1.0, _PER_TENSOR_FP8),
+        ComputeRecipe("fp8-current", "Float8CurrentScaling", "fp8", 1.0, _PER_TENSOR_FP8, amax_passes=1.0),
+        # one FP32 scale per 128 elements (1x128 tiles; 128x128 weight blocks are smaller still)
+        ComputeRecipe("fp8-blockwise", "Float8BlockScaling", "fp8", 1.0 + 4 / 128, ("9.0", "10.0", "10.3", "12.0")),
+        # one E8M0 byte per 32 elements
+        ComputeRecipe("mxfp8", "MXFP8BlockScaling", "fp8", 1.0 + 1 / 32, ("10.0", "10.3")),
+        # half a byte per element plus one E4M3 byte per 16
+        ComputeRecipe(
+            "nvfp4",
+            "NVFP4BlockScaling",
+            "fp4",
+            0.5 + 1 / 16,
+            ("10.0", "10.3"),
+            hadamard_passes=1.0,
+            bf16_layer_share=10 / 62,
+            bf16_layer_source="NVIDIA, Pretraining Large Language Models with NVFP4 (arXiv:2509.25149, 2025): "
+            "the first 2 and last 8 of 62 blocks kept in BF16",
+        ),
+    )
+}
 
 
 def checked_recipe(name: str, processor) -> ComputeRecipe:
@@ -112,8 +128,10 @@ def checked_recipe(name: str, processor) -> ComputeRecipe:
     capability = processor.compute_capability
     if capability not in recipe.capabilities or processor_peak(processor, recipe) is None:
         has = f"compute capability {capability}" if capability else "no compute capability in its description"
-        raise UsageError(f"{processor.name} ({has}) cannot run {name} ({recipe.te_recipe}): Transformer Engine runs it "
-                         f"on compute capability {', '.join(recipe.capabilities)} only")
+        raise UsageError(
+            f"{processor.name} ({has}) cannot run {name} ({recipe.te_recipe}): Transformer Engine runs it "
+            f"on compute capability {', '.join(recipe.capabilities)} only"
+        )
     return recipe
 
 

@@ -44,10 +44,16 @@ PLACEMENTS = ("block", "round_robin")
 # for "close to balanced". DeepSeekMoE (Dai et al. 2024, arXiv:2401.06066) trains with expert- and
 # device-level balance losses and reports no load figure either: zipf:0.2 is an ASSUMPTION too.
 DEFAULT_SKEW: dict[str, tuple[str, str]] = {
-    "mixtral-8x7b": ("zipf:0.3", "assumption: Mixtral paper (arXiv:2401.04088 sec. 5) shows near-even expert "
-                                 "assignment but publishes no max/mean load"),
-    "deepseek-moe-16b": ("zipf:0.2", "assumption: DeepSeekMoE (arXiv:2401.06066) balances experts with auxiliary "
-                                     "losses and publishes no max/mean load"),
+    "mixtral-8x7b": (
+        "zipf:0.3",
+        "assumption: Mixtral paper (arXiv:2401.04088 sec. 5) shows near-even expert "
+        "assignment but publishes no max/mean load",
+    ),
+    "deepseek-moe-16b": (
+        "zipf:0.2",
+        "assumption: DeepSeekMoE (arXiv:2401.06066) balances experts with auxiliary "
+        "losses and publishes no max/mean load",
+    ),
 }
 
 
@@ -190,16 +196,22 @@ def _file_matrix(routing: Routing, shape: MoeShape) -> np.ndarray | None:
     """A file's n x E matrix scaled to the tokens; None for an n x n matrix (checked here too)."""
     counts, n = routing.counts, shape.ranks
     if counts.shape not in ((n, n), (n, shape.experts)):
-        raise UsageError(f"--routing {routing.text}: a {counts.shape[0]}x{counts.shape[1]} matrix, expected "
-                         f"{n}x{n} (source x destination rank) or {n}x{shape.experts} (source rank x expert)")
+        raise UsageError(
+            f"--routing {routing.text}: a {counts.shape[0]}x{counts.shape[1]} matrix, expected "
+            f"{n}x{n} (source x destination rank) or {n}x{shape.experts} (source rank x expert)"
+        )
     sums = counts.sum(axis=1)
     if not np.allclose(sums, sums[0]) or sums[0] <= 0:
         bad = int(np.argmax(np.abs(sums - sums[0])))
-        raise UsageError(f"--routing {routing.text}: row {bad} routes {sums[bad]:g} token copies, row 0 {sums[0]:g}: "
-                         "every source rank routes the same tokens x top-k")
+        raise UsageError(
+            f"--routing {routing.text}: row {bad} routes {sums[bad]:g} token copies, row 0 {sums[0]:g}: "
+            "every source rank routes the same tokens x top-k"
+        )
     if abs(sums[0] / shape.top_k - round(sums[0] / shape.top_k)) > 1e-9:
-        raise UsageError(f"--routing {routing.text}: rows route {sums[0]:g} token copies, not a whole number of "
-                         f"tokens x top-k {shape.top_k}")
+        raise UsageError(
+            f"--routing {routing.text}: rows route {sums[0]:g} token copies, not a whole number of "
+            f"tokens x top-k {shape.top_k}"
+        )
     if counts.shape == (n, n) and n != shape.experts:
         return None
     return _scaled_rows(counts, shape.tokens * shape.top_k)
@@ -258,7 +270,11 @@ def received(matrix: np.ndarray, token_bytes: int) -> Received:
 
 def expected_shares(routing: Routing, experts: int, ranks: int, placement: str = "block", seed: int = 0) -> np.ndarray:
     """The share of all token copies each rank is expected to receive (dropless routing)."""
-    if routing.kind == "file" and routing.counts.ndim == 2 and routing.counts.shape == (ranks, ranks) != (ranks, experts):
+    if (
+        routing.kind == "file"
+        and routing.counts.ndim == 2
+        and routing.counts.shape == (ranks, ranks) != (ranks, experts)
+    ):
         into = routing.counts.sum(axis=0)
         return into / into.sum()
     if routing.kind == "file" and routing.counts.ndim == 2:
@@ -291,21 +307,31 @@ class ExpertLoad:
         return 1.0 - self.kept
 
 
-def _one_group_load(routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool) -> tuple[float, float]:
+def _one_group_load(
+    routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool
+) -> tuple[float, float]:
     if capacity is None and ranks <= 1:
         return 1.0, 1.0  # one rank computes every copy (exactly: a normalised popularity may sum to 1 - 1e-16)
-    if routing.kind == "file" and routing.counts.ndim == 2 and routing.counts.shape == (ranks, ranks) != (ranks, experts):
+    if (
+        routing.kind == "file"
+        and routing.counts.ndim == 2
+        and routing.counts.shape == (ranks, ranks) != (ranks, experts)
+    ):
         return expected_imbalance(routing, experts, ranks), 1.0  # a rank x rank split: no per-expert view
-    popularity = (routing.counts.sum(axis=0) / routing.counts.sum() if routing.kind == "file" and routing.counts.ndim == 2
-                  else expert_popularity(routing, experts))
+    popularity = (
+        routing.counts.sum(axis=0) / routing.counts.sum()
+        if routing.kind == "file" and routing.counts.ndim == 2
+        else expert_popularity(routing, experts)
+    )
     if capacity is not None:
         popularity = np.full(experts, capacity / experts) if padded else np.minimum(popularity, capacity / experts)
     per_rank = np.bincount(expert_owner(experts, ranks), weights=popularity, minlength=ranks)
     return float(per_rank.max() * ranks), float(min(1.0, popularity.sum()))
 
 
-def expert_load(routing: str, experts: int, ep: np.ndarray, capacity: float | None = None,
-                padded: bool = False) -> ExpertLoad:
+def expert_load(
+    routing: str, experts: int, ep: np.ndarray, capacity: float | None = None, padded: bool = False
+) -> ExpertLoad:
     """ExpertLoad for each layout's EP size under the routing (one evaluation per distinct size).
     One EP rank holding every expert still pays a capacity factor's padding or drops."""
     parsed = parse_routing(routing)

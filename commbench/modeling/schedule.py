@@ -25,10 +25,13 @@ def simulate(model: StepModel, layout: Layout, timeline: bool = False) -> StepRe
     evaluation = model.evaluate(LayoutBatch.from_layouts([layout]))
     ops = int(simulated_ops(evaluation.micro_batches[0], layout.pp, layout.vpp))
     if ops > MAX_SIMULATED_OPS:
-        raise UsageError(f"layout {layout}: one step is {ops:,} pipeline ops ({evaluation.micro_batches[0]} "
-                         f"micro-batches), more than the {MAX_SIMULATED_OPS:,} the simulator schedules; "
-                         f"use a larger mbs or fewer pipeline stages")
+        raise UsageError(
+            f"layout {layout}: one step is {ops:,} pipeline ops ({evaluation.micro_batches[0]} "
+            f"micro-batches), more than the {MAX_SIMULATED_OPS:,} the simulator schedules; "
+            f"use a larger mbs or fewer pipeline stages"
+        )
     return EventSimulation(layout, evaluation, timeline).run()
+
 
 def simulated_ops(micro_batches, pp, vpp):
     """Forward and backward ops of all pipeline stages in one step: the event simulator's work."""
@@ -59,10 +62,18 @@ class StepResult:
 
     def to_dict(self) -> dict:
         return {
-            "layout": str(self.layout), "step_s": self.step_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
-            "micro_batches": self.micro_batches, "categories_s": self.categories, "memory_bytes": self.memory,
-            "allocator_peak": self.memory["allocator_peak"], "memory_stage": self.memory_stage,
-            "pacing_stage": self.pacing_stage, "stages": self.stages, "comm_bytes_per_step": self.comm_bytes,
+            "layout": str(self.layout),
+            "step_s": self.step_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "micro_batches": self.micro_batches,
+            "categories_s": self.categories,
+            "memory_bytes": self.memory,
+            "allocator_peak": self.memory["allocator_peak"],
+            "memory_stage": self.memory_stage,
+            "pacing_stage": self.pacing_stage,
+            "stages": self.stages,
+            "comm_bytes_per_step": self.comm_bytes,
         }
 
     def largest_costs(self, count: int = 3) -> str:
@@ -77,8 +88,9 @@ def pipeline_order(stage: int, p: int, v: int, m: int, group: int = 0) -> list[t
     model chunk in turn, the last group taking what is left (get_schedule_table)."""
     group = group or p
     total = m * v
-    table = [(mb, chunk) for start in range(0, m, group)
-             for chunk in range(v) for mb in range(start, min(m, start + group))]
+    table = [
+        (mb, chunk) for start in range(0, m, group) for chunk in range(v) for mb in range(start, min(m, start + group))
+    ]
 
     def unit(k: int, backward: bool) -> tuple[int, int]:
         mb, chunk = table[k]
@@ -140,7 +152,9 @@ class EventSimulation:
         if len(self.events) >= MAX_TIMELINE_EVENTS:  # a timeline nobody could draw; the step time is still exact
             self.events_dropped += 1
         else:
-            self.events.append({"stream": stream, "start_us": start * 1e6, "dur_us": dur * 1e6, "name": name, "category": category})
+            self.events.append(
+                {"stream": stream, "start_us": start * 1e6, "dur_us": dur * 1e6, "name": name, "category": category}
+            )
 
     def _duration(self, kind: str, stage: int, chunk: int) -> float:
         base = (self.f if kind == "F" else self.b) * self.scale[stage]
@@ -267,20 +281,31 @@ class EventSimulation:
         for s, (memory, moment) in enumerate(stages_memory(self.eval.job, self.eval.batch, 0)):
             compute = m * v * per_op * self.scale[s] + (m * head if s == self.layout.pp - 1 else 0.0)
             tail = max(0.0, self.dp_free[s] - self.compute_free[s]) + gather
-            summaries.append({
-                "stage": s, "layers": self.layers[s], "memory_bytes": memory, "allocator_peak": memory["allocator_peak"],
-                "peak_moment": moment, "busy_s": self.busy[s], "step_share": self.busy[s] / step,
-                "compute_s": compute, "communication_s": self.busy[s] - compute + self.pp_wait[s] + tail,
-                "bubble_s": self.bubble[s], "end_s": ends[s],
-            })
+            summaries.append(
+                {
+                    "stage": s,
+                    "layers": self.layers[s],
+                    "memory_bytes": memory,
+                    "allocator_peak": memory["allocator_peak"],
+                    "peak_moment": moment,
+                    "busy_s": self.busy[s],
+                    "step_share": self.busy[s] / step,
+                    "compute_s": compute,
+                    "communication_s": self.busy[s] - compute + self.pp_wait[s] + tail,
+                    "bubble_s": self.bubble[s],
+                    "end_s": ends[s],
+                }
+            )
         return summaries
 
     def _result(self, step: float, s: int, ends: list[float]) -> StepResult:
         """Categories of the stage that finishes last; they add up to its step time."""
         ev, ops = self.eval, self.eval.ops
         ops_per_stage = self.m * self.layout.vpp
-        categories = {name: ops_per_stage * float(np.sum(ops.forward.get(name, 0.0)) + np.sum(ops.backward.get(name, 0.0)))
-                      for name in CATEGORIES}
+        categories = {
+            name: ops_per_stage * float(np.sum(ops.forward.get(name, 0.0)) + np.sum(ops.backward.get(name, 0.0)))
+            for name in CATEGORIES
+        }
         if s == self.layout.pp - 1:
             for name in CATEGORIES:
                 categories[name] += self.m * float(np.sum(ops.head_category(name)))
@@ -292,12 +317,20 @@ class EventSimulation:
         categories["optimizer"] = float(ev.optimizer_s[0])
         tokens = self.eval.tokens_per_s[0] * self.eval.step_s[0]
         return StepResult(
-            layout=self.layout, step_s=step, tokens_per_s=tokens / step, mfu=float(ev.mfu[0] * ev.step_s[0] / step),
+            layout=self.layout,
+            step_s=step,
+            tokens_per_s=tokens / step,
+            mfu=float(ev.mfu[0] * ev.step_s[0] / step),
             categories=categories,
             memory={name: float(value[0]) for name, value in ev.memory.items()},
             comm_bytes={name: float(value[0]) for name, value in ev.comm.bytes_per_step.items()},
-            micro_batches=self.m, timeline=sorted(self.events, key=lambda e: (e["stream"], e["start_us"])),
-            notes=[f"timeline cut at {MAX_TIMELINE_EVENTS:,} events ({self.events_dropped:,} more not kept); "
-                   f"the step time counts them all"] * (self.events_dropped > 0),
-            stages=self.stage_summaries(step, ends), memory_stage=int(ev.memory_stage[0]),
+            micro_batches=self.m,
+            timeline=sorted(self.events, key=lambda e: (e["stream"], e["start_us"])),
+            notes=[
+                f"timeline cut at {MAX_TIMELINE_EVENTS:,} events ({self.events_dropped:,} more not kept); "
+                f"the step time counts them all"
+            ]
+            * (self.events_dropped > 0),
+            stages=self.stage_summaries(step, ends),
+            memory_stage=int(ev.memory_stage[0]),
         )

@@ -48,58 +48,84 @@ class PlanSpec:
     gpus: int = _required("GPUs in the cluster")
     global_batch: int = _required("sequences per optimizer step")
     seq_len: int = _required("tokens per sequence")
-    hardware: str = _with_default("system preset: dgx-a100, dgx-h100, h200, dgx-b200, gb200-nvl72, gb300-nvl72 "
-                                  "(default dgx-h100)", "dgx-h100")
-    gpus_per_node: int | None = _with_default("GPUs per host, i.e. per Slurm node or compute tray (default: the "
-                                              "hardware preset's); where the preset's NVLink domain is its host, the "
-                                              "domain follows")
+    hardware: str = _with_default(
+        "system preset: dgx-a100, dgx-h100, h200, dgx-b200, gb200-nvl72, gb300-nvl72 (default dgx-h100)", "dgx-h100"
+    )
+    gpus_per_node: int | None = _with_default(
+        "GPUs per host, i.e. per Slurm node or compute tray (default: the "
+        "hardware preset's); where the preset's NVLink domain is its host, the "
+        "domain follows"
+    )
     nvlink_domain: int | None = _with_default(
         "GPUs in one NVLink domain, a whole number of hosts that divides the GPU count (default: the preset's: "
-        "8 on DGX/HGX H100, H200 and B200, 72 on GB200/GB300 NVL72). Groups inside one domain run on NVLink")
+        "8 on DGX/HGX H100, H200 and B200, 72 on GB200/GB300 NVL72). Groups inside one domain run on NVLink"
+    )
     bandwidth: str | None = _with_default("price collectives from this measured run directory")
-    inter_network: str | None = _with_default("replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)")
+    inter_network: str | None = _with_default(
+        "replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)"
+    )
     processor: str | None = _with_default(
         "replace the hardware preset's processor: a processor preset (a100, h100, h200, b200, gb200, gb300) or a "
-        "JSON file in its format")
+        "JSON file in its format"
+    )
     precision: str = _with_default("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
     compute_precision: str = _with_default(
         "the number format of the linear layers' GEMMs, by Transformer Engine recipe: bf16 (default), fp8-delayed "
         "(DelayedScaling), fp8-current (Float8CurrentScaling), fp8-blockwise (Float8BlockScaling), mxfp8 "
         "(MXFP8BlockScaling, Blackwell), nvfp4 (NVFP4BlockScaling, Blackwell). Priced at the processor's peak in that "
         "format plus the casts, scales and transposed copies; attention core, embedding, output layer and router stay "
-        "BF16. Apart from --precision, which says the bytes kept per parameter", "bf16")
+        "BF16. Apart from --precision, which says the bytes kept per parameter",
+        "bf16",
+    )
     fp8_param_gather: bool = _with_default(
         "keep the weights in the compute precision's format and gather them so (Megatron's --fp8-param-gather): "
-        "ZeRO/FSDP parameter gathers move 1 byte per parameter instead of 2, and no BF16 weight copy is kept", False)
-    execution: str = _with_default("how the framework runs the step (kernels fused, attention, collectives overlapped): "
-                                   "megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager; megatron (the "
-                                   "default) is megatron-core; the list with assumptions is at the end of plan --help",
-                                   "megatron")
+        "ZeRO/FSDP parameter gathers move 1 byte per parameter instead of 2, and no BF16 weight copy is kept",
+        False,
+    )
+    execution: str = _with_default(
+        "how the framework runs the step (kernels fused, attention, collectives overlapped): "
+        "megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager; megatron (the "
+        "default) is megatron-core; the list with assumptions is at the end of plan --help",
+        "megatron",
+    )
     slowdown: float | None = _with_default(
-        f"measured compute slowdown while communication overlaps (e.g. 0.13); default {DEFAULT_SLOWDOWN_WORDS}")
+        f"measured compute slowdown while communication overlaps (e.g. 0.13); default {DEFAULT_SLOWDOWN_WORDS}"
+    )
     overlap_run: str | None = _with_default("take the slowdown from this `commbench overlap` run directory")
     top: int = _with_default("layouts to show (default 5)", 5)
     routing: str | None = _with_default(
         "MoE router skew pricing EP's all-to-alls: uniform | zipf:S | dirichlet:ALPHA | file:PATH "
-        "(default: the model preset's documented default, else uniform)")
+        "(default: the model preset's documented default, else uniform)"
+    )
 
     dispatcher: str = _with_default(
         "MoE token dispatcher: alltoall (default), allgather, or flex (DeepEP: RDMA across nodes once per "
-        "node, NVLink inside)", "alltoall")
-    dispatch_dtype: str = _with_default("MoE dispatch element type: bf16 (default) or fp8 (DeepSeek-V3's recipe; "
-                                        "the combine stays bf16)", "bf16")
+        "node, NVLink inside)",
+        "alltoall",
+    )
+    dispatch_dtype: str = _with_default(
+        "MoE dispatch element type: bf16 (default) or fp8 (DeepSeek-V3's recipe; the combine stays bf16)", "bf16"
+    )
     moe_overlap: str = _with_default(
         "MoE communication overlap: none (default), shared-expert (shared experts beside the dispatch), "
-        "1f1b-a2a (one micro-batch's all-to-alls behind another's compute), or both", "none")
+        "1f1b-a2a (one micro-batch's all-to-alls behind another's compute), or both",
+        "none",
+    )
     capacity_factor: float | None = _with_default(
-        "MoE expert capacity factor: token copies over it are dropped (default: dropless)")
-    pad_to_capacity: bool = _with_default("with --capacity-factor: every expert computes its full capacity "
-                                          "(--moe-pad-expert-input-to-capacity)", False)
+        "MoE expert capacity factor: token copies over it are dropped (default: dropless)"
+    )
+    pad_to_capacity: bool = _with_default(
+        "with --capacity-factor: every expert computes its full capacity (--moe-pad-expert-input-to-capacity)", False
+    )
 
     def __post_init__(self):
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
-        for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN),
-                           ("top", MAX_TOP)):
+        for name, high in (
+            ("gpus", MAX_GPUS),
+            ("global_batch", MAX_GLOBAL_BATCH),
+            ("seq_len", MAX_SEQ_LEN),
+            ("top", MAX_TOP),
+        ):
             object.__setattr__(self, name, whole_number(option(name), getattr(self, name), 1, high))
         for name, high in (("gpus_per_node", MAX_GPUS_PER_NODE), ("nvlink_domain", MAX_GPUS)):
             if getattr(self, name) is not None:
@@ -107,11 +133,15 @@ class PlanSpec:
         if self.fp8_param_gather not in (True, False):
             raise UsageError(f"{option('fp8_param_gather')} is on or off, not {self.fp8_param_gather!r}")
         if self.fp8_param_gather and self.compute_precision == "bf16":
-            raise UsageError(f"{option('fp8_param_gather')} needs a quantised {option('compute_precision')} (fp8-..., "
-                             "mxfp8 or nvfp4), not bf16")
+            raise UsageError(
+                f"{option('fp8_param_gather')} needs a quantised {option('compute_precision')} (fp8-..., "
+                "mxfp8 or nvfp4), not bf16"
+            )
         if self.precision == "fp32" and self.compute_precision != "bf16":
-            raise UsageError(f"{option('precision')} fp32 trains without autocast; "
-                             f"{option('compute_precision')} {self.compute_precision} needs a mixed-precision variant")
+            raise UsageError(
+                f"{option('precision')} fp32 trains without autocast; "
+                f"{option('compute_precision')} {self.compute_precision} needs a mixed-precision variant"
+            )
         for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS), ("compute_precision", RECIPES)):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
@@ -128,15 +158,23 @@ class PlanSpec:
     def _check_moe_choices(self) -> None:
         from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS
 
-        for name, known in (("dispatcher", DISPATCHERS), ("dispatch_dtype", tuple(DISPATCH_DTYPES)),
-                            ("moe_overlap", MOE_OVERLAPS)):
+        for name, known in (
+            ("dispatcher", DISPATCHERS),
+            ("dispatch_dtype", tuple(DISPATCH_DTYPES)),
+            ("moe_overlap", MOE_OVERLAPS),
+        ):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
         factor = self.capacity_factor
-        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                                   or not (math.isfinite(factor) and 0 < factor <= MAX_CAPACITY_FACTOR)):
-            raise UsageError(f"{option('capacity_factor')} must be a number above 0 and at most "
-                             f"{MAX_CAPACITY_FACTOR:g}, not {factor!r}")
+        if factor is not None and (
+            isinstance(factor, bool)
+            or not isinstance(factor, (int, float))
+            or not (math.isfinite(factor) and 0 < factor <= MAX_CAPACITY_FACTOR)
+        ):
+            raise UsageError(
+                f"{option('capacity_factor')} must be a number above 0 and at most "
+                f"{MAX_CAPACITY_FACTOR:g}, not {factor!r}"
+            )
         if self.pad_to_capacity and factor is None:
             raise UsageError(f"{option('pad_to_capacity')} needs {option('capacity_factor')}")
 
@@ -144,10 +182,14 @@ class PlanSpec:
         """The job's MoEExecution from these options."""
         from commbench.modeling.job import MoEExecution
 
-        return MoEExecution(dispatcher=self.dispatcher, dispatch_dtype=self.dispatch_dtype,
-                            shared_expert_overlap=self.moe_overlap in ("shared-expert", "both"),
-                            a2a_overlap=self.moe_overlap in ("1f1b-a2a", "both"),
-                            capacity_factor=self.capacity_factor, pad_to_capacity=self.pad_to_capacity)
+        return MoEExecution(
+            dispatcher=self.dispatcher,
+            dispatch_dtype=self.dispatch_dtype,
+            shared_expert_overlap=self.moe_overlap in ("shared-expert", "both"),
+            a2a_overlap=self.moe_overlap in ("1f1b-a2a", "both"),
+            capacity_factor=self.capacity_factor,
+            pad_to_capacity=self.pad_to_capacity,
+        )
 
     @staticmethod
     def doc(name: str) -> str:
@@ -173,8 +215,11 @@ def option(name: str) -> str:
 def checked_slowdown(factor: float) -> float:
     """The compute slowdown if it is a fraction of extra compute time in [0, MAX_SLOWDOWN]: NaN or
     infinity would reach every figure of the plan."""
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
-            math.isfinite(factor) and 0 <= factor <= MAX_SLOWDOWN):
+    if (
+        isinstance(factor, bool)
+        or not isinstance(factor, (int, float))
+        or not (math.isfinite(factor) and 0 <= factor <= MAX_SLOWDOWN)
+    ):
         raise UsageError(f"the compute slowdown must be between 0 and {MAX_SLOWDOWN:g}, not {factor!r}")
     return factor
 
@@ -190,10 +235,17 @@ def build_planner(spec: PlanSpec) -> Planner:
     model = load_model(spec.model)
     routing = routing_of(spec, model.name)[0]
     cluster = Cluster(spec.gpus, system, _collective_cost(spec, system, routing), **_slowdown_figures(spec))
-    job = TrainingJob(model, spec.seq_len, spec.global_batch, PRECISIONS[spec.precision],
-                      execution=EXECUTIONS[spec.execution], routing=routing,
-                      compute=checked_recipe(spec.compute_precision, system.processor),
-                      quantised_param_gather=spec.fp8_param_gather, moe_execution=spec.moe_execution())
+    job = TrainingJob(
+        model,
+        spec.seq_len,
+        spec.global_batch,
+        PRECISIONS[spec.precision],
+        execution=EXECUTIONS[spec.execution],
+        routing=routing,
+        compute=checked_recipe(spec.compute_precision, system.processor),
+        quantised_param_gather=spec.fp8_param_gather,
+        moe_execution=spec.moe_execution(),
+    )
     return Planner(job, cluster)
 
 

@@ -77,9 +77,16 @@ class OpCosts:
         return self.head_forward.get(name, 0.0) + self.head_backward.get(name, 0.0)
 
 
-def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Cluster, layers: np.ndarray,
-             tp_forward_overlap: bool = False, moe_execution: MoEExecution | None = None,
-             moe_share: float = 0.0) -> OpCosts:
+def op_costs(
+    batch: LayoutBatch,
+    lc: LayerCompute,
+    cc: CommCosts,
+    cluster: Cluster,
+    layers: np.ndarray,
+    tp_forward_overlap: bool = False,
+    moe_execution: MoEExecution | None = None,
+    moe_share: float = 0.0,
+) -> OpCosts:
     slow = {name: cluster.slowdown(group) for name, group in cc.groups.items()}
     ep_fwd, ep_bwd = _exposed_ep(lc, cc, slow, moe_execution or MoEExecution(), moe_share)
     fwd = _layer_forward(lc, cc, slow, tp_forward_overlap, ep_fwd)
@@ -90,10 +97,18 @@ def op_costs(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, cluster: Clust
     forward["dp"] = forward["dp"] + cc.zero3.fwd
     backward["dp"] = backward["dp"] + cc.zero3.fwd
     full = full_recompute_share(batch, layers)
-    comm_fwd = {"tp": layers * cc.tp.fwd, "cp": layers * cc.cp.fwd, "ep": layers * cc.ep.fwd, "dp": layers * cc.zero3.fwd}
-    comm_bwd = {"tp": layers * (cc.tp.bwd_blocking + cc.tp.bwd_overlapped + full * cc.tp.fwd),
-                "cp": layers * (cc.cp.bwd + full * cc.cp.fwd), "ep": layers * (cc.ep.bwd + full * cc.ep.fwd),
-                "dp": layers * (cc.zero3.bwd + cc.zero3.bwd_blocking)}
+    comm_fwd = {
+        "tp": layers * cc.tp.fwd,
+        "cp": layers * cc.cp.fwd,
+        "ep": layers * cc.ep.fwd,
+        "dp": layers * cc.zero3.fwd,
+    }
+    comm_bwd = {
+        "tp": layers * (cc.tp.bwd_blocking + cc.tp.bwd_overlapped + full * cc.tp.fwd),
+        "cp": layers * (cc.cp.bwd + full * cc.cp.fwd),
+        "ep": layers * (cc.ep.bwd + full * cc.ep.fwd),
+        "dp": layers * (cc.zero3.bwd + cc.zero3.bwd_blocking),
+    }
     head_forward, head_backward = _head(lc, cc, slow)
     return OpCosts(forward, backward, head_forward, head_backward, comm_fwd, comm_bwd)
 
@@ -111,8 +126,9 @@ def _forward_tp(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], ov
     return np.maximum(0.0, cc.tp.fwd - lc.fwd_gemm), slow["tp"] * np.minimum(cc.tp.fwd, lc.fwd_gemm)
 
 
-def _exposed_ep(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], options: MoEExecution,
-                moe_share: float) -> tuple[tuple, tuple]:
+def _exposed_ep(
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], options: MoEExecution, moe_share: float
+) -> tuple[tuple, tuple]:
     """((exposed, slowdown) forward, the same backward) of the EP exchange per layer. Shared-expert
     overlap hides it behind the MoE layer's shared experts; 1F1B A2A overlap (with two micro-batches
     in flight) behind the other micro-batch's pass: the forward's behind a backward, and back."""
@@ -129,20 +145,33 @@ def _exposed_ep(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], op
     return pairs[0], pairs[1]
 
 
-def _layer_forward(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool,
-                   ep: tuple) -> dict[str, np.ndarray]:
+def _layer_forward(
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool, ep: tuple
+) -> dict[str, np.ndarray]:
     cp_exposed, cp_slowdown = _exposed_ring(lc, cc, slow)
     tp_exposed, tp_slowdown = _forward_tp(lc, cc, slow, tp_overlap)
-    fwd = {"compute": lc.forward, "tp": tp_exposed, "ep": ep[0], "cp": cp_exposed,
-           "slowdown": cp_slowdown + tp_slowdown + ep[1]}
+    fwd = {
+        "compute": lc.forward,
+        "tp": tp_exposed,
+        "ep": ep[0],
+        "cp": cp_exposed,
+        "slowdown": cp_slowdown + tp_slowdown + ep[1],
+    }
     fwd_base = sum(fwd.values())
     fwd["dp"] = np.maximum(0.0, cc.zero3.fwd - fwd_base)
     fwd["slowdown"] = fwd["slowdown"] + slow["dp"] * np.minimum(cc.zero3.fwd, lc.forward)
     return fwd
 
 
-def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray],
-                    tp_overlap: bool, layers, ep: tuple) -> dict[str, np.ndarray]:
+def _layer_backward(
+    batch: LayoutBatch,
+    lc: LayerCompute,
+    cc: CommCosts,
+    slow: dict[str, np.ndarray],
+    tp_overlap: bool,
+    layers,
+    ep: tuple,
+) -> dict[str, np.ndarray]:
     full = full_recompute_share(batch, layers)  # full recompute repeats the forward's blocking communication
     cp_f_exposed, cp_f_slow = _exposed_ring(lc, cc, slow)
     tp_f_exposed, tp_f_slow = _forward_tp(lc, cc, slow, tp_overlap)
@@ -153,8 +182,12 @@ def _layer_backward(batch: LayoutBatch, lc: LayerCompute, cc: CommCosts, slow: d
         "tp": cc.tp.bwd_blocking + np.maximum(0.0, cc.tp.bwd_overlapped - lc.bwd_gemm) + full * tp_f_exposed,
         "ep": ep[0] + full * cc.ep.fwd,
         "cp": np.maximum(0.0, cc.cp.bwd - lc.bwd_attention) + full * cp_f_exposed,
-        "slowdown": (ep[1] + slow["tp"] * np.minimum(cc.tp.bwd_overlapped, lc.bwd_gemm)
-                     + slow["cp"] * np.minimum(cc.cp.bwd, lc.bwd_attention) + full * (cp_f_slow + tp_f_slow)),
+        "slowdown": (
+            ep[1]
+            + slow["tp"] * np.minimum(cc.tp.bwd_overlapped, lc.bwd_gemm)
+            + slow["cp"] * np.minimum(cc.cp.bwd, lc.bwd_attention)
+            + full * (cp_f_slow + tp_f_slow)
+        ),
     }
     bwd_base = sum(bwd.values())
     bwd["dp"] = np.maximum(0.0, cc.zero3.bwd - bwd_base) + cc.zero3.bwd_blocking
@@ -166,9 +199,11 @@ def _head(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) -> tuple
     # the head's weight-gradient GEMM takes as long as its forward GEMM (head_fwd also has the loss, a small share)
     head_wgrad = lc.head_fwd
     head_forward = {"compute": lc.head_fwd, "tp": cc.tp.head_fwd}
-    head_backward = {"compute": lc.head_bwd,
-                     "tp": cc.tp.head_bwd_blocking + np.maximum(0.0, cc.tp.head_bwd_overlapped - head_wgrad),
-                     "slowdown": slow["tp"] * np.minimum(cc.tp.head_bwd_overlapped, head_wgrad)}
+    head_backward = {
+        "compute": lc.head_bwd,
+        "tp": cc.tp.head_bwd_blocking + np.maximum(0.0, cc.tp.head_bwd_overlapped - head_wgrad),
+        "slowdown": slow["tp"] * np.minimum(cc.tp.head_bwd_overlapped, head_wgrad),
+    }
     return head_forward, head_backward
 
 
@@ -204,8 +239,16 @@ class StepModel:
         proc = cluster.system.processor
         cc = communication(job, batch, cluster.cost, cluster.nvlink_domain)
         m = micro_batches(job, batch)
-        ops = op_costs(batch, layer_compute(job, batch, proc, m), cc, cluster, layers_per_chunk(job, batch),
-                       job.execution.tp_forward_overlap, job.moe_execution, job.model.moe_layers / job.model.layers)
+        ops = op_costs(
+            batch,
+            layer_compute(job, batch, proc, m),
+            cc,
+            cluster,
+            layers_per_chunk(job, batch),
+            job.execution.tp_forward_overlap,
+            job.moe_execution,
+            job.model.moe_layers / job.model.layers,
+        )
         categories = self._pipeline_categories(batch, ops, cc, m)
         exposed, dp_overlap_slowdown = self._gradient_reduction(batch, ops, cc, m)
         categories["dp"] = categories["dp"] + exposed + cc.dp.param_gather
@@ -221,9 +264,19 @@ class StepModel:
         flops = job.model.model_flops_per_token(job.seq_len) * tokens
         memory, memory_stage = heaviest_stage_memory(job, batch)
         return Evaluation(
-            batch=batch, step_s=step, categories=categories, memory=memory, memory_stage=memory_stage, job=job,
-            tokens_per_s=tokens / step, mfu=flops / (step * batch.dp * batch.tp * batch.pp * batch.cp * proc.peak_flops),
-            ops=ops, comm=cc, micro_batches=m, optimizer_s=optimizer, overlap_slowdown=overlap_slowdown,
+            batch=batch,
+            step_s=step,
+            categories=categories,
+            memory=memory,
+            memory_stage=memory_stage,
+            job=job,
+            tokens_per_s=tokens / step,
+            mfu=flops / (step * batch.dp * batch.tp * batch.pp * batch.cp * proc.peak_flops),
+            ops=ops,
+            comm=cc,
+            micro_batches=m,
+            optimizer_s=optimizer,
+            overlap_slowdown=overlap_slowdown,
             accumulation_s=accumulation,
         )
 
@@ -238,7 +291,9 @@ class StepModel:
         categories["bubble"] = (p - 1) * (f + b) + (p - 1) * (ops.head_fwd + ops.head_bwd) / v * (p > 1)
         # fill and drain cross every boundary; in steady state a stage's sends (one per op) can
         # outlast its compute, and then the pipeline runs at the pace of its pp stream
-        categories["pp"] = np.where(p > 1, 2 * (p * v - 1) * cc.pp.p2p + m * v * np.maximum(0.0, 2 * cc.pp.p2p - (f + b)), 0.0)
+        categories["pp"] = np.where(
+            p > 1, 2 * (p * v - 1) * cc.pp.p2p + m * v * np.maximum(0.0, 2 * cc.pp.p2p - (f + b)), 0.0
+        )
         return categories
 
     def _gradient_reduction(self, batch: LayoutBatch, ops: OpCosts, cc: CommCosts, m: np.ndarray):
@@ -277,4 +332,6 @@ class StepModel:
         group from the given ZeRO stage on; experts over their expert-data-parallel group."""
         dense, expert = stage_parameters(self.job, batch)
         sharded = batch.zero >= sharded_from_zero
-        return dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(sharded, expert_data_parallel(batch), 1)
+        return dense / np.where(sharded, batch.dp * batch.cp, 1) + expert / np.where(
+            sharded, expert_data_parallel(batch), 1
+        )

@@ -25,10 +25,7 @@ def node_name(override: str | None = None) -> str:
     """The name this node goes by: the override, else $COMMBENCH_NODE_NAME, else Slurm's
     $SLURMD_NODENAME (the name the job was scheduled on), else the hostname."""
     return (
-        override
-        or os.environ.get("COMMBENCH_NODE_NAME")
-        or os.environ.get("SLURMD_NODENAME")
-        or socket.gethostname()
+        override or os.environ.get("COMMBENCH_NODE_NAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     )
 
 

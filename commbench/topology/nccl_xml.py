@@ -137,7 +137,7 @@ def _pcie_word(a: _Placement, b: _Placement) -> str:
 
 
 def _slot(bus_id: str) -> str:
-    """"0000:a8:00.1" -> "0000:a8:00": the device, without its function number."""
+    """ "0000:a8:00.1" -> "0000:a8:00": the device, without its function number."""
     return bus_id.rsplit(".", 1)[0]
 
 
@@ -150,7 +150,7 @@ def _affinity_cpus(mask: str | None) -> str | None:
 
 
 def _pcie_generation(link_speed: str | None) -> int | None:
-    """"32.0 GT/s PCIe" -> 5."""
+    """ "32.0 GT/s PCIe" -> 5."""
     try:
         return PCIE_GENERATION_BY_GTS.get(float(link_speed.split()[0]))
     except (AttributeError, IndexError, ValueError):

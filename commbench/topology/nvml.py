@@ -119,8 +119,12 @@ def read_fabric(nvml, handle) -> NvlinkFabric | None:
     if info is None or info.state == 0:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
         return None
     state = FABRIC_STATE_WORDS.get(info.state, f"state {info.state}")
-    return NvlinkFabric(cluster_uuid=_uuid(bytes(info.clusterUuid)), clique_id=int(info.cliqueId), state=state,
-                        status=int(info.status) if state == "completed" else None)
+    return NvlinkFabric(
+        cluster_uuid=_uuid(bytes(info.clusterUuid)),
+        clique_id=int(info.cliqueId),
+        state=state,
+        status=int(info.status) if state == "completed" else None,
+    )
 
 
 def _uuid(raw: bytes) -> str:
@@ -179,7 +183,7 @@ def _nvlink_version_names(nvml) -> dict[int, str]:
     """nvmlNvlinkVersion_t is an enum (A100 reports 5 = NVLink 3.1): map it to "3.1" etc."""
     prefix = "NVML_NVLINK_VERSION_"
     return {
-        getattr(nvml, name): name[len(prefix):].replace("_", ".")
+        getattr(nvml, name): name[len(prefix) :].replace("_", ".")
         for name in dir(nvml)
         if name.startswith(prefix) and name[len(prefix)].isdigit()
     }

@@ -141,7 +141,9 @@ def _print_p2p(node: NodeTopology, console: Console) -> None:
     if all(word == "OK" for word in pairs):
         console.print("P2P read: OK between every pair of GPUs")
         return
-    table = Table(title="P2P read (OK, CNS chipset / GNS GPU / TNS topology not supported, NS not supported, U unknown)")
+    table = Table(
+        title="P2P read (OK, CNS chipset / GNS GPU / TNS topology not supported, NS not supported, U unknown)"
+    )
     labels = [f"GPU{gpu.index}" for gpu in node.gpus]
     table.add_column("")
     for label in labels:
@@ -170,11 +172,13 @@ def _pcie(gpu: Gpu) -> str:
 
 
 def _nvlink_summary(gpu: Gpu, gpu_labels: dict[str | None, str]) -> str:
-    """"18 -> NVSwitch (v4.0)" or "2 -> GPU1, 2 -> GPU3", plus inactive links."""
+    """ "18 -> NVSwitch (v4.0)" or "2 -> GPU1, 2 -> GPU3", plus inactive links."""
     active = [link for link in gpu.nvlinks if link.active]
     if not gpu.nvlinks:
         return ""
-    groups = Counter((link.remote_type, link.remote_pci_bus_id if link.remote_type == "GPU" else None) for link in active)
+    groups = Counter(
+        (link.remote_type, link.remote_pci_bus_id if link.remote_type == "GPU" else None) for link in active
+    )
     versions = {link.version for link in active if link.version}
     parts = [
         f"{count} -> {gpu_labels.get(remote_bus, remote_bus) if remote_bus else remote_type}"

@@ -58,7 +58,6 @@ _COLLECTIVE_CALL_PREFIXES = ("c10d::", "record_param_comms", "nccl:")
 DEFAULT_TIMELINE_LIMIT = 50_000
 
 
-
 # a trace's pid or tid as written: a number, a name, or None
 LaneId = int | float | str | None
 
@@ -115,9 +114,7 @@ class TraceAnalysis:
         return figures
 
 
-def analyse_traces(
-    paths: Sequence[str | Path], *, timeline_limit: int = DEFAULT_TIMELINE_LIMIT
-) -> TraceAnalysis:
+def analyse_traces(paths: Sequence[str | Path], *, timeline_limit: int = DEFAULT_TIMELINE_LIMIT) -> TraceAnalysis:
     """Read each trace (one rank per file, .json or .json.gz) and measure its overlap.
 
     Raises UsageError for a missing file or one that is not a chrome trace; a trace cut short is
@@ -136,9 +133,7 @@ def analyse_traces(
         + [start for rank_windows in windows for _, start, _ in rank_windows],
         default=0.0,
     )
-    analyses = [
-        _analyse_rank(*arguments, origin) for arguments in zip(ranks, recordings, activities, windows)
-    ]
+    analyses = [_analyse_rank(*arguments, origin) for arguments in zip(ranks, recordings, activities, windows)]
     per_rank_limit = max(1, timeline_limit // len(recordings))
     timeline, capped = [], False
     for rank, recording in zip(ranks, recordings):
@@ -274,8 +269,7 @@ class _RankRecording:
         return [
             lane
             for lane in self.lanes.values()
-            if lane.category != _COLLECTIVE_CALL
-            and (lane.on_gpu or lane.category == COMMUNICATION or not on_gpu)
+            if lane.category != _COLLECTIVE_CALL and (lane.on_gpu or lane.category == COMMUNICATION or not on_gpu)
         ]
 
     def activity(self) -> _RankActivity:

@@ -31,7 +31,17 @@ _HOVER = (
     "<br>time %{customdata[3]:.2f} us (p10 %{customdata[4]:.2f}, p90 %{customdata[5]:.2f}, cv %{customdata[6]:.3f})"
     "<br>algbw %{customdata[7]:.3f} GB/s, busbw %{customdata[8]:.3f} GB/s<extra></extra>"
 )
-_HOVER_COLUMNS = ["size_label", "count", "dtype", "time_us", "time_us_p10", "time_us_p90", "cv", "algbw_gbps", "busbw_gbps"]
+_HOVER_COLUMNS = [
+    "size_label",
+    "count",
+    "dtype",
+    "time_us",
+    "time_us_p10",
+    "time_us_p90",
+    "cv",
+    "algbw_gbps",
+    "busbw_gbps",
+]
 
 
 def select_records(frame: pd.DataFrame, op: str | None, scopes: list[str] | None, in_place: str) -> pd.DataFrame:
@@ -79,27 +89,54 @@ def bandwidth_figure(
     for keys, series in frame.groupby(SERIES_KEYS, sort=False):
         name, colour = series_name(*keys), colours[keys]
         drawn = series[series[metric] > 0]
-        figure.add_trace(trace_class(
-            x=drawn["size_bytes"], y=drawn[metric], mode="lines+markers", name=name, legendgroup=name,
-            line={"color": colour}, customdata=_hover_data(drawn), hovertemplate=_HOVER,
-        ))
+        figure.add_trace(
+            trace_class(
+                x=drawn["size_bytes"],
+                y=drawn[metric],
+                mode="lines+markers",
+                name=name,
+                legendgroup=name,
+                line={"color": colour},
+                customdata=_hover_data(drawn),
+                hovertemplate=_HOVER,
+            )
+        )
         if fitted:
             _add_fit(figure, series, metric, name, colour)
     # A trace rather than add_hline: hline annotations are placed wrongly on log axes.
     span = [frame["size_bytes"].min(), frame["size_bytes"].max()]
     for label, gbps in references or []:
-        figure.add_trace(go.Scatter(x=span, y=[gbps, gbps], mode="lines", name=f"nominal {label}: {gbps:g} GB/s",
-                                    line={"dash": "dot", "color": "#555"},
-                                    hovertemplate=f"nominal {label}: {gbps:g} GB/s<extra></extra>"))
+        figure.add_trace(
+            go.Scatter(
+                x=span,
+                y=[gbps, gbps],
+                mode="lines",
+                name=f"nominal {label}: {gbps:g} GB/s",
+                line={"dash": "dot", "color": "#555"},
+                hovertemplate=f"nominal {label}: {gbps:g} GB/s<extra></extra>",
+            )
+        )
     figure.update_layout(
-        template="plotly_white", height=460, hovermode="closest", legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
+        height=460,
+        hovermode="closest",
+        legend={"orientation": "h", "y": -0.2},
         xaxis={"title": "message size (bytes, log)", **size_ticks(frame["size_bytes"])},
         yaxis={"title": METRICS[metric] + ", log", **rate_ticks([*frame[metric], *(g for _, g in references or [])])},
         margin={"t": 30},
     )
     if no_reference and not references:
-        figure.add_annotation(text=no_reference, showarrow=False, xref="paper", yref="paper", x=0, y=1.02,
-                              xanchor="left", yanchor="bottom", font={"size": 11, "color": "#555"})
+        figure.add_annotation(
+            text=no_reference,
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=1.02,
+            xanchor="left",
+            yanchor="bottom",
+            font={"size": 11, "color": "#555"},
+        )
     return figure
 
 
@@ -111,8 +148,10 @@ def _hover_data(series: pd.DataFrame) -> np.ndarray:
 def series_entries(series: pd.DataFrame) -> list[Entry]:
     """The bandwidth table's entries of one series: the curves the planner prices and `commbench table`
     prints, built by BandwidthTable from the same records (its choice of rows, times and fit)."""
-    records = [{key: value for key, value in row.items() if not (isinstance(value, float) and math.isnan(value))}
-               for row in series.to_dict("records")]  # a column a record lacks is NaN in the frame
+    records = [
+        {key: value for key, value in row.items() if not (isinstance(value, float) and math.isnan(value))}
+        for row in series.to_dict("records")
+    ]  # a column a record lacks is NaN in the frame
     in_place = bool(series["in_place"].iloc[0])
     return BandwidthTable.from_records(records, in_place=in_place).items
 
@@ -126,13 +165,21 @@ def _add_fit(figure: go.Figure, series: pd.DataFrame, metric: str, name: str, co
         sizes = np.geomspace(entry.sizes.min(), entry.sizes.max(), 64)
         algbw = sizes / model_time_us(fit, sizes, factor) / 1e3  # bytes/us -> GB/s
         shown = algbw * factor if metric == "busbw_gbps" else algbw
-        figure.add_trace(go.Scatter(
-            x=sizes, y=shown, mode="lines", line={"dash": "dash", "width": 1, "color": colour}, legendgroup=name,
-            name=f"fit: {fit.alpha_us:.3g} us + busbw {fit.busbw_gbps:.3g} GB/s (rms {100 * fit.rms_rel_error:.1f}%)",
-            meta={"alpha_us": fit.alpha_us, "busbw_gbps": fit.busbw_gbps, "op": entry.op, "dtype": entry.dtype},
-            hovertemplate=(f"model: {fit.alpha_us:.3f} us latency, {fit.busbw_gbps:.4g} GB/s busbw"
-                           "<br>%{x:,.0f} B: %{y:.3f} GB/s<extra></extra>"),
-        ))
+        figure.add_trace(
+            go.Scatter(
+                x=sizes,
+                y=shown,
+                mode="lines",
+                line={"dash": "dash", "width": 1, "color": colour},
+                legendgroup=name,
+                name=f"fit: {fit.alpha_us:.3g} us + busbw {fit.busbw_gbps:.3g} GB/s (rms {100 * fit.rms_rel_error:.1f}%)",
+                meta={"alpha_us": fit.alpha_us, "busbw_gbps": fit.busbw_gbps, "op": entry.op, "dtype": entry.dtype},
+                hovertemplate=(
+                    f"model: {fit.alpha_us:.3f} us latency, {fit.busbw_gbps:.4g} GB/s busbw"
+                    "<br>%{x:,.0f} B: %{y:.3f} GB/s<extra></extra>"
+                ),
+            )
+        )
 
 
 def latency_figure(frame: pd.DataFrame) -> go.Figure:
@@ -144,18 +191,34 @@ def latency_figure(frame: pd.DataFrame) -> go.Figure:
     trace_class = scatter_class(len(small))
     colours = series_colours(frame)
     for keys, series in small.groupby(SERIES_KEYS, sort=False):
-        figure.add_trace(trace_class(
-            x=series["size_bytes"], y=series["time_us"], mode="lines+markers", name=series_name(*keys),
-            line={"color": colours[keys]},
-            error_y={"type": "data", "symmetric": False, "array": series["time_us_p90"] - series["time_us"],
-                     "arrayminus": series["time_us"] - series["time_us_p10"]},
-            customdata=_hover_data(series), hovertemplate=_HOVER,
-        ))
+        figure.add_trace(
+            trace_class(
+                x=series["size_bytes"],
+                y=series["time_us"],
+                mode="lines+markers",
+                name=series_name(*keys),
+                line={"color": colours[keys]},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": series["time_us_p90"] - series["time_us"],
+                    "arrayminus": series["time_us"] - series["time_us_p10"],
+                },
+                customdata=_hover_data(series),
+                hovertemplate=_HOVER,
+            )
+        )
     figure.update_layout(
-        template="plotly_white", height=360, hovermode="closest", showlegend=False, margin={"t": 30},
+        template="plotly_white",
+        height=360,
+        hovermode="closest",
+        showlegend=False,
+        margin={"t": 30},
         xaxis={"title": "message size (bytes, log)", **size_ticks(small["size_bytes"])},
-        yaxis={"title": "time per call (log)", **time_ticks([*small["time_us_p10"], *small["time_us_p90"],
-                                                             *small["time_us"]])},
+        yaxis={
+            "title": "time per call (log)",
+            **time_ticks([*small["time_us_p10"], *small["time_us_p90"], *small["time_us"]]),
+        },
     )
     return figure
 
@@ -163,6 +226,7 @@ def latency_figure(frame: pd.DataFrame) -> go.Figure:
 def table_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """DataTable columns and rows of the chosen records (numbers rounded for reading, not for the CSV)."""
     columns = [c for c in TABLE_COLUMNS if c in frame.columns]
-    shown = frame[columns].round({"time_us": 2, "time_us_p10": 2, "time_us_p90": 2, "algbw_gbps": 3,
-                                  "busbw_gbps": 3, "cv": 4})
+    shown = frame[columns].round(
+        {"time_us": 2, "time_us_p10": 2, "time_us_p90": 2, "algbw_gbps": 3, "busbw_gbps": 3, "cv": 4}
+    )
     return [{"name": c, "id": c} for c in columns], shown.to_dict("records")

@@ -17,8 +17,7 @@ import plotly.graph_objects as go
 WEBGL_POINTS = 2000
 
 # Colours of series (runs, ranks) in order; a series keeps its colour across the figures of a page.
-PALETTE = ["#636efa", "#00cc96", "#ef553b", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff",
-           "#fecb52"]
+PALETTE = ["#636efa", "#00cc96", "#ef553b", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52"]
 
 CATEGORY_COLOURS = {
     "compute": "#1f77b4",
@@ -40,8 +39,9 @@ def message_figure(text: str, title: str | None = None) -> go.Figure:
     """An empty figure that says why there is nothing to draw."""
     figure = go.Figure()
     figure.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
-    figure.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False}, height=260,
-                         template="plotly_white")
+    figure.update_layout(
+        title=title, xaxis={"visible": False}, yaxis={"visible": False}, height=260, template="plotly_white"
+    )
     return figure
 
 
@@ -94,7 +94,7 @@ def log_ticks(values: Iterable[float], label: Callable[[float], str] = plain_num
         return {"type": "log"}
     low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
     mantissas = _MANTISSAS_SHORT if high - low <= _SHORT_SPAN_DECADES else _MANTISSAS_LONG
-    candidates = [m * 10.0 ** e for e in range(low, high + 1) for m in mantissas]
+    candidates = [m * 10.0**e for e in range(low, high + 1) for m in mantissas]
     inside = [t for t in candidates if min(positive) <= t <= max(positive)]
     below = [t for t in candidates if t < min(positive)][-1:]
     above = [t for t in candidates if t > max(positive)][:1]

@@ -27,21 +27,42 @@ def jobs_figure(result: JobEfficiency | None, tables: dict | None, title: str) -
             colour = PALETTE[comms.index(first.comm_id) % len(PALETTE)]
             busbw = np.array([r.job_busbw_gbps for r in row_group])
             bench = np.array([r.benchmark_busbw_gbps for r in row_group])
-            figure.add_trace(go.Scatter(
-                x=[r.size_bytes for r in row_group], y=busbw, mode="markers", marker={"size": 11, "color": colour},
-                name=f"job: {first.comm_name} ({first.comm_id})", legendgroup=first.comm_id, showlegend=column == 1,
-                error_y={"type": "data", "symmetric": False, "array": np.array([r.ci_high for r in row_group]) * bench - busbw,
-                         "arrayminus": busbw - np.array([r.ci_low for r in row_group]) * bench},
-                customdata=[[r.efficiency, r.ci_low, r.ci_high, r.calls, r.scope, r.group_size, ", ".join(r.hosts)]
-                            for r in row_group],
-                hovertemplate="%{customdata[4]} n=%{customdata[5]} on %{customdata[6]}<br>size %{x} B, %{customdata[3]} calls"
-                              "<br>busbw %{y:.4g} GB/s = %{customdata[0]:.1%} of the benchmark"
-                              " (95%: %{customdata[1]:.1%}-%{customdata[2]:.1%})<extra></extra>"), row=1, col=column)
+            figure.add_trace(
+                go.Scatter(
+                    x=[r.size_bytes for r in row_group],
+                    y=busbw,
+                    mode="markers",
+                    marker={"size": 11, "color": colour},
+                    name=f"job: {first.comm_name} ({first.comm_id})",
+                    legendgroup=first.comm_id,
+                    showlegend=column == 1,
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": np.array([r.ci_high for r in row_group]) * bench - busbw,
+                        "arrayminus": busbw - np.array([r.ci_low for r in row_group]) * bench,
+                    },
+                    customdata=[
+                        [r.efficiency, r.ci_low, r.ci_high, r.calls, r.scope, r.group_size, ", ".join(r.hosts)]
+                        for r in row_group
+                    ],
+                    hovertemplate="%{customdata[4]} n=%{customdata[5]} on %{customdata[6]}<br>size %{x} B, %{customdata[3]} calls"
+                    "<br>busbw %{y:.4g} GB/s = %{customdata[0]:.1%} of the benchmark"
+                    " (95%: %{customdata[1]:.1%}-%{customdata[2]:.1%})<extra></extra>",
+                ),
+                row=1,
+                col=column,
+            )
         sizes = sorted({r.size_bytes for r in rows})
         figure.update_xaxes(title_text="message size", row=1, col=column, **size_ticks(sizes))
     figure.update_yaxes(title_text="busbw (GB/s)", row=1, col=1, rangemode="tozero")
-    figure.update_layout(title={"text": title, "font": {"size": 13}}, template="plotly_white", height=480,
-                         margin={"t": 110}, legend={"orientation": "h", "y": -0.25})
+    figure.update_layout(
+        title={"text": title, "font": {"size": 13}},
+        template="plotly_white",
+        height=480,
+        margin={"t": 110},
+        legend={"orientation": "h", "y": -0.25},
+    )
     return figure
 
 
@@ -61,7 +82,9 @@ def _benchmark_curves(figure, rows, tables, column: int) -> None:
         nnodes = max(1, len({h for h in row.hosts}))
         table = tables[row.op in IN_PLACE_OPS]
         try:
-            entry = benchmark_entry(table, row.op, row.scope, row.group_size, (max(1, row.group_size // nnodes), nnodes))
+            entry = benchmark_entry(
+                table, row.op, row.scope, row.group_size, (max(1, row.group_size // nnodes), nnodes)
+            )
         except LookupError:
             continue
         if entry.label in drawn:
@@ -70,12 +93,32 @@ def _benchmark_curves(figure, rows, tables, column: int) -> None:
         low = min(entry.sizes[0], min(r.size_bytes for r in rows))
         high = max(entry.sizes[-1], max(r.size_bytes for r in rows))
         grid = np.geomspace(low, high, 60)
-        figure.add_trace(go.Scatter(x=grid, y=entry.busbw_gbps(grid), mode="lines", line={"color": "#444", "dash": "dot"},
-                                    name=f"benchmark curve: {entry.label}", showlegend=column == 1, legendgroup="bench",
-                                    hovertemplate="benchmark %{y:.4g} GB/s at %{x} B<extra></extra>"), row=1, col=column)
-        figure.add_trace(go.Scatter(x=entry.sizes, y=entry.measured_busbw_gbps, mode="markers",
-                                    marker={"symbol": "x", "color": "#444", "size": 8}, legendgroup="bench",
-                                    name="benchmark: measured sizes", showlegend=column == 1,
-                                    hovertext=[format_size(int(s)) for s in entry.sizes],
-                                    hovertemplate="benchmark measured %{y:.4g} GB/s at %{hovertext}<extra></extra>"),
-                         row=1, col=column)
+        figure.add_trace(
+            go.Scatter(
+                x=grid,
+                y=entry.busbw_gbps(grid),
+                mode="lines",
+                line={"color": "#444", "dash": "dot"},
+                name=f"benchmark curve: {entry.label}",
+                showlegend=column == 1,
+                legendgroup="bench",
+                hovertemplate="benchmark %{y:.4g} GB/s at %{x} B<extra></extra>",
+            ),
+            row=1,
+            col=column,
+        )
+        figure.add_trace(
+            go.Scatter(
+                x=entry.sizes,
+                y=entry.measured_busbw_gbps,
+                mode="markers",
+                marker={"symbol": "x", "color": "#444", "size": 8},
+                legendgroup="bench",
+                name="benchmark: measured sizes",
+                showlegend=column == 1,
+                hovertext=[format_size(int(s)) for s in entry.sizes],
+                hovertemplate="benchmark measured %{y:.4g} GB/s at %{hovertext}<extra></extra>",
+            ),
+            row=1,
+            col=column,
+        )

@@ -28,12 +28,19 @@ def _label(position: int, result: dict) -> str:
 
 def ranked_rows(results: list[StepResult]) -> list[dict]:
     """One table row per ranked layout."""
-    return [{
-        "rank": position + 1, "layout": str(result.layout), "tokens_per_s": round(result.tokens_per_s),
-        "mfu_pct": round(100 * result.mfu, 1), "step_s": round(result.step_s, 4),
-        "memory_gb": round(result.memory["total"] / GB, 1), "micro_batches": result.micro_batches,
-        "largest_costs": result.largest_costs(),
-    } for position, result in enumerate(results)]
+    return [
+        {
+            "rank": position + 1,
+            "layout": str(result.layout),
+            "tokens_per_s": round(result.tokens_per_s),
+            "mfu_pct": round(100 * result.mfu, 1),
+            "step_s": round(result.step_s, 4),
+            "memory_gb": round(result.memory["total"] / GB, 1),
+            "micro_batches": result.micro_batches,
+            "largest_costs": result.largest_costs(),
+        }
+        for position, result in enumerate(results)
+    ]
 
 
 def breakdown_figure(results: list[dict]) -> go.Figure:
@@ -46,14 +53,27 @@ def breakdown_figure(results: list[dict]) -> go.Figure:
         seconds = [r["categories_s"][category] for r in results]
         if not any(seconds):
             continue
-        figure.add_trace(go.Bar(
-            y=labels, x=seconds, name=category, orientation="h", marker={"color": CATEGORY_COLOURS.get(category)},
-            customdata=[100 * s / r["step_s"] for s, r in zip(seconds, results)],
-            hovertemplate="%{y}<br>" + category + ": %{x:.4f} s (%{customdata:.1f}% of the step)<extra></extra>",
-        ))
-    figure.update_layout(template="plotly_white", barmode="stack", title="step time breakdown",
-                         xaxis={"title": "seconds per step"}, yaxis={"autorange": "reversed"},
-                         height=120 + 44 * len(results), legend={"orientation": "h", "y": -0.25}, margin={"t": 40})
+        figure.add_trace(
+            go.Bar(
+                y=labels,
+                x=seconds,
+                name=category,
+                orientation="h",
+                marker={"color": CATEGORY_COLOURS.get(category)},
+                customdata=[100 * s / r["step_s"] for s, r in zip(seconds, results)],
+                hovertemplate="%{y}<br>" + category + ": %{x:.4f} s (%{customdata:.1f}% of the step)<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        template="plotly_white",
+        barmode="stack",
+        title="step time breakdown",
+        xaxis={"title": "seconds per step"},
+        yaxis={"autorange": "reversed"},
+        height=120 + 44 * len(results),
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 40},
+    )
     return figure
 
 
@@ -66,16 +86,33 @@ def memory_figure(results: list[dict], capacity_bytes: float) -> go.Figure:
     layouts = [r["layout"] for r in results]
     figure = go.Figure()
     for item in (k for k in LEDGER_ITEMS if k in results[0]["memory_bytes"]):
-        figure.add_trace(go.Bar(
-            x=positions, y=[r["memory_bytes"][item] / GB for r in results], name=item, customdata=layouts,
-            marker={"color": MEMORY_COLOURS.get(item)},
-            hovertemplate="%{x} %{customdata}<br>" + item + ": %{y:.2f} GB<extra></extra>",
-        ))
-    figure.add_hline(y=capacity_bytes / GB, line_dash="dash", line_color="red",
-                     annotation_text=f"capacity {capacity_bytes / GB:.0f} GB", annotation_position="top left")
-    figure.update_layout(template="plotly_white", barmode="stack", title="memory per GPU",
-                         xaxis={"title": "layout (rank in the table)"}, yaxis={"title": "GB"}, height=380,
-                         legend={"orientation": "h", "y": -0.3}, margin={"t": 40})
+        figure.add_trace(
+            go.Bar(
+                x=positions,
+                y=[r["memory_bytes"][item] / GB for r in results],
+                name=item,
+                customdata=layouts,
+                marker={"color": MEMORY_COLOURS.get(item)},
+                hovertemplate="%{x} %{customdata}<br>" + item + ": %{y:.2f} GB<extra></extra>",
+            )
+        )
+    figure.add_hline(
+        y=capacity_bytes / GB,
+        line_dash="dash",
+        line_color="red",
+        annotation_text=f"capacity {capacity_bytes / GB:.0f} GB",
+        annotation_position="top left",
+    )
+    figure.update_layout(
+        template="plotly_white",
+        barmode="stack",
+        title="memory per GPU",
+        xaxis={"title": "layout (rank in the table)"},
+        yaxis={"title": "GB"},
+        height=380,
+        legend={"orientation": "h", "y": -0.3},
+        margin={"t": 40},
+    )
     return figure
 
 
@@ -91,17 +128,33 @@ def stage_memory_figure(result: dict, capacity_bytes: float) -> go.Figure:
         values = [s["memory_bytes"].get(item, 0.0) / GB for s in stages]
         if not any(values):
             continue
-        figure.add_trace(go.Bar(
-            x=labels, y=values, name=item, marker={"color": MEMORY_COLOURS.get(item)},
-            customdata=[s["peak_moment"] for s in stages],
-            hovertemplate="%{x}<br>" + item + ": %{y:.2f} GB (peak at %{customdata})<extra></extra>",
-        ))
-    figure.add_hline(y=capacity_bytes / GB, line_dash="dash", line_color="red",
-                     annotation_text=f"device {capacity_bytes / GB:.0f} GB", annotation_position="top left")
-    figure.update_layout(template="plotly_white", barmode="stack",
-                         title=f"memory per pipeline stage of {result['layout']} (planner's ledger, predicted)",
-                         xaxis={"title": "pipeline stage"}, yaxis={"title": "GB per GPU"}, height=400,
-                         legend={"orientation": "h", "y": -0.3}, margin={"t": 50})
+        figure.add_trace(
+            go.Bar(
+                x=labels,
+                y=values,
+                name=item,
+                marker={"color": MEMORY_COLOURS.get(item)},
+                customdata=[s["peak_moment"] for s in stages],
+                hovertemplate="%{x}<br>" + item + ": %{y:.2f} GB (peak at %{customdata})<extra></extra>",
+            )
+        )
+    figure.add_hline(
+        y=capacity_bytes / GB,
+        line_dash="dash",
+        line_color="red",
+        annotation_text=f"device {capacity_bytes / GB:.0f} GB",
+        annotation_position="top left",
+    )
+    figure.update_layout(
+        template="plotly_white",
+        barmode="stack",
+        title=f"memory per pipeline stage of {result['layout']} (planner's ledger, predicted)",
+        xaxis={"title": "pipeline stage"},
+        yaxis={"title": "GB per GPU"},
+        height=400,
+        legend={"orientation": "h", "y": -0.3},
+        margin={"t": 50},
+    )
     return figure
 
 
@@ -117,17 +170,26 @@ def step_timeline_figure(timeline: list[dict], title: str) -> go.Figure:
     figure = go.Figure()
     for category in sorted({bar["category"] for bar in bars}):
         chosen = [bar for bar in bars if bar["category"] == category]
-        figure.add_trace(go.Bar(
-            orientation="h", name=category, base=[bar["start_us"] / 1e3 for bar in chosen],
-            x=[bar["dur_us"] / 1e3 for bar in chosen], y=[bar["stream"] for bar in chosen],
-            marker={"color": CATEGORY_COLOURS.get(category, "#7f7f7f"), "line": {"width": 0}},
-            customdata=[bar["name"] for bar in chosen],
-            hovertemplate="%{customdata}<br>start %{base:,.3f} ms, duration %{x:,.3f} ms<extra>%{fullData.name}</extra>",
-        ))
+        figure.add_trace(
+            go.Bar(
+                orientation="h",
+                name=category,
+                base=[bar["start_us"] / 1e3 for bar in chosen],
+                x=[bar["dur_us"] / 1e3 for bar in chosen],
+                y=[bar["stream"] for bar in chosen],
+                marker={"color": CATEGORY_COLOURS.get(category, "#7f7f7f"), "line": {"width": 0}},
+                customdata=[bar["name"] for bar in chosen],
+                hovertemplate="%{customdata}<br>start %{base:,.3f} ms, duration %{x:,.3f} ms<extra>%{fullData.name}</extra>",
+            )
+        )
     figure.update_layout(
-        template="plotly_white", barmode="overlay", title=title + (f" ({note})" if note else ""),
+        template="plotly_white",
+        barmode="overlay",
+        title=title + (f" ({note})" if note else ""),
         xaxis={"title": "time in the step (ms)", "type": "linear"},
         yaxis={"categoryorder": "array", "categoryarray": list(reversed(streams))},
-        height=max(260, 34 * len(streams) + 140), legend={"orientation": "h", "y": 1.1}, margin={"t": 60},
+        height=max(260, 34 * len(streams) + 140),
+        legend={"orientation": "h", "y": 1.1},
+        margin={"t": 60},
     )
     return figure

@@ -20,31 +20,47 @@ SYMBOLS = dict(zip(GEMM_DTYPES, ("circle", "diamond", "square")))  # one marker 
 def _surface_traces(processor: Processor, label: str, colour: str) -> list:
     traces = []
     for dtype, points in processor.gemm_surface:
-        traces.append(go.Scatter(
-            x=[2 * m * n * k for m, n, k, _ in points], y=[f * processor.peak_flops / 1e12 for *_, f in points],
-            mode="markers", name=f"{label}: {dtype} shapes", marker={"color": colour, "symbol": SYMBOLS.get(dtype)},
-            text=[f"{m:.0f} x {n:.0f} x {k:.0f} {dtype}: {f:.0%} of peak" for m, n, k, f in points],
-            hovertemplate="%{text}<br>%{y:.3g} TFLOP/s<extra></extra>"))
+        traces.append(
+            go.Scatter(
+                x=[2 * m * n * k for m, n, k, _ in points],
+                y=[f * processor.peak_flops / 1e12 for *_, f in points],
+                mode="markers",
+                name=f"{label}: {dtype} shapes",
+                marker={"color": colour, "symbol": SYMBOLS.get(dtype)},
+                text=[f"{m:.0f} x {n:.0f} x {k:.0f} {dtype}: {f:.0%} of peak" for m, n, k, f in points],
+                hovertemplate="%{text}<br>%{y:.3g} TFLOP/s<extra></extra>",
+            )
+        )
     return traces
 
 
 def _curve_trace(processor: Processor, label: str, colour: str) -> go.Scatter:
     flops = [point[0] for point in processor.gemm_curve]
-    return go.Scatter(x=flops, y=[e * processor.peak_flops / 1e12 for _, e in processor.gemm_curve],
-                      mode="lines", name=f"{label}: curve by FLOPs", line={"color": colour, "dash": "dot"},
-                      text=[f"{e:.0%} of peak" for _, e in processor.gemm_curve],
-                      hovertemplate="%{x:.3g} FLOPs: %{text}<br>%{y:.3g} TFLOP/s<extra></extra>")
+    return go.Scatter(
+        x=flops,
+        y=[e * processor.peak_flops / 1e12 for _, e in processor.gemm_curve],
+        mode="lines",
+        name=f"{label}: curve by FLOPs",
+        line={"color": colour, "dash": "dot"},
+        text=[f"{e:.0%} of peak" for _, e in processor.gemm_curve],
+        hovertemplate="%{x:.3g} FLOPs: %{text}<br>%{y:.3g} TFLOP/s<extra></extra>",
+    )
 
 
 def gemm_surface_figure(calibrated: Processor, preset: Processor) -> go.Figure:
     figure = go.Figure()
-    for processor, label, colour in ((preset, f"preset {preset.name}", PALETTE[0]),
-                                     (calibrated, calibrated.name, PALETTE[2])):
+    for processor, label, colour in (
+        (preset, f"preset {preset.name}", PALETTE[0]),
+        (calibrated, calibrated.name, PALETTE[2]),
+    ):
         traces = _surface_traces(processor, label, colour) or [_curve_trace(processor, label, colour)]
         figure.add_traces(traces)
     figure.update_layout(
         title=f"GEMM rate by size: {calibrated.name} against {preset.name}",
         xaxis={"type": "log", "title": "FLOPs of one GEMM (2MNK)"},
-        yaxis={"type": "log", "title": "TFLOP/s reached"}, template="plotly_white", height=380,
-        legend={"orientation": "h", "y": -0.25})
+        yaxis={"type": "log", "title": "TFLOP/s reached"},
+        template="plotly_white",
+        height=380,
+        legend={"orientation": "h", "y": -0.25},
+    )
     return figure

@@ -69,32 +69,46 @@ def _add_node_devices(graph: nx.Graph, node: NodeTopology) -> None:
     numa_nodes = sorted({d.numa_node for d in [*gpus, *node.nics]} - {None}) or [None]
     for numa in numa_nodes:
         label = f"CPU{numa}" if numa is not None else "CPU"
-        graph.add_node(f"{host}/{label}", layer=LAYERS["cpu"], kind="cpu", label=label,
-                       hover=f"{host}: {label} (NUMA node {numa if numa is not None else '?'})")
+        graph.add_node(
+            f"{host}/{label}",
+            layer=LAYERS["cpu"],
+            kind="cpu",
+            label=label,
+            hover=f"{host}: {label} (NUMA node {numa if numa is not None else '?'})",
+        )
     for first, second in itertools.pairwise(numa_nodes):
-        graph.add_edge(f"{host}/CPU{first}", f"{host}/CPU{second}", link="CPU interconnect (SYS)", label="SYS",
-                       scope="intra")
+        graph.add_edge(
+            f"{host}/CPU{first}", f"{host}/CPU{second}", link="CPU interconnect (SYS)", label="SYS", scope="intra"
+        )
 
     switch_links = {gpu.index: len(gpu.active_nvlinks("NVSwitch")) for gpu in gpus}
     has_switch = any(switch_links.values())
     if has_switch:
-        graph.add_node(f"{host}/NVSwitch", layer=LAYERS["nvswitch"], kind="nvswitch", label="NVSwitch",
-                       hover=f"{host}: NVSwitch fabric")
+        graph.add_node(
+            f"{host}/NVSwitch",
+            layer=LAYERS["nvswitch"],
+            kind="nvswitch",
+            label="NVSwitch",
+            hover=f"{host}: NVSwitch fabric",
+        )
     for gpu in gpus:
         gpu_id = f"{host}/GPU{gpu.index}"
         graph.add_node(gpu_id, layer=LAYERS["gpu"], kind="gpu", label=f"GPU{gpu.index}", hover=_gpu_hover(host, gpu))
-        graph.add_edge(gpu_id, f"{host}/{_cpu_label(gpu)}", link="PCIe host bridge", label=_pcie_label(gpu),
-                       scope="intra")
+        graph.add_edge(
+            gpu_id, f"{host}/{_cpu_label(gpu)}", link="PCIe host bridge", label=_pcie_label(gpu), scope="intra"
+        )
         if switch_links[gpu.index]:
-            graph.add_edge(gpu_id, f"{host}/NVSwitch", link="NVLink", label=f"NV{switch_links[gpu.index]}",
-                           scope="intra")
+            graph.add_edge(
+                gpu_id, f"{host}/NVSwitch", link="NVLink", label=f"NV{switch_links[gpu.index]}", scope="intra"
+            )
     if not has_switch:  # direct NVLinks between GPU pairs
         for i, gpu in enumerate(gpus):
-            for peer in gpus[i + 1:]:
+            for peer in gpus[i + 1 :]:
                 link = node.link(f"GPU{gpu.index}", f"GPU{peer.index}")
                 if link.startswith("NV"):
-                    graph.add_edge(f"{host}/GPU{gpu.index}", f"{host}/GPU{peer.index}", link="NVLink",
-                                   label=link, scope="intra")
+                    graph.add_edge(
+                        f"{host}/GPU{gpu.index}", f"{host}/GPU{peer.index}", link="NVLink", label=link, scope="intra"
+                    )
     _add_nics(graph, host, node)
 
 
@@ -110,15 +124,25 @@ def _add_nics(graph: nx.Graph, host: str, node: NodeTopology) -> None:
         label = matrix_label.get(nic.name)
         close = [g for g in node.gpus if label and node.link(f"GPU{g.index}", label) in ("PIX", "PXB")]
         for gpu in close:
-            graph.add_edge(nic_id, f"{host}/GPU{gpu.index}", link="PCIe switch (PIX/PXB)",
-                           label=node.link(f"GPU{gpu.index}", label), scope="intra")
+            graph.add_edge(
+                nic_id,
+                f"{host}/GPU{gpu.index}",
+                link="PCIe switch (PIX/PXB)",
+                label=node.link(f"GPU{gpu.index}", label),
+                scope="intra",
+            )
         if not close:
             graph.add_edge(nic_id, f"{host}/{_cpu_label(nic)}", link="PCIe host bridge", label="PCIe", scope="intra")
         kind = network_kind(nic)
         fabric = f"fabric:{kind}"
         if fabric not in graph:
-            graph.add_node(fabric, layer=LAYERS["fabric"], kind="fabric", label=f"{kind} fabric",
-                           hover=f"{kind} network between nodes")
+            graph.add_node(
+                fabric,
+                layer=LAYERS["fabric"],
+                kind="fabric",
+                label=f"{kind} fabric",
+                hover=f"{kind} network between nodes",
+            )
         rate = f"{nic.rate_gbps:g} Gb/s" if nic.rate_gbps else "rate unknown"
         graph.add_edge(nic_id, fabric, link=kind, label=rate, scope="inter")
 
@@ -135,14 +159,18 @@ def _pcie_label(gpu: Gpu) -> str:
 
 def _gpu_hover(host: str, gpu: Gpu) -> str:
     memory = f"{gpu.memory_bytes / 2**30:.0f} GiB" if gpu.memory_bytes else "memory ?"
-    return (f"{host}: GPU{gpu.index} {gpu.name or ''}<br>{gpu.pci_bus_id or 'bus ?'}, {memory}, "
-            f"NUMA {gpu.numa_node}, {len(gpu.nvlinks)} NVLinks")
+    return (
+        f"{host}: GPU{gpu.index} {gpu.name or ''}<br>{gpu.pci_bus_id or 'bus ?'}, {memory}, "
+        f"NUMA {gpu.numa_node}, {len(gpu.nvlinks)} NVLinks"
+    )
 
 
 def _nic_hover(host: str, nic: Nic) -> str:
     rate = f"{nic.rate_gbps:g} Gb/s" if nic.rate_gbps else "rate ?"
-    return (f"{host}: {nic.name} port {nic.port}<br>{nic.kind}, {rate} {nic.rate_detail or ''}, "
-            f"state {nic.state or '?'}, NUMA {nic.numa_node}")
+    return (
+        f"{host}: {nic.name} port {nic.port}<br>{nic.kind}, {rate} {nic.rate_detail or ''}, "
+        f"state {nic.state or '?'}, NUMA {nic.numa_node}"
+    )
 
 
 def layered_positions(graph: nx.Graph) -> dict[str, tuple[float, float]]:
@@ -181,8 +209,10 @@ def measured_by_scope(frame: pd.DataFrame, node_count: int) -> dict[str, tuple[f
     op = "all_reduce" if (frame["op"] == "all_reduce").any() else frame["op"].iloc[0]
     rows = frame[frame["op"] == op]
     found = {}
-    for tier, scopes in (("intra", ["intra"] + (["world"] if node_count <= 1 else [])),
-                         ("inter", ["inter"] + (["world"] if node_count > 1 else []))):
+    for tier, scopes in (
+        ("intra", ["intra"] + (["world"] if node_count <= 1 else [])),
+        ("inter", ["inter"] + (["world"] if node_count > 1 else [])),
+    ):
         for scope in scopes:
             series = rows.loc[rows["scope"] == scope, "busbw_gbps"]
             if len(series):
@@ -205,7 +235,10 @@ def topology_figure(topology: ClusterTopology, colour_by: str = "link", measured
     _draw_edge_labels(figure, graph, positions, measured if colour_by == "measured" else None)
     _draw_devices(figure, graph, positions)
     figure.update_layout(
-        template="plotly_white", height=520, hovermode="closest", margin={"t": 30, "l": 10, "r": 10},
+        template="plotly_white",
+        height=520,
+        hovermode="closest",
+        margin={"t": 30, "l": 10, "r": 10},
         xaxis={"visible": False, "range": [-0.03, 1.03]},
         yaxis={"visible": False, "range": [-0.6, 4.6]},
         legend={"orientation": "h", "y": -0.05},
@@ -227,8 +260,16 @@ def _draw_typed_edges(figure: go.Figure, graph: nx.Graph, positions) -> None:
         by_link.setdefault(link, []).append((a, b))
     for link, edges in by_link.items():
         xs, ys = _edge_xy(graph, positions, edges)
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=link, hoverinfo="skip",
-                                    line={"color": LINK_COLOURS.get(link, "#7f7f7f"), "width": 3}))
+        figure.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name=link,
+                hoverinfo="skip",
+                line={"color": LINK_COLOURS.get(link, "#7f7f7f"), "width": 3},
+            )
+        )
 
 
 def _draw_measured_edges(figure: go.Figure, graph: nx.Graph, positions, measured: dict) -> None:
@@ -239,22 +280,51 @@ def _draw_measured_edges(figure: go.Figure, graph: nx.Graph, positions, measured
     for scope, edges in groups.items():
         xs, ys = _edge_xy(graph, positions, edges)
         if scope is None:
-            figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="not measured", hoverinfo="skip",
-                                        line={"color": "#d0d0d0", "width": 2}))
+            figure.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    name="not measured",
+                    hoverinfo="skip",
+                    line={"color": "#d0d0d0", "width": 2},
+                )
+            )
             continue
         value, label = measured[scope]
         colour = sample_colorscale("Viridis", [value / peak if peak else 0.0])[0]
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{scope}: {label}", hoverinfo="skip",
-                                    line={"color": colour, "width": 4}))
+        figure.add_trace(
+            go.Scatter(
+                x=xs, y=ys, mode="lines", name=f"{scope}: {label}", hoverinfo="skip", line={"color": colour, "width": 4}
+            )
+        )
     if measured:
-        figure.add_trace(go.Scatter(
-            x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
-            marker={"colorscale": "Viridis", "cmin": 0, "cmax": peak, "color": [peak], "showscale": True,
-                    "colorbar": {"title": "busbw GB/s", "thickness": 12}},
-        ))
+        figure.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                showlegend=False,
+                hoverinfo="skip",
+                marker={
+                    "colorscale": "Viridis",
+                    "cmin": 0,
+                    "cmax": peak,
+                    "color": [peak],
+                    "showscale": True,
+                    "colorbar": {"title": "busbw GB/s", "thickness": 12},
+                },
+            )
+        )
     else:
-        figure.add_annotation(text="no measurement in this run maps onto these links", showarrow=False,
-                              x=0.5, y=4.45, xref="paper", yref="y")
+        figure.add_annotation(
+            text="no measurement in this run maps onto these links",
+            showarrow=False,
+            x=0.5,
+            y=4.45,
+            xref="paper",
+            yref="y",
+        )
 
 
 def _draw_edge_labels(figure: go.Figure, graph: nx.Graph, positions, measured: dict | None) -> None:
@@ -268,8 +338,18 @@ def _draw_edge_labels(figure: go.Figure, graph: nx.Graph, positions, measured: d
         texts.append(data["label"])
         extra = f"<br>measured: {measured[data['scope']][1]}" if measured and data["scope"] in measured else ""
         hovers.append(f"{graph.nodes[a]['label']} – {graph.nodes[b]['label']}: {data['label']} ({data['link']}){extra}")  # noqa: RUF001
-    figure.add_trace(go.Scatter(x=xs, y=ys, mode="text", text=texts, hovertext=hovers, hoverinfo="text",
-                                textfont={"size": 9, "color": "#333"}, showlegend=False))
+    figure.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="text",
+            text=texts,
+            hovertext=hovers,
+            hoverinfo="text",
+            textfont={"size": 9, "color": "#333"},
+            showlegend=False,
+        )
+    )
 
 
 def _draw_devices(figure: go.Figure, graph: nx.Graph, positions) -> None:
@@ -277,12 +357,19 @@ def _draw_devices(figure: go.Figure, graph: nx.Graph, positions) -> None:
         names = [name for name, node_kind in graph.nodes(data="kind") if node_kind == kind]
         if not names:
             continue
-        figure.add_trace(go.Scatter(
-            x=[positions[n][0] for n in names], y=[positions[n][1] for n in names], mode="markers+text",
-            text=[graph.nodes[n]["label"] for n in names], textposition="bottom center",
-            hovertext=[graph.nodes[n]["hover"] for n in names], hoverinfo="text", showlegend=False,
-            marker={"symbol": symbol, "color": colour, "size": size, "line": {"width": 1, "color": "white"}},
-        ))
+        figure.add_trace(
+            go.Scatter(
+                x=[positions[n][0] for n in names],
+                y=[positions[n][1] for n in names],
+                mode="markers+text",
+                text=[graph.nodes[n]["label"] for n in names],
+                textposition="bottom center",
+                hovertext=[graph.nodes[n]["hover"] for n in names],
+                hoverinfo="text",
+                showlegend=False,
+                marker={"symbol": symbol, "color": colour, "size": size, "line": {"width": 1, "color": "white"}},
+            )
+        )
 
 
 # --- the GPU matrix --------------------------------------------------------------------------
@@ -296,15 +383,33 @@ def link_matrix_figure(node: NodeTopology) -> go.Figure:
     legend = node.nic_legend
     labels = [f"{d} ({legend[d]})" if d in legend else d for d in devices]
     rank = [[_matrix_rank(word) for word in row] for row in links]
-    hover = [[f"{labels[i]} ↔ {labels[j]}: {word} — {_meaning(word)}" for j, word in enumerate(row)]
-             for i, row in enumerate(links)]
-    figure = go.Figure(go.Heatmap(
-        z=rank, x=labels, y=labels, text=links, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
-        colorscale="Greens", reversescale=True, zmin=0, zmax=len(MATRIX_ORDER) - 1, showscale=False,
-    ))
-    figure.update_layout(template="plotly_white", title=f"{host}: links ({node.source})",
-                         height=max(320, 28 * len(devices) + 140), yaxis={"autorange": "reversed"},
-                         margin={"t": 40})
+    hover = [
+        [f"{labels[i]} ↔ {labels[j]}: {word} — {_meaning(word)}" for j, word in enumerate(row)]
+        for i, row in enumerate(links)
+    ]
+    figure = go.Figure(
+        go.Heatmap(
+            z=rank,
+            x=labels,
+            y=labels,
+            text=links,
+            texttemplate="%{text}",
+            hovertext=hover,
+            hoverinfo="text",
+            colorscale="Greens",
+            reversescale=True,
+            zmin=0,
+            zmax=len(MATRIX_ORDER) - 1,
+            showscale=False,
+        )
+    )
+    figure.update_layout(
+        template="plotly_white",
+        title=f"{host}: links ({node.source})",
+        height=max(320, 28 * len(devices) + 140),
+        yaxis={"autorange": "reversed"},
+        margin={"t": 40},
+    )
     return figure
 
 
@@ -347,20 +452,40 @@ def pairwise_figure(frame: pd.DataFrame) -> go.Figure | None:
     for (a, b), value in bandwidth.items():
         grid[index[a], index[b]] = grid[index[b], index[a]] = value
         notes[index[a], index[b]] = notes[index[b], index[a]] = health[(a, b)]
-    figure = go.Figure(go.Heatmap(
-        z=grid, x=names, y=names, customdata=notes, colorscale="Viridis", colorbar={"title": "GB/s"},
-        texttemplate="%{z:.3g}", hovertemplate="%{y} ↔ %{x}: %{z:.4g} GB/s<br>%{customdata}<extra></extra>",
-    ))
+    figure = go.Figure(
+        go.Heatmap(
+            z=grid,
+            x=names,
+            y=names,
+            customdata=notes,
+            colorscale="Viridis",
+            colorbar={"title": "GB/s"},
+            texttemplate="%{z:.3g}",
+            hovertemplate="%{y} ↔ %{x}: %{z:.4g} GB/s<br>%{customdata}<extra></extra>",
+        )
+    )
     if flagged:
         xs = [end for a, b in flagged for end in (b, a)]
         ys = [end for a, b in flagged for end in (a, b)]
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="flagged pair (slow or lossy)",
-                                    marker={"symbol": "x-thin-open", "size": 22, "color": "red", "line": {"width": 3}},
-                                    hoverinfo="skip"))
+        figure.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="markers",
+                name="flagged pair (slow or lossy)",
+                marker={"symbol": "x-thin-open", "size": 22, "color": "red", "line": {"width": 3}},
+                hoverinfo="skip",
+            )
+        )
     size = int(pairs["size_bytes"].iloc[0])
-    figure.update_layout(template="plotly_white", title=f"pairwise ping-pong bandwidth at {size} B",
-                         height=max(320, 40 * len(names) + 140), yaxis={"autorange": "reversed"},
-                         legend={"orientation": "h", "y": -0.15}, margin={"t": 40})
+    figure.update_layout(
+        template="plotly_white",
+        title=f"pairwise ping-pong bandwidth at {size} B",
+        height=max(320, 40 * len(names) + 140),
+        yaxis={"autorange": "reversed"},
+        legend={"orientation": "h", "y": -0.15},
+        margin={"t": 40},
+    )
     return figure
 
 

@@ -9,32 +9,60 @@ from dashboard.ui import data_table, notices
 dash.register_page(__name__, path="/", name="Runs", order=0, title="commbench · runs")
 
 REFRESH_MS = 5000
-COLUMNS = ["run", "synthetic", "kind", "source", "created", "backend", "nodes", "ranks", "scopes", "ops", "records", "state"]
+COLUMNS = [
+    "run",
+    "synthetic",
+    "kind",
+    "source",
+    "created",
+    "backend",
+    "nodes",
+    "ranks",
+    "scopes",
+    "ops",
+    "records",
+    "state",
+]
 
 
 def layout(**_query):
-    return html.Div([
-        html.H2("Runs"),
-        html.P("Every run under the results folder, newest first; new runs appear as they are written. Tick runs "
-               "to compare them on the Bandwidth page (and to start the Topology and Overlap pages from them).",
-               className="lead"),
-        dcc.Interval(id="runs-refresh", interval=REFRESH_MS),
-        html.Div(id="runs-problems"),
-        data_table("runs-table", columns=[{"name": c, "id": c} for c in COLUMNS], row_selectable="multi",
-                   page_size=25, style_data_conditional=[
-                       {"if": {"filter_query": '{state} contains "error"'}, "backgroundColor": "#fdecea"},
-                       {"if": {"filter_query": '{state} contains "incomplete"'}, "backgroundColor": "#fff8e1"},
-                       {"if": {"column_id": "synthetic", "filter_query": '{synthetic} contains "SYNTHETIC"'},
-                        "backgroundColor": "#ffcc80", "fontWeight": "bold"},
-                   ]),
-        html.Div(id="runs-count", className="lead"),
-    ])
+    return html.Div(
+        [
+            html.H2("Runs"),
+            html.P(
+                "Every run under the results folder, newest first; new runs appear as they are written. Tick runs "
+                "to compare them on the Bandwidth page (and to start the Topology and Overlap pages from them).",
+                className="lead",
+            ),
+            dcc.Interval(id="runs-refresh", interval=REFRESH_MS),
+            html.Div(id="runs-problems"),
+            data_table(
+                "runs-table",
+                columns=[{"name": c, "id": c} for c in COLUMNS],
+                row_selectable="multi",
+                page_size=25,
+                style_data_conditional=[
+                    {"if": {"filter_query": '{state} contains "error"'}, "backgroundColor": "#fdecea"},
+                    {"if": {"filter_query": '{state} contains "incomplete"'}, "backgroundColor": "#fff8e1"},
+                    {
+                        "if": {"column_id": "synthetic", "filter_query": '{synthetic} contains "SYNTHETIC"'},
+                        "backgroundColor": "#ffcc80",
+                        "fontWeight": "bold",
+                    },
+                ],
+            ),
+            html.Div(id="runs-count", className="lead"),
+        ]
+    )
 
 
 @callback(
-    Output("runs-table", "data"), Output("runs-table", "selected_rows"), Output("runs-problems", "children"),
+    Output("runs-table", "data"),
+    Output("runs-table", "selected_rows"),
+    Output("runs-problems", "children"),
     Output("runs-count", "children"),
-    Input("runs-refresh", "n_intervals"), State(SELECTION_STORE, "data"),
+    Input("runs-refresh", "n_intervals"),
+    State(SELECTION_STORE, "data"),
 )
 def refresh(_ticks, selected):
     entries = results().entries()
@@ -48,7 +76,8 @@ def refresh(_ticks, selected):
 
 @callback(
     Output(SELECTION_STORE, "data"),
-    Input("runs-table", "selected_rows"), State("runs-table", "data"),
+    Input("runs-table", "selected_rows"),
+    State("runs-table", "data"),
     prevent_initial_call=True,
 )
 def remember_selection(selected_rows, rows):

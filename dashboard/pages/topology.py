@@ -23,29 +23,57 @@ MAX_MATRICES = 4
 
 def layout(**_query):
     sources = results().topology_sources()
-    return html.Div([
-        *page_heading("Topology", "Nodes, GPUs, NICs and switches of a run (or of a saved `commbench topo --json` "
-                      "file named *.topology.json in the results folder). Edges are labelled with the link: NV# "
-                      "bonded NVLinks, PCIe level, network rate; colour them by link type or by the bandwidth the "
-                      "run measured."),
-        dcc.Store(id="topo-start"),
-        html.Div([
-            control("topology of", dcc.Dropdown(
-                id="topo-source", clearable=False,
-                options=[{"label": f"{s.label}, {s.gpus} GPUs", "value": s.key} for s in sources]), wide=True),
-            control("colour links by", dcc.RadioItems(id="topo-colour", value="link", inline=True, options=[
-                {"label": " link type", "value": "link"}, {"label": " measured bandwidth", "value": "measured"}])),
-        ], className="controls"),
-        html.Div(id="topo-notices"),
-        dcc.Graph(id="topo-graph"),
-        html.H4("GPU and NIC matrix (nvidia-smi topo -m words)"),
-        html.Div(id="topo-matrices"),
-        html.Div(id="topo-pairwise"),
-    ])
+    return html.Div(
+        [
+            *page_heading(
+                "Topology",
+                "Nodes, GPUs, NICs and switches of a run (or of a saved `commbench topo --json` "
+                "file named *.topology.json in the results folder). Edges are labelled with the link: NV# "
+                "bonded NVLinks, PCIe level, network rate; colour them by link type or by the bandwidth the "
+                "run measured.",
+            ),
+            dcc.Store(id="topo-start"),
+            html.Div(
+                [
+                    control(
+                        "topology of",
+                        dcc.Dropdown(
+                            id="topo-source",
+                            clearable=False,
+                            options=[{"label": f"{s.label}, {s.gpus} GPUs", "value": s.key} for s in sources],
+                        ),
+                        wide=True,
+                    ),
+                    control(
+                        "colour links by",
+                        dcc.RadioItems(
+                            id="topo-colour",
+                            value="link",
+                            inline=True,
+                            options=[
+                                {"label": " link type", "value": "link"},
+                                {"label": " measured bandwidth", "value": "measured"},
+                            ],
+                        ),
+                    ),
+                ],
+                className="controls",
+            ),
+            html.Div(id="topo-notices"),
+            dcc.Graph(id="topo-graph"),
+            html.H4("GPU and NIC matrix (nvidia-smi topo -m words)"),
+            html.Div(id="topo-matrices"),
+            html.Div(id="topo-pairwise"),
+        ]
+    )
 
 
-@callback(Output("topo-source", "value"), Input("topo-start", "data"), State(SELECTION_STORE, "data"),
-          State("topo-source", "options"))
+@callback(
+    Output("topo-source", "value"),
+    Input("topo-start", "data"),
+    State(SELECTION_STORE, "data"),
+    State("topo-source", "options"),
+)
 def start_from_selection(_start, selected, options):
     """A ticked run that recorded a topology, else the newest run measured here (sources list runs newest
     first), else the source with the most GPUs."""
@@ -63,13 +91,28 @@ def start_from_selection(_start, selected, options):
     return max(values, key=lambda value: gpus.get(value, 0))
 
 
-@callback(Output("topo-graph", "figure"), Output("topo-matrices", "children"), Output("topo-pairwise", "children"),
-          Output("topo-notices", "children"), Input("topo-source", "value"), Input("topo-colour", "value"))
+@callback(
+    Output("topo-graph", "figure"),
+    Output("topo-matrices", "children"),
+    Output("topo-pairwise", "children"),
+    Output("topo-notices", "children"),
+    Input("topo-source", "value"),
+    Input("topo-colour", "value"),
+)
 def draw(source, colour_by):
     if not source:
-        return (topology_figure(ClusterTopology()), [], [],
-                notices(["No topology yet: runs record one, or save `commbench topo --json` output as "
-                         "results/NAME.topology.json."], "info"))
+        return (
+            topology_figure(ClusterTopology()),
+            [],
+            [],
+            notices(
+                [
+                    "No topology yet: runs record one, or save `commbench topo --json` output as "
+                    "results/NAME.topology.json."
+                ],
+                "info",
+            ),
+        )
     try:
         data, entry = results().topology(source)
     except CommbenchError as exc:

@@ -51,9 +51,18 @@ def main() -> int:
         dist.all_reduce(tt, op=dist.ReduceOp.MAX)
         med = statistics.median(tt.tolist())
         if rank == 0:
-            print(json.dumps({"bytes": size, "median_s": med,
-                              "busbw_GBps": size / med * 2 * (n - 1) / n / 1e9,
-                              "host": socket.gethostname(), "world": n}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bytes": size,
+                        "median_s": med,
+                        "busbw_GBps": size / med * 2 * (n - 1) / n / 1e9,
+                        "host": socket.gethostname(),
+                        "world": n,
+                    }
+                ),
+                flush=True,
+            )
     dist.destroy_process_group()
     return 0
 

@@ -99,8 +99,16 @@ def tcp_goodput_ceiling_gbps(rate_bits: float | str, mtu: int = 1500) -> float:
 
 _RATE_UNITS = {
     # tc semantics: "bit" suffixes are bits/s, "bps" suffixes are BYTES/s
-    "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-    "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+    "tbps": 8e12,
 }
 
 
@@ -147,8 +155,9 @@ def _delay_ms(delay) -> float:
 # small process helpers
 
 
-def _sh(args: Sequence[str], check: bool = True, timeout: float = 20, input: str | None = None
-        ) -> subprocess.CompletedProcess:
+def _sh(
+    args: Sequence[str], check: bool = True, timeout: float = 20, input: str | None = None
+) -> subprocess.CompletedProcess:
     p = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, input=input)
     if check and p.returncode != 0:
         raise RuntimeError(f"{' '.join(args)!r} failed ({p.returncode}): {p.stderr.strip()}")
@@ -268,8 +277,25 @@ def _probe_kernel() -> str | None:
     try:
         _sh(["ip", "netns", "add", ns])
         _sh(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns])
-        _sh(["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit",
-             "burst", "256kb", "latency", "50ms"])
+        _sh(
+            [
+                "tc",
+                "-n",
+                ns,
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                "1gbit",
+                "burst",
+                "256kb",
+                "latency",
+                "50ms",
+            ]
+        )
         return None
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:  # what _sh raises; a bug still raises
         return f"kernel cannot build the emulated cluster: {e}"
@@ -287,8 +313,7 @@ def netem_available() -> bool:
             try:
                 _sh(["ip", "netns", "add", ns])
                 _sh(["ip", "-n", ns, "link", "add", "cbqa", "type", "veth", "peer", "name", "cbqb"])
-                r = _sh(["tc", "-n", ns, "qdisc", "add", "dev", "cbqa", "root", "netem", "delay",
-                         "1ms"], check=False)
+                r = _sh(["tc", "-n", ns, "qdisc", "add", "dev", "cbqa", "root", "netem", "delay", "1ms"], check=False)
                 ok = None if r.returncode == 0 else r.stderr.strip()
             finally:
                 _sh(["ip", "netns", "del", ns], check=False)
@@ -341,8 +366,7 @@ def _hosts_remove(tags: Iterable[str]) -> None:
     if not tags or not ETC_HOSTS.exists():
         return
     text = ETC_HOSTS.read_text()
-    keep = [ln for ln in text.splitlines(keepends=True)
-            if not (HOSTS_MARKER in ln and ln.rstrip().split()[-1] in tags)]
+    keep = [ln for ln in text.splitlines(keepends=True) if not (HOSTS_MARKER in ln and ln.rstrip().split()[-1] in tags)]
     new = "".join(keep)
     if new != text:
         with open(ETC_HOSTS, "r+") as fh:  # in place: /etc/hosts may be a bind mount
@@ -413,8 +437,7 @@ def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
                 _sh(["ip", "link", "del", link], check=False)
                 removed.append(f"link {link}")
         if ETC_HOSTS.exists():
-            stale = {ln.rstrip().split()[-1] for ln in ETC_HOSTS.read_text().splitlines()
-                     if HOSTS_MARKER in ln}
+            stale = {ln.rstrip().split()[-1] for ln in ETC_HOSTS.read_text().splitlines() if HOSTS_MARKER in ln}
             stale = {t for t in stale if t.startswith(prefix) and t not in live_tags}
             if stale:
                 _hosts_remove(stale)
@@ -430,9 +453,9 @@ def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
 class Node:
     cluster: EmulatedCluster
     index: int
-    name: str      # hostname (and Slurm node name)
+    name: str  # hostname (and Slurm node name)
     netns: str
-    veth: str      # host-side peer of the node's eth0
+    veth: str  # host-side peer of the node's eth0
     addr: str
     rate: str | float | None = None
     delay: str | float | None = None
@@ -453,9 +476,14 @@ class Node:
             return pre + ['hostname "$0" && exec sh -c "$1"', host, cmd]
         return pre + ['hostname "$0" && exec "$@"', host, *cmd]
 
-    def popen(self, cmd: str | Sequence[str], env: Mapping[str, str] | None = None,
-              hostname: str | None = None, inherit_env: bool = True, **kwargs
-              ) -> subprocess.Popen:
+    def popen(
+        self,
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None = None,
+        hostname: str | None = None,
+        inherit_env: bool = True,
+        **kwargs,
+    ) -> subprocess.Popen:
         """Start `cmd` (argv list, or a shell string) on this node.
 
         `env` is merged over os.environ (or used alone with inherit_env=False); HOSTNAME is set.
@@ -470,9 +498,15 @@ class Node:
         self.children.append(p)
         return p
 
-    def run(self, cmd: str | Sequence[str], timeout: float = 60, check: bool = False,
-            env: Mapping[str, str] | None = None, hostname: str | None = None,
-            **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        timeout: float = 60,
+        check: bool = False,
+        env: Mapping[str, str] | None = None,
+        hostname: str | None = None,
+        **kwargs,
+    ) -> subprocess.CompletedProcess:
         """Run `cmd` on this node to completion (text output captured). On timeout the process
         group is killed and subprocess.TimeoutExpired is raised."""
         kwargs.setdefault("stdout", subprocess.PIPE)
@@ -498,15 +532,26 @@ class Node:
 class EmulatedCluster:
     """N network-namespace "nodes" on a bridge with tc-shaped links. See module docstring."""
 
-    def __init__(self, nodes: int = 2, rate: str | float | None = "1gbit",
-                 delay: str | float | None = None, loss: str | float | None = None,
-                 per_node_rate: Mapping[int, str | float] | None = None,
-                 prefix: str = DEFAULT_PREFIX, names: Sequence[str] | None = None,
-                 mtu: int = 1500, burst: str = "auto", latency: str = "50ms",
-                 shape_ingress: bool = True, etc_hosts: bool = False):
+    def __init__(
+        self,
+        nodes: int = 2,
+        rate: str | float | None = "1gbit",
+        delay: str | float | None = None,
+        loss: str | float | None = None,
+        per_node_rate: Mapping[int, str | float] | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        names: Sequence[str] | None = None,
+        mtu: int = 1500,
+        burst: str = "auto",
+        latency: str = "50ms",
+        shape_ingress: bool = True,
+        etc_hosts: bool = False,
+    ):
         if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", prefix):
-            raise ValueError("prefix: 1-6 lowercase letters/digits starting with a letter "
-                             "(interface names are limited to 15 characters)")
+            raise ValueError(
+                "prefix: 1-6 lowercase letters/digits starting with a letter "
+                "(interface names are limited to 15 characters)"
+            )
         if not 1 <= nodes <= 240:
             raise ValueError("nodes must be in 1..240")
         if names is not None and len(names) != nodes:
@@ -555,11 +600,10 @@ class EmulatedCluster:
             raise EmulationUnsupported(reason)
         if self.delay is not None and not netem_available():
             raise EmulationUnsupported(
-                "delay needs the netem qdisc, which this kernel lacks "
-                "(CONFIG_NET_SCH_NETEM not set)")
+                "delay needs the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM not set)"
+            )
         if self.loss and not loss_available():
-            raise EmulationUnsupported("loss needs nftables ('nft', Debian package nftables) "
-                                       "or the netem qdisc")
+            raise EmulationUnsupported("loss needs nftables ('nft', Debian package nftables) or the netem qdisc")
         self._started = True
         _INSTANCES.add(self)
         try:
@@ -578,8 +622,7 @@ class EmulatedCluster:
             taken_tags = set(recs)
             for _ in range(1000):
                 tag = f"{self.prefix}{random.getrandbits(16):04x}"
-                if tag not in taken_tags and not any(
-                        x.startswith(tag) for x in _netns_list() + _link_list()):
+                if tag not in taken_tags and not any(x.startswith(tag) for x in _netns_list() + _link_list()):
                     break
             else:
                 raise RuntimeError("could not find a free cluster tag")
@@ -600,15 +643,29 @@ class EmulatedCluster:
             self.bridge_addr = f"{SUBNET_BASE}.{k}.1"
             names = self._names or [f"{tag}n{i}" for i in range(self.n)]
             self.nodes = [
-                Node(self, i, names[i], f"{tag}n{i}", f"{tag}v{i}",
-                     f"{SUBNET_BASE}.{k}.{NODE_HOST_OFFSET + i}",
-                     rate=self.per_node_rate.get(i, self.rate), delay=self.delay, loss=self.loss)
-                for i in range(self.n)]
+                Node(
+                    self,
+                    i,
+                    names[i],
+                    f"{tag}n{i}",
+                    f"{tag}v{i}",
+                    f"{SUBNET_BASE}.{k}.{NODE_HOST_OFFSET + i}",
+                    rate=self.per_node_rate.get(i, self.rate),
+                    delay=self.delay,
+                    loss=self.loss,
+                )
+                for i in range(self.n)
+            ]
             self._record = {
-                "tag": tag, "owner_pid": os.getpid(), "owner_start": _proc_start(os.getpid()),
-                "subnet_k": k, "netns": [nd.netns for nd in self.nodes],
+                "tag": tag,
+                "owner_pid": os.getpid(),
+                "owner_start": _proc_start(os.getpid()),
+                "subnet_k": k,
+                "netns": [nd.netns for nd in self.nodes],
                 "links": [nd.veth for nd in self.nodes] + [self.bridge],
-                "host_pids": [], "dirs": [], "created": time.time(),
+                "host_pids": [],
+                "dirs": [],
+                "created": time.time(),
             }
             _write_record(self._record)  # claim before creating anything
 
@@ -621,15 +678,34 @@ class EmulatedCluster:
         for nd in self.nodes:
             ns = nd.netns
             _sh(["ip", "netns", "add", ns])
-            _sh(["ip", "link", "add", nd.veth, "mtu", str(self.mtu), "type", "veth",
-                 "peer", "name", "eth0", "mtu", str(self.mtu), "netns", ns])
+            _sh(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    nd.veth,
+                    "mtu",
+                    str(self.mtu),
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "mtu",
+                    str(self.mtu),
+                    "netns",
+                    ns,
+                ]
+            )
             _set_sysctl(f"/proc/sys/net/ipv6/conf/{nd.veth}/disable_ipv6", "1")
             _sh(["ip", "link", "set", nd.veth, "master", br, "up"])
             _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
             # IPv4 only on eth0, so tools that pick "the address of eth0" (gloo with
             # GLOO_SOCKET_IFNAME) never get an IPv6 link-local one; lo keeps ::1.
-            _sh(["nsenter", f"--net={nd.netns_path}", "sh", "-c",
-                 "echo 1 > /proc/sys/net/ipv6/conf/eth0/disable_ipv6"], check=False)
+            _sh(
+                ["nsenter", f"--net={nd.netns_path}", "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/eth0/disable_ipv6"],
+                check=False,
+            )
             _sh(["ip", "-n", ns, "addr", "add", f"{nd.addr}/24", "dev", "eth0"])
             _sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
             self._apply_shaping(nd)
@@ -704,8 +780,7 @@ class EmulatedCluster:
             text = ETC_HOSTS.read_text()
             if text and not text.endswith("\n"):
                 text += "\n"
-            text += "".join(f"{nd.addr} {nd.name} {HOSTS_MARKER} {self.tag}\n"
-                            for nd in self.nodes)
+            text += "".join(f"{nd.addr} {nd.name} {HOSTS_MARKER} {self.tag}\n" for nd in self.nodes)
             with open(ETC_HOSTS, "r+") as fh:
                 fh.seek(0)
                 fh.write(text)
@@ -755,8 +830,7 @@ class EmulatedCluster:
 
     def _shaped_peers(self, nd: Node) -> dict[int, str | float]:
         """peer index -> path rate, for the paths of nd that shape_path shapes."""
-        return {b if a == nd.index else a: rate for (a, b), rate in self.path_rates.items()
-                if nd.index in (a, b)}
+        return {b if a == nd.index else a: rate for (a, b), rate in self.path_rates.items() if nd.index in (a, b)}
 
     def qdiscs(self, i: int) -> str:
         """tc's view of node i (for debugging / assertions)."""
@@ -770,8 +844,7 @@ class EmulatedCluster:
         nd = self.nodes[i]
         if not shutil.which("nft"):
             return 0
-        r = _sh(["nsenter", f"--net={nd.netns_path}", "nft", "list", "table", "netdev",
-                 "cbloss"], check=False)
+        r = _sh(["nsenter", f"--net={nd.netns_path}", "nft", "list", "table", "netdev", "cbloss"], check=False)
         m = re.search(r"counter packets (\d+)", r.stdout)
         return int(m.group(1)) if m else 0
 
@@ -781,8 +854,16 @@ class EmulatedCluster:
     def _tbf(self, rate) -> list[str]:
         return ["tbf", "rate", _tc_rate(rate), "burst", self._burst(rate), "latency", self.latency]
 
-    def _add_rate_limit(self, tc: list[str], dev: str, place: list[str], major: int, rate,
-                        peers: Mapping[str, str | float], direction: str) -> None:
+    def _add_rate_limit(
+        self,
+        tc: list[str],
+        dev: str,
+        place: list[str],
+        major: int,
+        rate,
+        peers: Mapping[str, str | float],
+        direction: str,
+    ) -> None:
         """Limit `dev` at `rate` (None: unlimited) with a qdisc placed by `place` (root, or under
         netem) with handle `major`. Without shaped peers: tbf, the verified recipe. With them
         (peer address -> path rate): htb, each shaped path in its own class picked by a u32
@@ -795,8 +876,10 @@ class EmulatedCluster:
         # unclassified traffic goes to class 2 (the node rate); without a node rate there is no
         # class 2 and htb sends it on unshaped
         _sh(tc + ["qdisc", "add", "dev", dev, *place, "handle", f"{major}:", "htb", "default", "2"])
-        ceilings = {addr: parse_rate(path) if rate is None else min(parse_rate(path), parse_rate(rate))
-                    for addr, path in peers.items()}
+        ceilings = {
+            addr: parse_rate(path) if rate is None else min(parse_rate(path), parse_rate(rate))
+            for addr, path in peers.items()
+        }
         if rate is None:
             parent, guarantees = f"{major}:", dict(ceilings)
         else:
@@ -809,13 +892,44 @@ class EmulatedCluster:
             self._add_htb_leaf(tc, dev, parent, f"{major}:2", parse_rate(rate) - sum(guarantees.values()), rate)
         for minor, addr in enumerate(ceilings, start=10):
             self._add_htb_leaf(tc, dev, parent, f"{major}:{minor}", guarantees[addr], ceilings[addr])
-            _sh(tc + ["filter", "add", "dev", dev, "parent", f"{major}:", "protocol", "ip", "prio", "1",
-                      "u32", "match", "ip", direction, f"{addr}/32", "flowid", f"{major}:{minor}"])
+            _sh(
+                tc
+                + [
+                    "filter",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    f"{major}:",
+                    "protocol",
+                    "ip",
+                    "prio",
+                    "1",
+                    "u32",
+                    "match",
+                    "ip",
+                    direction,
+                    f"{addr}/32",
+                    "flowid",
+                    f"{major}:{minor}",
+                ]
+            )
 
     def _htb(self, rate, ceil) -> list[str]:
         burst = self._burst(ceil)
-        return ["htb", "rate", _tc_rate(rate), "ceil", _tc_rate(ceil), "burst", burst, "cburst", burst,
-                "quantum", "200000"]  # quantum only splits spare rate among siblings; this silences htb's warning
+        return [
+            "htb",
+            "rate",
+            _tc_rate(rate),
+            "ceil",
+            _tc_rate(ceil),
+            "burst",
+            burst,
+            "cburst",
+            burst,
+            "quantum",
+            "200000",
+        ]  # quantum only splits spare rate among siblings; this silences htb's warning
 
     def _add_htb_leaf(self, tc: list[str], dev: str, parent: str, classid: str, rate, ceil) -> None:
         """An htb class whose byte fifo holds what a tbf with the same `latency` holds
@@ -856,16 +970,22 @@ class EmulatedCluster:
         _sh(["ip", "link", "set", "dev", nd.veth, "gso_max_segs", "1" if use_nft_loss else str(GSO_MAX_SEGS)])
         if use_nft_loss:
             per_million = round(_percent(nd.loss) * 1e4)
-            _sh(nft + ["-f", "-"], input=(
-                "table netdev cbloss {\n"
-                " chain in {\n"
-                '  type filter hook ingress device "eth0" priority 0; policy accept;\n'
-                f"  numgen random mod 1000000 < {per_million} counter drop\n"
-                " }\n}\n"))
+            _sh(
+                nft + ["-f", "-"],
+                input=(
+                    "table netdev cbloss {\n"
+                    " chain in {\n"
+                    '  type filter hook ingress device "eth0" priority 0; policy accept;\n'
+                    f"  numgen random mod 1000000 < {per_million} counter drop\n"
+                    " }\n}\n"
+                ),
+            )
 
     def __repr__(self) -> str:
-        return (f"EmulatedCluster(tag={self.tag!r}, subnet={self.subnet}, "
-                f"nodes={[(n.name, n.addr, n.rate) for n in self.nodes]})")
+        return (
+            f"EmulatedCluster(tag={self.tag!r}, subnet={self.subnet}, "
+            f"nodes={[(n.name, n.addr, n.rate) for n in self.nodes]})"
+        )
 
 
 def _set_sysctl(path: str, value: str) -> None:

@@ -77,8 +77,7 @@ class _Closer:
                 errors += obj.close(raise_errors=False)
         self.items.clear()
         if errors:
-            pytest.fail("emulated cluster teardown incomplete: " + "; ".join(errors),
-                        pytrace=False)
+            pytest.fail("emulated cluster teardown incomplete: " + "; ".join(errors), pytrace=False)
 
 
 @pytest.fixture
@@ -105,8 +104,7 @@ def emulated_cluster(request, emulated_cluster_factory):
     return emulated_cluster_factory(**kwargs)
 
 
-def _make_slurm(closer: _Closer, nodes: int = 2, rate="1gbit", slurm=None, **ec_kwargs
-                ) -> SlurmCluster:
+def _make_slurm(closer: _Closer, nodes: int = 2, rate="1gbit", slurm=None, **ec_kwargs) -> SlurmCluster:
     ec = EmulatedCluster(nodes=nodes, rate=rate, **ec_kwargs)
     closer.items.append(ec)
     ec.start()

@@ -35,13 +35,34 @@ def _line(comm: dict, rank: int, op: str, sn: int, msg_bytes: int, exec_us: int)
     traffic = msg_bytes * n if op == "AllGather" else msg_bytes
     factor = 2 * (n - 1) / n if op == "AllReduce" else (n - 1) / n
     algbw = traffic / 1e9 / (exec_us / 1e6) if exec_us else 0.0
-    return json.dumps({
-        "header": {"id": comm["id"], "comm_name": comm["name"], "rank": rank, "n_ranks": n, "nnodes": comm["nnodes"]},
-        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "", "rec_mechanism": "nccl_profiler_interface",
-                     "dump_timestamp_us": time.time_ns() // 1000, "hostname": socket.gethostname(), "pid": os.getpid()},
-        "coll_perf": {"coll": op, "coll_sn": sn, "coll_msg_size_bytes": msg_bytes, "coll_exec_time_us": exec_us,
-                      "coll_timing_source": "collective_cpu", "coll_algobw_gbs": algbw, "coll_busbw_gbs": algbw * factor},
-    })
+    return json.dumps(
+        {
+            "header": {
+                "id": comm["id"],
+                "comm_name": comm["name"],
+                "rank": rank,
+                "n_ranks": n,
+                "nnodes": comm["nnodes"],
+            },
+            "metadata": {
+                "inspector_output_format_version": "v4.0",
+                "git_rev": "",
+                "rec_mechanism": "nccl_profiler_interface",
+                "dump_timestamp_us": time.time_ns() // 1000,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+            },
+            "coll_perf": {
+                "coll": op,
+                "coll_sn": sn,
+                "coll_msg_size_bytes": msg_bytes,
+                "coll_exec_time_us": exec_us,
+                "coll_timing_source": "collective_cpu",
+                "coll_algobw_gbs": algbw,
+                "coll_busbw_gbs": algbw * factor,
+            },
+        }
+    )
 
 
 def main() -> int:
@@ -64,7 +85,12 @@ def main() -> int:
     hosts: list = [None] * n
     dist.all_gather_object(hosts, socket.gethostname())
     key = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}:{args.comm_name}"
-    comm = {"id": f"0x{zlib.crc32(key.encode()):x}{n:02x}", "name": args.comm_name, "n_ranks": n, "nnodes": len(set(hosts))}
+    comm = {
+        "id": f"0x{zlib.crc32(key.encode()):x}{n:02x}",
+        "name": args.comm_name,
+        "n_ranks": n,
+        "nnodes": len(set(hosts)),
+    }
     out = Path(os.environ.get("NCCL_INSPECTOR_DUMP_DIR", "nccl-inspector-unknown-jobid"))
     out.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -72,8 +98,10 @@ def main() -> int:
     for size in [_size(s) for s in args.sizes.split(",")]:
         whole = torch.ones(size // 4, dtype=torch.float32)
         share = torch.ones(size // 4 // n, dtype=torch.float32)
-        calls = {"AllReduce": (lambda whole=whole: dist.all_reduce(whole), size),
-                 "AllGather": (lambda whole=whole, share=share: all_gather(whole, share), share.numel() * 4)}
+        calls = {
+            "AllReduce": (lambda whole=whole: dist.all_reduce(whole), size),
+            "AllGather": (lambda whole=whole, share=share: all_gather(whole, share), share.numel() * 4),
+        }
         for op, (call, msg_bytes) in calls.items():
             for _ in range(args.warmup):
                 call()

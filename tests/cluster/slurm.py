@@ -44,10 +44,32 @@ from pathlib import Path
 
 from .emulated import EmulatedCluster, _killpg
 
-SLURM_TOOLS = ("slurmctld", "slurmd", "slurmstepd", "munged", "munge", "sinfo", "srun",
-               "sbatch", "squeue", "scontrol", "scancel")
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                   "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+SLURM_TOOLS = (
+    "slurmctld",
+    "slurmd",
+    "slurmstepd",
+    "munged",
+    "munge",
+    "sinfo",
+    "srun",
+    "sbatch",
+    "squeue",
+    "scontrol",
+    "scancel",
+)
+TERMINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+    "SPECIAL_EXIT",
+}
 
 
 class SlurmError(RuntimeError):
@@ -56,8 +78,7 @@ class SlurmError(RuntimeError):
 
 def slurm_missing() -> str | None:
     """None if the Slurm binaries are installed, else the reason (for pytest.skip)."""
-    missing = [t for t in SLURM_TOOLS
-               if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
+    missing = [t for t in SLURM_TOOLS if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
     if missing:
         return f"Slurm test cluster needs {', '.join(missing)} (Debian: slurm-wlm munge)"
     return None
@@ -84,10 +105,19 @@ def _tail(path: Path, n: int = 25) -> str:
 class SlurmCluster:
     """Context manager: munged + slurmctld + one slurmd per emulated node; waits until idle."""
 
-    def __init__(self, cluster: EmulatedCluster, cpus_per_node: int = 4,
-                 real_memory_mb: int = 2000, partition: str = "debug",
-                 slurmd_timeout: int = 10, kill_wait: int = 2, min_job_age: int = 3600,
-                 extra_conf: str = "", etc_hosts: bool = True, start_timeout: float = 60):
+    def __init__(
+        self,
+        cluster: EmulatedCluster,
+        cpus_per_node: int = 4,
+        real_memory_mb: int = 2000,
+        partition: str = "debug",
+        slurmd_timeout: int = 10,
+        kill_wait: int = 2,
+        min_job_age: int = 3600,
+        extra_conf: str = "",
+        etc_hosts: bool = True,
+        start_timeout: float = 60,
+    ):
         self.ec = cluster
         self.cpus = cpus_per_node
         self.mem = real_memory_mb
@@ -146,16 +176,31 @@ class SlurmCluster:
         key.chmod(0o400)
         self.munge_socket = self.dir / "munge.sock"
         self._munged = subprocess.Popen(
-            [_which("munged"), "-F", "--force", f"--socket={self.munge_socket}",
-             f"--key-file={key}", f"--pid-file={self.dir / 'munged.pid'}",
-             f"--log-file={self.dir / 'log' / 'munged.log'}",
-             f"--seed-file={self.dir / 'munged.seed'}"],
-            stdout=open(self.dir / "log" / "munged.out", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 (Popen keeps it)
-            start_new_session=True)
+            [
+                _which("munged"),
+                "-F",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={self.dir / 'munged.pid'}",
+                f"--log-file={self.dir / 'log' / 'munged.log'}",
+                f"--seed-file={self.dir / 'munged.seed'}",
+            ],
+            stdout=open(self.dir / "log" / "munged.out", "w"),  # noqa: SIM115 (Popen keeps it)
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.ec.adopt(pid=self._munged.pid)
-        self._wait_for(lambda: subprocess.run(
-            [_which("munge"), "-S", str(self.munge_socket), "-n"], capture_output=True,
-            timeout=5).returncode == 0, 15, "munged did not come up")
+        self._wait_for(
+            lambda: (
+                subprocess.run(
+                    [_which("munge"), "-S", str(self.munge_socket), "-n"], capture_output=True, timeout=5
+                ).returncode
+                == 0
+            ),
+            15,
+            "munged did not come up",
+        )
 
         self.port = _free_port(self.ec.bridge_addr)
         self.conf = self.dir / "slurm.conf"
@@ -166,9 +211,12 @@ class SlurmCluster:
                 del self.env[var]
 
         self._ctld = subprocess.Popen(
-            [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], env=self.env,
-            stdout=open(self.dir / "log" / "slurmctld.out", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 (Popen keeps it)
-            start_new_session=True)
+            [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)],
+            env=self.env,
+            stdout=open(self.dir / "log" / "slurmctld.out", "w"),  # noqa: SIM115 (Popen keeps it)
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.ec.adopt(pid=self._ctld.pid)
         for nd in self.ec.nodes:
             (self.dir / "spool" / nd.name).mkdir()
@@ -180,14 +228,17 @@ class SlurmCluster:
             [_which("slurmd"), "-D", "-f", str(self.conf), "-N", nd.name],
             env={"SLURM_CONF": str(self.conf)},
             stdout=open(self.dir / "log" / f"slurmd-{nd.name}.out", "a"),  # noqa: SIM115 (Popen keeps it)
-            stderr=subprocess.STDOUT)
+            stderr=subprocess.STDOUT,
+        )
 
     def render_conf(self) -> str:
         d = self.dir
         host = socket.gethostname().split(".")[0]
         nodes = "\n".join(
             f"NodeName={nd.name} NodeAddr={nd.addr} NodeHostname={nd.name} CPUs={self.cpus} "
-            f"RealMemory={self.mem} State=UNKNOWN" for nd in self.ec.nodes)
+            f"RealMemory={self.mem} State=UNKNOWN"
+            for nd in self.ec.nodes
+        )
         return f"""\
 # generated by tests/cluster/slurm.py for emulated cluster {self.ec.tag}
 ClusterName=cb{self.ec.tag}
@@ -242,8 +293,10 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 if ids:
                     self.run(["scancel", *ids], timeout=10)
                     deadline = time.monotonic() + 5
-                    while time.monotonic() < deadline and self.run(
-                            ["squeue", "-h", "-o", "%i"], timeout=10).stdout.strip():
+                    while (
+                        time.monotonic() < deadline
+                        and self.run(["squeue", "-h", "-o", "%i"], timeout=10).stdout.strip()
+                    ):
                         time.sleep(0.3)
         for p in list(self._slurmd.values()) + [self._ctld, self._munged]:
             if p is not None:
@@ -257,8 +310,14 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     # ---- commands ---------------------------------------------------------------------------
 
-    def run(self, cmd: Sequence[str] | str, timeout: float = 60, check: bool = False,
-            env: Mapping[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        cmd: Sequence[str] | str,
+        timeout: float = 60,
+        check: bool = False,
+        env: Mapping[str, str] | None = None,
+        **kwargs,
+    ) -> subprocess.CompletedProcess:
         """Run a Slurm client command (sbatch/srun/squeue/scontrol/...) on the host against this
         cluster. Text output captured; `check=True` raises SlurmError with stderr."""
         full_env = dict(self.env)
@@ -266,8 +325,7 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         kwargs.setdefault("cwd", str(self.dir / "jobs"))
-        p = subprocess.run(cmd, env=full_env, timeout=timeout, shell=isinstance(cmd, str),
-                           **kwargs)
+        p = subprocess.run(cmd, env=full_env, timeout=timeout, shell=isinstance(cmd, str), **kwargs)
         if check and p.returncode != 0:
             raise SlurmError(f"{cmd!r} failed ({p.returncode}): {p.stderr.strip()}")
         return p
@@ -317,9 +375,11 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             if state in TERMINAL_STATES:
                 return state
             time.sleep(poll)
-        raise TimeoutError(f"job {job_id} still {state} after {timeout}s\n"
-                           + self.run(["scontrol", "show", "job", str(job_id)]).stdout
-                           + self.logs_tail())
+        raise TimeoutError(
+            f"job {job_id} still {state} after {timeout}s\n"
+            + self.run(["scontrol", "show", "job", str(job_id)]).stdout
+            + self.logs_tail()
+        )
 
     def expire(self, job_id: int) -> None:
         """Move a running job's end time to now: slurmctld then ends it as TIMEOUT at its next
@@ -384,8 +444,7 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             return ""
         files = [self.dir / "log" / f for f in ("slurmctld.log", "slurmctld.out", "munged.log")]
         for nd in self.ec.nodes:
-            files += [self.dir / "log" / f"slurmd-{nd.name}.log",
-                      self.dir / "log" / f"slurmd-{nd.name}.out"]
+            files += [self.dir / "log" / f"slurmd-{nd.name}.log", self.dir / "log" / f"slurmd-{nd.name}.out"]
         return "\n".join(_tail(f, n) for f in files if f.exists())
 
     def _wait_for(self, cond, timeout: float, what: str) -> None:

@@ -1,11 +1,11 @@
 """Tiny TCP tools for checking the emulated network (stdlib only, starts fast).
 
-    tcp_probe.py recv PORT NBYTES      accept one connection, read NBYTES, print JSON
-                                       {"bytes", "seconds", "GBps"} (timed first -> last byte)
-    tcp_probe.py send ADDR PORT NBYTES connect (retrying up to 10 s) and send NBYTES
-    tcp_probe.py listen PORT           accept and close connections forever
-    tcp_probe.py connect ADDR PORT TIMEOUT   exit 0 if a connection succeeds within TIMEOUT s,
-                                       else 1; prints {"ok", "seconds", "error"}
+tcp_probe.py recv PORT NBYTES      accept one connection, read NBYTES, print JSON
+                                   {"bytes", "seconds", "GBps"} (timed first -> last byte)
+tcp_probe.py send ADDR PORT NBYTES connect (retrying up to 10 s) and send NBYTES
+tcp_probe.py listen PORT           accept and close connections forever
+tcp_probe.py connect ADDR PORT TIMEOUT   exit 0 if a connection succeeds within TIMEOUT s,
+                                   else 1; prints {"ok", "seconds", "error"}
 """
 
 from __future__ import annotations
