@@ -21,7 +21,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "nccl_tests" / "synthetic_all_reduce_perf_h100x8.log"
+FIXTURE = (
+    Path(__file__).resolve().parent.parent
+    / "tests"
+    / "fixtures"
+    / "nccl_tests"
+    / "synthetic_all_reduce_perf_h100x8.log"
+)
 
 
 def write_log(path: Path, rows: int) -> None:
@@ -29,7 +35,7 @@ def write_log(path: Path, rows: int) -> None:
     lines = FIXTURE.read_text().split("\n")
     first_row = next(i for i, line in enumerate(lines) if line.strip()[:1].isdigit())
     table = [line for line in lines if line.strip()[:1].isdigit()]
-    footer = lines[first_row + len(table):]
+    footer = lines[first_row + len(table) :]
     with open(path, "w") as handle:
         handle.write("\n".join(lines[:first_row]) + "\n")
         for index in range(rows):
@@ -44,7 +50,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="commbench-import-memory-") as folder:
         log = Path(folder) / "all_reduce_perf.log"
         write_log(log, args.rows)
-        command = [sys.executable, "-m", "commbench", "import", "nccl-tests", str(log), "--out", str(Path(folder) / "out")]
+        command = [
+            sys.executable,
+            "-m",
+            "commbench",
+            "import",
+            "nccl-tests",
+            str(log),
+            "--out",
+            str(Path(folder) / "out"),
+        ]
         before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         start = time.monotonic()
         # cwd: the temp folder, so `-m` takes commbench from PYTHONPATH, not from the caller's folder
@@ -53,8 +68,10 @@ def main() -> int:
         after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         size_mb = log.stat().st_size / 1e6
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
-    print(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} on {socket.gethostname()}: "
-          f"{args.rows} rows ({size_mb:.1f} MB log), exit {done.returncode}, peak RSS {peak_mb:.0f} MiB, wall {wall:.1f} s")
+    print(
+        f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} on {socket.gethostname()}: "
+        f"{args.rows} rows ({size_mb:.1f} MB log), exit {done.returncode}, peak RSS {peak_mb:.0f} MiB, wall {wall:.1f} s"
+    )
     print(f"uptime before: {before}\nuptime after:  {after}")
     if done.returncode:
         print(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "(no stderr)", file=sys.stderr)

@@ -88,7 +88,13 @@ def test_all_reduce_text_from_an_h100_node():
     assert all(360 <= record.busbw_gbps <= 480 for record in largest)
 
     info = run.info
-    assert (info.kind, info.source, info.backend, info.world_size, info.complete) == ("import", "nccl-tests", "nccl", 8, True)
+    assert (info.kind, info.source, info.backend, info.world_size, info.complete) == (
+        "import",
+        "nccl-tests",
+        "nccl",
+        8,
+        True,
+    )
     assert [(node.hostname, node.ranks) for node in info.nodes] == [("dgx-h100-017", list(range(8)))]
     assert info.nodes[0].gpus[3] == {"rank": 3, "cuda_device": 3, "pci": "0000:5d:00", "name": "NVIDIA H100 80GB HBM3"}
     assert info.versions == {"nccl-tests": "2.17.6", "nccl": "2.27.5+cuda12.9"}
@@ -100,7 +106,10 @@ def test_all_reduce_text_from_an_h100_node():
 def test_all_gather_text_from_two_nodes_names_its_op_by_file_name():
     run = only_run(ALL_GATHER_LOG)
     assert run.info.world_size == 16
-    assert [(node.hostname, node.ranks) for node in run.info.nodes] == [("gpu-a07", list(range(8))), ("gpu-a08", list(range(8, 16)))]
+    assert [(node.hostname, node.ranks) for node in run.info.nodes] == [
+        ("gpu-a07", list(range(8))),
+        ("gpu-a08", list(range(8, 16))),
+    ]
     assert run.info.versions == {"nccl": "2.18.5+cuda12.2"}
     assert len(run.records) == 2 * 21  # -b 1K -e 1G -f 2
     for record in run.records:
@@ -267,7 +276,10 @@ def test_cputime_and_timestamp_columns_are_read_by_name():
         ]
     )
     (run,) = parse_text(text, source="cputime.log", op="all_reduce")
-    assert [(record.in_place, record.time_us, record.wrong) for record in run.records] == [(False, 10.0, 0), (True, 12.0, 0)]
+    assert [(record.in_place, record.time_us, record.wrong) for record in run.records] == [
+        (False, 10.0, 0),
+        (True, 12.0, 0),
+    ]
     assert run.info.created == "2025-01-02T03:04:05"
 
 
@@ -276,8 +288,14 @@ def test_alltoallv_perf_output_is_its_own_collective():
     alltoall log with the binary renamed, which is how alltoallv_perf prints (src/alltoallv.cu
     times through the same TimeTest, busbw = algbw x (n-1)/n) plus its '#   rank=' summary."""
     real = Path(__file__).parent / "fixtures" / "nccl_tests" / "real" / "gb300_alltoall_4runs_elided_ranks.md"
-    text = real.read_text().replace("alltoall_perf", "alltoallv_perf").replace(
-        "# Truncated", "#   rank=0 send_bytes=8589934592 recv_bytes=8589934592 alg_bw=833.31 bus_bw=624.98\n# Truncated", 1
+    text = (
+        real.read_text()
+        .replace("alltoall_perf", "alltoallv_perf")
+        .replace(
+            "# Truncated",
+            "#   rank=0 send_bytes=8589934592 recv_bytes=8589934592 alg_bw=833.31 bus_bw=624.98\n# Truncated",
+            1,
+        )
     )
     runs = parse_text(text, source="alltoallv.md")
     assert [run.records[0].op for run in runs] == ["all_to_allv"] * 4
@@ -324,7 +342,13 @@ def test_cli_imports_each_file_into_its_own_run(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(
-    "content", ["hello\nworld\n", "", '{"not": "nccl-tests"}', '{"config": {}, "results": [{"size": "x", "in_place": {"time": 1}}]}']
+    "content",
+    [
+        "hello\nworld\n",
+        "",
+        '{"not": "nccl-tests"}',
+        '{"config": {}, "results": [{"size": "x", "in_place": {"time": 1}}]}',
+    ],
 )
 def test_cli_refuses_files_that_are_not_nccl_tests_output(tmp_path, monkeypatch, capsys, content):
     garbage = tmp_path / "garbage.txt"
@@ -347,4 +371,6 @@ def test_example_run_is_the_imported_synthetic_h100_log():
     example = load_run(example_dir)
     assert json.loads((example_dir / "run.json").read_text())["source"] == "nccl-tests"
     fresh = [record.model_dump(exclude={"source_line"}) for record in only_run(ALL_REDUCE_LOG).records]
-    assert [{key: value for key, value in record.items() if key != "source_line"} for record in example.records] == fresh
+    assert [
+        {key: value for key, value in record.items() if key != "source_line"} for record in example.records
+    ] == fresh

@@ -31,7 +31,9 @@ EXPECTED = {
     "a3mega_h100_2nodes_all_reduce.md": [("all_reduce", 16, ["ztan-mig-235z", "ztan-mig-gq73"], True)],
     "cscs_gh200_2nodes_all_reduce_indented.md": [("all_reduce", 8, ["nid005471", "nid005487"], True)] * 2,
     "cscs_gh200_sarus_2.18.2.log": [("all_reduce", 2, ["nid007106", "nid007109"], True)],
-    "aws_eks_a100_2nodes_mpirun_info_2.9.9.log": [("all_reduce", 16, ["nccl-tests-efa-16-worker-0", "nccl-tests-efa-16-worker-1"], True)],
+    "aws_eks_a100_2nodes_mpirun_info_2.9.9.log": [
+        ("all_reduce", 16, ["nccl-tests-efa-16-worker-0", "nccl-tests-efa-16-worker-1"], True)
+    ],
     "azureml_k80_4gpu_old_format.log": [("all_reduce", 4, ["2e3f9af7241040529530e810ce60fe5d000002"], True)],
     "oracle_a100_2nodes_mpirun_10G.log": [("all_reduce", 16, ["inst-xxxxx-gpu4-ol89", "inst-yyyyy-gpu4-ol89"], True)],
     "korean_wiki_t4_3nodes_srun_nocheck.log": [("all_reduce", 3, ["gpu01", "gpu02", "gpu03"], True)],
@@ -162,10 +164,18 @@ def test_real_crashed_log_is_refused_quoting_its_failure(name, tmp_path, monkeyp
 
 def test_five_runs_of_five_collectives_give_five_labelled_directories(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", {"import": "import_"})
-    assert cli.main(["import", "nccl-tests", str(REAL / "dgx2_v100_5collectives_2020.log"), "--out", str(tmp_path)]) == 0
+    assert (
+        cli.main(["import", "nccl-tests", str(REAL / "dgx2_v100_5collectives_2020.log"), "--out", str(tmp_path)]) == 0
+    )
     runs = sorted((load_run(path) for path in tmp_path.iterdir()), key=lambda run: run.info.args["run"])
     assert [run.info.args["run"] for run in runs] == [f"run {i} of 5" for i in range(1, 6)]
-    assert [run.records[0]["op"] for run in runs] == ["all_gather", "all_reduce", "broadcast", "reduce", "reduce_scatter"]
+    assert [run.records[0]["op"] for run in runs] == [
+        "all_gather",
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "reduce_scatter",
+    ]
     assert [run.info.args["lines"] for run in runs] == ["1-55", "56-109", "110-163", "164-217", "218-270"]
     assert all(f"-run{i}of5-" in run.run_id for i, run in enumerate(runs, 1))
     assert all(run.info.args["command"].startswith("Running: CUDA_VISIBLE_DEVICES=") for run in runs)
@@ -204,7 +214,10 @@ def test_indented_log_keeps_its_rank_lines_and_footer():
 
 def _unnamed(name: str, drop: tuple[str, ...]) -> str:
     """The log with the lines that name its collective removed."""
-    return "\n".join(line for line in (REAL / name).read_text().splitlines() if not any(word in line for word in drop)) + "\n"
+    return (
+        "\n".join(line for line in (REAL / name).read_text().splitlines() if not any(word in line for word in drop))
+        + "\n"
+    )
 
 
 def test_two_rank_all_reduce_without_a_name_needs_op_and_says_which_two():
@@ -223,7 +236,15 @@ def test_op_that_contradicts_the_log_is_refused(tmp_path, monkeypatch, capsys):
     with pytest.raises(UsageError, match="contradicts the log's table, which fits all_reduce"):
         parse_text(text, source="k80.log", op="all_gather")
     monkeypatch.setattr(cli, "COMMANDS", {"import": "import_"})
-    argv = ["import", "nccl-tests", str(REAL / "dgx2_v100_5collectives_2020.log"), "--op", "broadcast", "--out", str(tmp_path / "o")]
+    argv = [
+        "import",
+        "nccl-tests",
+        str(REAL / "dgx2_v100_5collectives_2020.log"),
+        "--op",
+        "broadcast",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run 1 of 5" in err and not (tmp_path / "o").exists()

@@ -36,7 +36,11 @@ _LEAD = re.compile(r"^(\s|>|\[\d+,\d+\]<stdout>:)*")
 @functools.cache
 def truth(name: str) -> dict:
     """(line, in_place) -> the values the unmutated log printed there."""
-    return {(row["line"], row["in_place"]): expected_values(row) for table in simple_tables((REAL / name).read_text()) for row in table}
+    return {
+        (row["line"], row["in_place"]): expected_values(row)
+        for table in simple_tables((REAL / name).read_text())
+        for row in table
+    }
 
 
 def is_row(line: str) -> bool:

@@ -52,6 +52,7 @@ MAX_UNREADABLE_SHARE = 0.1
 # endless input is one line, not the OOM killer.
 IMPORT_FILE = Kind("nccl-tests log or -J report", 512 * MiB)
 
+
 class ImportedRun(NamedTuple):
     """One nccl-tests run in commbench's terms: run.json and its records."""
 
@@ -107,7 +108,9 @@ def _lenient_text(data: bytes, path: Path) -> str:
         return data.decode("utf-8", errors="replace")
 
 
-def parse_text(text: str, source: str = "<text>", op: str | None = None, file_hint: str | None = None) -> list[ImportedRun]:
+def parse_text(
+    text: str, source: str = "<text>", op: str | None = None, file_hint: str | None = None
+) -> list[ImportedRun]:
     """Every run in nccl-tests stdout. Raises UsageError when the text holds no nccl-tests run."""
     runs = read_runs(text, source)
     if not any(facts.measurements or facts.unreadable_rows or facts.iters is not None for facts in runs):
@@ -147,7 +150,9 @@ def write_run(run: ImportedRun, out_dir: str | Path, run_id: str | None = None) 
 def _op_from_file_name(path: Path) -> str | None:
     """'logs/all_gather_perf.2node.log' -> 'all_gather'; longest names first, so reduce_scatter is not reduce."""
     squashed = re.sub(r"[^a-z0-9]", "", path.name.lower())
-    names = {re.sub(r"[^a-z0-9]", "", op.nccl_tests_name.lower()): op.name for op in ops.OPS.values() if op.nccl_tests_name}
+    names = {
+        re.sub(r"[^a-z0-9]", "", op.nccl_tests_name.lower()): op.name for op in ops.OPS.values() if op.nccl_tests_name
+    }
     return next((names[name] for name in sorted(names, key=len, reverse=True) if name in squashed), None)
 
 
@@ -164,7 +169,9 @@ def _no_rows_message(facts: RunFacts) -> str:
 def _where(facts: RunFacts) -> str:
     """'ar.log run 2 of 3 (lines 40-81)', or just the file for a file holding one run."""
     if facts.runs_in_file > 1:
-        return f"{facts.source} run {facts.position} of {facts.runs_in_file} (lines {facts.first_line}-{facts.last_line})"
+        return (
+            f"{facts.source} run {facts.position} of {facts.runs_in_file} (lines {facts.first_line}-{facts.last_line})"
+        )
     return facts.source
 
 
@@ -222,7 +229,11 @@ def _refuse_unreadable(facts: RunFacts) -> None:
     unreadable = facts.unreadable_rows
     if not unreadable:
         return
-    counted = unreadable[:-1] if not facts.complete and unreadable[-1] > max(m.line for m in facts.measurements) else unreadable
+    counted = (
+        unreadable[:-1]
+        if not facts.complete and unreadable[-1] > max(m.line for m in facts.measurements)
+        else unreadable
+    )
     rows = len({m.line for m in facts.measurements}) + len(unreadable)
     lines = ", ".join(str(number) for number in unreadable[:5]) + (" ..." if len(unreadable) > 5 else "")
     if len(counted) > MAX_UNREADABLE_SHARE * rows:
@@ -252,7 +263,9 @@ def _choose(facts: RunFacts, op: str | None, file_hint: str | None, fitting: lis
         raise UsageError(f"{_where(facts)}: --op {wanted} contradicts the log, which names {named}")
     if wanted:
         if fitting and wanted not in fitting and _inferable(wanted):
-            raise UsageError(f"{_where(facts)}: --op {wanted} contradicts the log's table, which fits {_either(fitting)}")
+            raise UsageError(
+                f"{_where(facts)}: --op {wanted} contradicts the log's table, which fits {_either(fitting)}"
+            )
         return wanted, "--op"
     if named:
         return named, "log"
@@ -261,8 +274,12 @@ def _choose(facts: RunFacts, op: str | None, file_hint: str | None, fitting: lis
     if len(fitting) == 1:
         return fitting[0], "table"
     if fitting:
-        raise UsageError(f"{_where(facts)}: the log does not name its collective and its table fits {_either(fitting)}; pass --op")
-    raise UsageError(f"{_where(facts)}: the log does not name its collective and its table fits none nccl-tests prints; pass --op")
+        raise UsageError(
+            f"{_where(facts)}: the log does not name its collective and its table fits {_either(fitting)}; pass --op"
+        )
+    raise UsageError(
+        f"{_where(facts)}: the log does not name its collective and its table fits none nccl-tests prints; pass --op"
+    )
 
 
 def _inferable(op: str) -> bool:
@@ -290,9 +307,13 @@ def _world_size(facts: RunFacts) -> int:
         world_size = max(device.rank for device in facts.devices) + 1
         shown = len({device.rank for device in facts.devices})
         if shown < world_size:  # e.g. a README that replaced the middle rank lines with "..."
-            facts.warnings.append(f"{_where(facts)}: the log lists {shown} of its {world_size} ranks; hosts and GPUs are those listed")
+            facts.warnings.append(
+                f"{_where(facts)}: the log lists {shown} of its {world_size} ranks; hosts and GPUs are those listed"
+            )
         return world_size
-    facts.warnings.append(f"{facts.source}: no '#  Rank' lines; assuming one process of {facts.ranks_per_process} ranks")
+    facts.warnings.append(
+        f"{facts.source}: no '#  Rank' lines; assuming one process of {facts.ranks_per_process} ranks"
+    )
     return facts.ranks_per_process
 
 
@@ -339,21 +360,45 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     if factor is None:  # a collective without a known formula: take nccl-tests' own ratio
         factor = m.busbw / m.algbw if m.algbw > 0 else 0.0
     iters = m.iters if m.iters is not None else facts.iters
-    row = RowFacts(op=op, scope=scope, group_size=group_size, n_groups=n_groups, size_bytes=m.size, count=m.count,
-                   dtype=m.dtype, redop=m.redop, root=m.root, in_place=m.in_place,
-                   iters=(iters or 0) * facts.ops_per_iteration, warmup=facts.warmup, timer="imported",
-                   stop_reason="fixed")  # nccl-tests always times its -n iterations
+    row = RowFacts(
+        op=op,
+        scope=scope,
+        group_size=group_size,
+        n_groups=n_groups,
+        size_bytes=m.size,
+        count=m.count,
+        dtype=m.dtype,
+        redop=m.redop,
+        root=m.root,
+        in_place=m.in_place,
+        iters=(iters or 0) * facts.ops_per_iteration,
+        warmup=facts.warmup,
+        timer="imported",
+        stop_reason="fixed",
+    )  # nccl-tests always times its -n iterations
     # nccl-tests prints one rank-averaged time; the spread only with -I: without it the spread is null
-    stats = Stats(median=m.time_us, p10=m.time_p10, p90=m.time_p90, min=m.time_min, max=m.time_max, mean=m.time_us,
-                  cv=m.cv)
+    stats = Stats(
+        median=m.time_us, p10=m.time_p10, p90=m.time_p90, min=m.time_min, max=m.time_max, mean=m.time_us, cv=m.cv
+    )
     extra: dict[str, Any] = {"source_line": m.line} if m.line else {}  # where in the file the row was printed
     if m.time_p99 is not None:
         extra["time_us_p99"] = m.time_p99
     if m.process_times is not None:  # -I: every process's time, so stragglers can be seen
         extra["process_times_us"] = m.process_times
-    slowest = None if m.slowest_process is None else m.slowest_process * facts.ranks_per_process  # that process's first rank
-    record: Record = build_record(row, stats, factor, time_us_mean_nccl=m.time_us, wrong=m.wrong, slowest_rank=slowest,
-                                  time_stat="rank-averaged mean", reported_bandwidth=(m.algbw, m.busbw), **extra)
+    slowest = (
+        None if m.slowest_process is None else m.slowest_process * facts.ranks_per_process
+    )  # that process's first rank
+    record: Record = build_record(
+        row,
+        stats,
+        factor,
+        time_us_mean_nccl=m.time_us,
+        wrong=m.wrong,
+        slowest_rank=slowest,
+        time_stat="rank-averaged mean",
+        reported_bandwidth=(m.algbw, m.busbw),
+        **extra,
+    )
     return record
 
 

@@ -54,8 +54,6 @@ SHAPES: dict[str, OpShape] = {
 }
 
 
-
-
 def candidates(facts: RunFacts, ranks: int | None) -> list[str]:
     """The collectives whose printing rules the run's table follows (ranks: communicator size, if known)."""
     rows = facts.measurements
@@ -101,13 +99,17 @@ def _sizes_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
 def _factor_fits(op: str, shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
     """Each printed bandwidth is off by up to 0.005, so busbw - f x algbw is within 0.005 x (1 + f)."""
     factors = [ops.busbw_factor(op, ranks)] + [older(ranks) for older in shape.older_factors]
-    return any(all(abs(row.busbw - factor * row.algbw) <= 0.0051 * (1 + factor) + 1e-9 for row in rows) for factor in factors)
+    return any(
+        all(abs(row.busbw - factor * row.algbw) <= 0.0051 * (1 + factor) + 1e-9 for row in rows) for factor in factors
+    )
 
 
 def _in_place_unchecked(rows: list[Measurement]) -> bool:
     """Out-of-place results checked (a count) and every in-place one N/A: what alltoall prints."""
     in_place = [row for row in rows if row.in_place]
     out_of_place = [row for row in rows if not row.in_place]
-    return bool(in_place and out_of_place) and all(row.wrong_printed == "N/A" for row in in_place) and all(
-        row.wrong >= 0 for row in out_of_place
+    return (
+        bool(in_place and out_of_place)
+        and all(row.wrong_printed == "N/A" for row in in_place)
+        and all(row.wrong >= 0 for row in out_of_place)
     )

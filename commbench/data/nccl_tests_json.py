@@ -28,7 +28,9 @@ def read_report(text: str, source: str) -> RunFacts:
     try:
         return _facts_from_json(document, source)
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise UsageError(f"{source}: nccl-tests JSON report in a layout this commbench does not know ({exc!r})") from None
+        raise UsageError(
+            f"{source}: nccl-tests JSON report in a layout this commbench does not know ({exc!r})"
+        ) from None
 
 
 def _load_json_report(text: str, source: str) -> dict[str, Any]:
@@ -76,7 +78,9 @@ def _facts_from_json(document: dict[str, Any], source: str) -> RunFacts:
         source=source,
         program=argv[0] if argv else None,
         command=" ".join(argv) or None,
-        devices=[device for entry in config.get("devices") or [] for device in _devices_from_json(entry, ranks_per_process)],
+        devices=[
+            device for entry in config.get("devices") or [] for device in _devices_from_json(entry, ranks_per_process)
+        ],
         ranks_per_process=ranks_per_process,
         warmup=int(config.get("warmup_iters", 0)),
         ops_per_iteration=max(int(config.get("aggregated_iterations", 1)), 1) * max(int(config.get("graph", 0)), 1),

@@ -29,12 +29,16 @@ _LINE_PREFIXES = (
     re.compile(r">\s?"),  # markdown quote
 )
 # "# nccl-tests version 2.17.9 nccl-headers=22807 nccl-library=22807"
-_VERSION_LINE = re.compile(r"^# nccl-tests version (?P<tests>\S+) nccl-headers=(?P<headers>\d+) nccl-library=(?P<library>\d+)")
+_VERSION_LINE = re.compile(
+    r"^# nccl-tests version (?P<tests>\S+) nccl-headers=(?P<headers>\d+) nccl-library=(?P<library>\d+)"
+)
 # "# Collective test starting: all_reduce_perf"
 _PROGRAM_LINE = re.compile(r"^# Collective test starting: (?P<program>\S+)")
 _CONCLUDED_LINE = re.compile(r"^# Collective test concluded: (?P<program>\S+)")
 # "# nThread 1 nGpus 8 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 ..."
-_PARAMS_LINE = re.compile(r"^# nThread (?P<nthreads>\d+) nGpus (?P<ngpus>\d+) minBytes (?P<min_bytes>\d+) maxBytes (?P<max_bytes>\d+)")
+_PARAMS_LINE = re.compile(
+    r"^# nThread (?P<nthreads>\d+) nGpus (?P<ngpus>\d+) minBytes (?P<min_bytes>\d+) maxBytes (?P<max_bytes>\d+)"
+)
 # the "name: number" pairs of that line; longer names first so "warmup iters" is not read as "iters"
 _PARAM_PAIR = re.compile(r"(warmup iters|agg iters|iters|validation|graph|unalign): (-?\d+)")
 _STEP = re.compile(r"step: (?P<step>\d+)\((?P<kind>factor|bytes)\)")
@@ -60,7 +64,21 @@ _ISO_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 
 _PREFIX_COLUMNS = ("size", "count", "type", "redop", "root")
 # The layout assumed for rows printed before any column header (nccl-tests 2.x).
-_DEFAULT_COLUMNS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"]
+_DEFAULT_COLUMNS = [
+    "size",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+]
 # A row whose out-of-place group was left blank (-O 0) has this many blanks where it would be.
 _BLANK_GROUP_WIDTH = 20
 
@@ -208,7 +226,9 @@ class _RunReader:
         columns = self.columns
         if columns is None:
             columns = self.columns = list(_DEFAULT_COLUMNS)
-            self.facts.warnings.append(f"{self.facts.source}: rows before any column header; read them as the 2.x layout")
+            self.facts.warnings.append(
+                f"{self.facts.source}: rows before any column header; read them as the 2.x layout"
+            )
         measurements = _row_measurements(line, columns) if line.terminated else None
         if measurements is None:
             self.facts.unreadable_rows.append(line.number)
@@ -226,7 +246,9 @@ class _RunReader:
         if facts.measurements and not facts.complete:
             said = f"; the log says: {facts.failure}" if facts.failure else ""
             kept = len(facts.measurements)
-            facts.warnings.append(f"{facts.source}: {INCOMPLETE_REASON}: kept the {kept} records read before it stopped{said}")
+            facts.warnings.append(
+                f"{facts.source}: {INCOMPLETE_REASON}: kept the {kept} records read before it stopped{said}"
+            )
         return facts
 
 
@@ -299,8 +321,19 @@ def _measurement(head: dict[str, Any], cells: dict[str, Any], in_place: bool, li
     time_us = _float(cells.get("time", cells.get("cputime")))
     algbw, busbw = _float(cells.get("algbw")), _float(cells.get("busbw"))
     wrong = _wrong(cells)
-    if (size is None or count is None or root is None or time_us is None or algbw is None or busbw is None
-            or wrong is None) or not re.fullmatch(r"[A-Za-z]\w*", dtype) or not re.fullmatch(r"[A-Za-z]\w*", redop):
+    if (
+        (
+            size is None
+            or count is None
+            or root is None
+            or time_us is None
+            or algbw is None
+            or busbw is None
+            or wrong is None
+        )
+        or not re.fullmatch(r"[A-Za-z]\w*", dtype)
+        or not re.fullmatch(r"[A-Za-z]\w*", redop)
+    ):
         return None
     read = {name: _float(cells[name]) for name in ("i_min", "i_max", "i_p99", "i_cv%") if name in cells}
     extras = {name: value for name, value in read.items() if value is not None}

@@ -61,8 +61,10 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 def check_run_id(run_id: str) -> str:
     """run_id, if it is one safe path component; UsageError (exit 2) otherwise."""
     if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id):
-        raise UsageError(f"run id {run_id!r}: a run id is one directory name of letters, digits, '.', '_', "
-                         "'+' and '-', starting with a letter or digit (at most 200)")
+        raise UsageError(
+            f"run id {run_id!r}: a run id is one directory name of letters, digits, '.', '_', "
+            "'+' and '-', starting with a letter or digit (at most 200)"
+        )
     return run_id
 
 
@@ -201,7 +203,9 @@ class RunWriter:
             self._streamed = True
             jsonl = (json.dumps(rec.model_dump()) + "\n" for rec in records)
             atomic_write_chunks(self.path / RECORDS_JSONL, jsonl, durable=True)
-            atomic_write_chunks(self.path / RECORDS_CSV, _csv_chunks((rec.model_dump() for rec in records), extra), durable=True)
+            atomic_write_chunks(
+                self.path / RECORDS_CSV, _csv_chunks((rec.model_dump() for rec in records), extra), durable=True
+            )
 
     def _write_records(self, durable: bool = False) -> None:
         if self._streamed:
@@ -278,7 +282,9 @@ def load_run(path: str | Path) -> Run:
         raise CommbenchError(f"{run_file}: expected a JSON object")
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
-        warnings.append(f"{run_file}: schema_version {version!r}, this commbench reads {SCHEMA_VERSION}; fields may be missing")
+        warnings.append(
+            f"{run_file}: schema_version {version!r}, this commbench reads {SCHEMA_VERSION}; fields may be missing"
+        )
     try:
         info = RunInfo.model_validate(raw)
     except ValidationError as exc:

@@ -117,8 +117,10 @@ def open_regular(path: str | Path, kind: Kind, root: str | Path | None = None) -
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFile(f"{path}: not a regular file ({_file_type(info.st_mode)}); refused")
         if kind.max_bytes is not None and info.st_size > kind.max_bytes:
-            raise UnsafeFile(f"{path}: {info.st_size / MiB:.1f} MiB, over the {kind.max_bytes // MiB} MiB "
-                             f"a {kind.name} may have; refused")
+            raise UnsafeFile(
+                f"{path}: {info.st_size / MiB:.1f} MiB, over the {kind.max_bytes // MiB} MiB "
+                f"a {kind.name} may have; refused"
+            )
         os.set_blocking(fd, True)
         handle = os.fdopen(fd, "rb")
     except BaseException:
@@ -129,8 +131,13 @@ def open_regular(path: str | Path, kind: Kind, root: str | Path | None = None) -
 
 
 def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a plain file"
@@ -144,16 +151,21 @@ def _reason(exc: BaseException) -> str:
 
 # ------------------------------------------------------------------------------ text
 
-_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
-         (codecs.BOM_UTF16_BE, "UTF-16"))
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
 
 
 def _refuse_non_text(head: bytes, path: str | Path, kind: Kind) -> None:
     """UnsafeFile for a file whose first bytes say UTF-16/32 (a byte-order mark) or binary (NUL bytes)."""
     for bom, encoding in _BOMS:
         if head.startswith(bom):
-            raise UnsafeFile(f"{path}: {encoding} text; a {kind.name} is read as UTF-8 "
-                             f"(convert it: iconv -f {encoding} -t UTF-8)")
+            raise UnsafeFile(
+                f"{path}: {encoding} text; a {kind.name} is read as UTF-8 (convert it: iconv -f {encoding} -t UTF-8)"
+            )
     if b"\0" in head:
         raise UnsafeFile(f"{path}: binary data (NUL bytes), not a {kind.name}")
 
@@ -178,8 +190,9 @@ def read_text(path: str | Path, kind: Kind, root: str | Path | None = None) -> s
     return decode(data, path, kind)
 
 
-def iter_lines(path: str | Path, kind: Kind, report: LineReport | None = None,
-               root: str | Path | None = None) -> Iterator[tuple[int, str]]:
+def iter_lines(
+    path: str | Path, kind: Kind, report: LineReport | None = None, root: str | Path | None = None
+) -> Iterator[tuple[int, str]]:
     """(line number, text without its newline) for every line, read MAX_LINE_BYTES at most at a time.
     A line too long or not UTF-8 is counted in `report` and skipped; a file that opens as UTF-16 or
     binary is refused (UnsafeFile)."""
@@ -238,8 +251,9 @@ def load_json(path: str | Path, kind: Kind, root: str | Path | None = None) -> A
     return parse_json(read_text(path, kind, root), path)
 
 
-def iter_jsonl(path: str | Path, kind: Kind, report: LineReport | None = None,
-               root: str | Path | None = None) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(
+    path: str | Path, kind: Kind, report: LineReport | None = None, root: str | Path | None = None
+) -> Iterator[tuple[int, Any]]:
     """(line number, value) for every JSON line; blank lines ignored, bad ones counted and skipped."""
     report = report if report is not None else LineReport()
     name = Path(path).name
