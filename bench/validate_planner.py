@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))  # this checkout's commbench, not whichever one is
 sys.path.insert(0, str(REPO / "tests"))  # the emulated cluster: tests/cluster/emulated.py
 sys.path.insert(0, str(BENCH / "validation"))
 
-from cluster.emulated import EmulatedCluster, wait_procs  # noqa: E402
+from cluster.emulated import EmulatedCluster, torchrun_command, wait_procs  # noqa: E402
 from layouts import FIRST_VALIDATION_UNSEEN, MEMORY_LAYOUTS, PARALLEL_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
 from predict import ABLATIONS, predict, predict_memory  # noqa: E402
 
@@ -76,22 +76,7 @@ def torchrun_per_node(cluster: EmulatedCluster, program: list[str], log: Path, t
     procs = []
     env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"}  # one core's worth per rank
     for i in range(len(cluster.nodes)):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(len(cluster.nodes)),
-            "--nproc-per-node",
-            "1",
-            "--node-rank",
-            str(i),
-            "--master-addr",
-            cluster.addr(0),
-            "--master-port",
-            str(MASTER_PORT),
-            *program,
-        ]
+        cmd = torchrun_command(cluster, i, MASTER_PORT, program)
         procs.append(
             cluster.node(i).popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         )

@@ -8,10 +8,9 @@ each over a 1 Gbit/s emulated link, the smallest run that shows both ratios with
 
 import json
 import subprocess
-import sys
 
 import pytest
-from cluster.emulated import wait_procs
+from cluster.emulated import torchrun_command, wait_procs
 
 from commbench.data.rundir import list_runs
 from tests.conftest import REPO, run_cli
@@ -27,22 +26,7 @@ SIZES = "4M,8M"
 def per_node(cluster, argv_of, port, env=None, timeout=300):
     procs = []
     for i in range(len(cluster.nodes)):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(len(cluster.nodes)),
-            "--nproc-per-node",
-            "1",
-            "--node-rank",
-            str(i),
-            "--master-addr",
-            cluster.addr(0),
-            "--master-port",
-            str(port),
-            *argv_of(i),
-        ]
+        cmd = torchrun_command(cluster, i, port, argv_of(i))
         procs.append(
             cluster.node(i).popen(
                 cmd,

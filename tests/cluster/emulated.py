@@ -57,6 +57,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -210,6 +211,28 @@ def _link_list() -> list[str]:
         if len(parts) >= 2:
             names.append(parts[1].strip().split("@")[0])
     return names
+
+
+def torchrun_command(
+    cluster: EmulatedCluster, node_rank: int, port: int, program: Sequence[str], nproc_per_node: int = 1
+) -> list[str]:
+    """`python -m torch.distributed.run ...` for one node of the cluster, node 0 as the rendezvous."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(len(cluster.nodes)),
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "--node-rank",
+        str(node_rank),
+        "--master-addr",
+        cluster.addr(0),
+        "--master-port",
+        str(port),
+        *program,
+    ]
 
 
 def wait_procs(procs: Sequence[subprocess.Popen], timeout: float) -> list[tuple[int | None, str, str]]:
