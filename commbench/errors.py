@@ -30,9 +30,10 @@ class Interrupted(CommbenchError):
 class RankFailure(CommbenchError):
     """A rank was lost or stopped progressing; `reporter` is true on the one rank that says so."""
 
-    def __init__(self, message: str, reporter: bool):
+    def __init__(self, message: str, reporter: bool, linger_s: float = 0.0):
         super().__init__(message)
         self.reporter = reporter
+        self.linger_s = linger_s  # how long a rank that does not report waits for the one that does
 
 
 # Errors of the disk a write can meet: each becomes one line naming the path, never a traceback

@@ -95,7 +95,7 @@ class MeasuredRun:
             diagnosis = self.monitor.diagnose()
             reason = f"{diagnosis.text} [{_reason(exc)}]"
             self._finish(False, reason)
-            raise RankFailure(reason, self.monitor.is_reporter(diagnosis)) from None
+            raise RankFailure(reason, self.monitor.is_reporter(diagnosis), self.monitor.linger_s(diagnosis)) from None
         except KeyboardInterrupt:
             kept = len(self.writer.records) if self.writer else 0
             self._finish(False, interrupted_reason(kept, len(self.driver.rows)))
@@ -171,7 +171,7 @@ class MeasuredRun:
         if self.monitor.is_reporter(diagnosis):
             print(f"commbench {self.driver.command}: error: {diagnosis.text}", file=sys.stderr, flush=True)
         else:
-            time.sleep(3)  # let the reporter print first: a launcher may stop it once any rank has exited
+            time.sleep(max(3.0, self.monitor.linger_s(diagnosis)))  # the reporter prints first
         exit_now(1)
 
 
@@ -226,6 +226,8 @@ def run_rank(cfg: RunConfig, env: RankEnv, driver_class: type[Driver]) -> int:
     except RankFailure as exc:
         if exc.reporter:
             print(f"{prefix} {exc}", file=sys.stderr, flush=True)
+        else:
+            time.sleep(exc.linger_s)  # leaving first would let our launcher stop the reporter unheard
         exit_now(exc.exit_code)  # a peer is gone: tearing the process group down could block
     except CommbenchError as exc:
         if env.rank == 0:

@@ -24,6 +24,8 @@ import torch.distributed as dist
 
 BEAT_INTERVAL_S = 1.0
 KEY = "commbench/beat/{}"
+# diagnose() takes at most the store client's 5 s connect timeout, or two reads 2.5 beats apart
+DIAGNOSE_BOUND_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -142,15 +144,29 @@ class RankMonitor:
         label = "rank" if len(ranks) == 1 else "ranks"
         return "; ".join(f"{label} {','.join(map(str, rs))} on node {node}" for node, rs in by_node.items())
 
-    def is_reporter(self, diagnosis: Diagnosis) -> bool:
+    def reporter(self, diagnosis: Diagnosis) -> int | None:
         """The lowest rank not named in the diagnosis prints it, so users read it once. A node cut
         off from the store cannot know who else is alive: its own lowest rank tells its side."""
         if diagnosis.store_lost:
             here = self.hosts.get(self.rank)
             neighbours = [rank for rank, host in self.hosts.items() if host == here and rank not in diagnosis.culprits]
-            return bool(neighbours) and self.rank == min(neighbours)
+            return min(neighbours) if neighbours else None
         healthy = [rank for rank in range(self.world_size) if rank not in diagnosis.culprits]
-        return bool(healthy) and self.rank == healthy[0]
+        return healthy[0] if healthy else None
+
+    def is_reporter(self, diagnosis: Diagnosis) -> bool:
+        return self.reporter(diagnosis) == self.rank
+
+    def linger_s(self, diagnosis: Diagnosis) -> float:
+        """How long a rank that does not report should stay before leaving. A node's launcher stops
+        all of its ranks once one exits, so a reporter on the same node must get to print first: it
+        may still be blocked in a collective until its own watchdog fires, then diagnose. Its exit
+        ends the wait early (the launcher stops this rank then). A reporter elsewhere is not ours
+        to wait for."""
+        reporter = self.reporter(diagnosis)
+        if reporter is None or reporter == self.rank or self.hosts.get(reporter) != self.hosts.get(self.rank):
+            return 0.0
+        return self.timeout_s + DIAGNOSE_BOUND_S
 
 
 def exit_now(code: int) -> None:
