@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commbench.data.calculon import PROCESSOR_USAGE
 from commbench.modeling.hardware import System
@@ -41,7 +42,7 @@ class Cluster:
         """GPUs that share one NVLink domain: what every group's placement is counted in."""
         return self.system.nvlink_domain
 
-    def in_one_domain(self, size, stride) -> np.ndarray:
+    def in_one_domain(self, size: ArrayLike, stride: ArrayLike) -> np.ndarray:
         """Whether a group of `size` ranks `stride` apart stays inside one NVLink domain."""
         return in_one_domain(size, stride, self.nvlink_domain)
 

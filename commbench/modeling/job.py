@@ -278,7 +278,7 @@ class TrainingJob:
             return self.moe_execution.capacity_factor
         return self.model.moe.capacity_factor if self.model.moe else None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.activation_bytes is None:
             object.__setattr__(self, "activation_bytes", self.precision.activation_bytes)
 

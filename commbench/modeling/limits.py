@@ -42,7 +42,7 @@ MAX_SIMULATED_OPS = 1_000_000
 MAX_TIMELINE_EVENTS = 200_000
 
 
-def whole_number(what: str, value, low: int, high: int) -> int:
+def whole_number(what: str, value: object, low: int, high: int) -> int:
     """`value` as an int in [low, high]: an int, or a float without a fraction (JSON writes 4096.0
     for some sizes); booleans, text, NaN and infinities are refused, naming `what`."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -61,7 +61,7 @@ def finite_number(what: str, value: float, low: float, high: float) -> float:
     return value
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     """The value as the message describes it: numbers as they are (a 300-digit one shortened), text
     and containers by their type and length only, so no message quotes a file's words (a config read
     on a shared dashboard must not echo what it holds)."""

@@ -52,7 +52,7 @@ class MoESpec:
     capacity_factor: float | None = None  # None: dropless routing
     shared_expert_gate: bool = False  # Qwen2-MoE scales its shared expert by a learned h -> 1 gate
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         whole_number("moe: num_experts", self.num_experts, 1, MAX_EXPERTS)
         whole_number("moe: top_k", self.top_k, 1, self.num_experts)
         whole_number("moe: expert_ffn_hidden", self.expert_ffn_hidden, 1, MAX_FFN)
@@ -74,7 +74,7 @@ class MLASpec:
     v_head_dim: int
     q_lora_rank: int = 0  # 0: queries projected straight from the hidden state (DeepSeek-V2-Lite)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
             whole_number(f"mla: {name}", getattr(self, name), 1, MAX_FFN)
         whole_number("mla: qk_rope_head_dim", self.qk_rope_head_dim, 0, MAX_HEAD_DIM)
@@ -143,7 +143,7 @@ class ModelSpec:
     mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers), training only
     notes: tuple[str, ...] = ()  # what the planner does not model about this model
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mlp not in ("swiglu", "gelu"):
             raise UsageError(f"model {self.name}: mlp must be swiglu or gelu, not {self.mlp!r}")
         for name, high in (
@@ -341,7 +341,9 @@ class ModelSpec:
         )
 
 
-def _llama(name, hidden, layers, heads, kv_heads, ffn, vocab, seq, tied=False) -> ModelSpec:
+def _llama(
+    name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, seq: int, tied: bool = False
+) -> ModelSpec:
     return ModelSpec(name, hidden, layers, heads, kv_heads, ffn, vocab, "swiglu", tied, max_seq_len=seq)
 
 

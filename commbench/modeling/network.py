@@ -16,10 +16,12 @@ rather than as if every byte crossed the scale-out network.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commbench import ops
 from commbench.modeling.hardware import Network, System
@@ -66,7 +68,11 @@ def busbw_factor(op: str, n: int) -> float:
     return ops.busbw_factor(op, n)
 
 
-def hierarchical_time(flat, op: str, size, placement: Placement):
+# prices one flat phase: (op, size in bytes, ranks, tier "intra" or "inter") -> seconds
+FlatPhase = Callable[[str, ArrayLike, int, str], np.ndarray]
+
+
+def hierarchical_time(flat: FlatPhase, op: str, size: np.ndarray, placement: Placement) -> np.ndarray:
     """Compose a hierarchical collective from flat phases; flat(op, size, n, tier) prices one phase."""
     r, k = placement.ranks_per_node, placement.nodes
     n = r * k
@@ -104,12 +110,12 @@ class PresetNetwork:
             f"inter {self.system.inter.name} {self._busbw['inter'] / 1e9:.1f} GB/s busbw per GPU"
         )
 
-    def flat(self, op: str, size, n: int, tier: str):
+    def flat(self, op: str, size: ArrayLike, n: int, tier: str) -> np.ndarray:
         if n <= 1:
             return np.zeros_like(np.asarray(size, dtype=float))
         return self._network[tier].latency + busbw_factor(op, n) * np.asarray(size, dtype=float) / self._busbw[tier]
 
-    def time_s(self, op, size_bytes, group_size, placement):
+    def time_s(self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement) -> np.ndarray:
         if group_size <= 1:
             return np.zeros_like(np.asarray(size_bytes, dtype=float))
         if op == "all_to_allv":  # a preset knows no skew: the hottest rank's bytes carry it
