@@ -37,6 +37,7 @@ from scorecard import (
     palm_flops,
     peak_flops,
     published_step_seconds,
+    scored,
     split_halves,
 )
 
@@ -124,6 +125,7 @@ def rankings(systems: list[str], executions: list[str], rows: list[dict], jobs: 
 
 def published_rows(rows: list[dict], gpu: str, execution: str) -> list[str]:
     half = split_halves(rows)
+    rows = scored(rows)
     lines = [
         "| row | half | layout | published MFU | model error | model compute share | compute-only MFU: model "
         "| compute-only MFU: published step less the model's non-compute |",
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--grid", action="store_true", help="rank the wider sweep (GRID, about 40 s) instead of JOBS")
     args = parser.parse_args(argv)
-    rows = load_runs(RUNS)
+    every_row = load_runs(RUNS)  # the split's positions count superseded rows too
+    rows = scored(every_row)
     print(
         "\n".join(
             rankings(
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("\n".join(rankings(sorted(HARDWARE.values()), ["megatron-core"], rows, MOE_JOBS)))
     print()
-    print("\n".join(published_rows(rows, args.gpu, args.execution)))
+    print("\n".join(published_rows(every_row, args.gpu, args.execution)))
     return 0
 
 

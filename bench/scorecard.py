@@ -62,7 +62,10 @@ EXECUTION_CHOICES = {
 ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 # sources entered after the refit: predicted by the model frozen then, never fitted to (neither half,
 # nor the baseline); their held-out half counts in the held-out figures as the rule assigns it
-NEVER_FITTED = ("flash-attention-2", "megatron-bridge-perf-summary")
+MEGATRON_BRIDGE_VERSIONS = tuple(
+    f"megatron-bridge-{v}" for v in ("25.09", "25.11-corrected", "26.02", "26.02.01", "26.04", "26.04.01", "26.06")
+)
+NEVER_FITTED = ("flash-attention-2", "megatron-bridge-perf-summary", *MEGATRON_BRIDGE_VERSIONS)
 INT_COLUMNS = (
     "gpu_memory_gb",
     "gpus_per_node",
@@ -105,6 +108,12 @@ def load_runs(path: Path) -> list[dict]:
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{path}, line {number}: a missing or non-numeric cell ({exc})") from None
     return rows
+
+
+def scored(rows: list[dict]) -> list[dict]:
+    """The rows the scorecard prices: all but those a later correction of their source replaced or
+    withdrew (`superseded_by`); those keep their positions in split_halves, so no other row moves half."""
+    return [r for r in rows if not r.get("superseded_by")]
 
 
 def split_halves(rows: list[dict]) -> dict[str, str]:
@@ -354,13 +363,14 @@ def write_plot(records: list[dict]) -> str:
 
 
 def fittable_rows(rows: list[dict]) -> list[dict]:
-    """The rows any figure may be fitted to: the calibration half, less the sources never fitted."""
+    """The rows any figure may be fitted to: the scored calibration half, less the sources never fitted."""
     half = split_halves(rows)
-    return [r for r in rows if half[r["id"]] == "calibration" and r["source"] not in NEVER_FITTED]
+    return [r for r in scored(rows) if half[r["id"]] == "calibration" and r["source"] not in NEVER_FITTED]
 
 
 def score(rows: list[dict]) -> tuple[list[dict], float]:
-    half = split_halves(rows)
+    half = split_halves(rows)  # over every row, superseded ones included: the rule's positions
+    rows = scored(rows)
     published = {r["id"]: published_step_seconds(r) for r in rows}
     mfu = fit_baseline_mfu(fittable_rows(rows), published)
     records = []

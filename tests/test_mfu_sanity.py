@@ -47,7 +47,7 @@ def published_best_mfu(compute: str = "bf16") -> dict[str, tuple[float, str]]:
     """Per GPU: the highest published MFU (over the BF16 peak) of the runs file's rows in one compute
     precision class (bf16, or a quantised recipe: every FP8/MX row), and the row that reached it."""
     best: dict[str, tuple[float, str]] = {}
-    for row in MFU_SANITY.load_runs(MFU_SANITY.RUNS):
+    for row in MFU_SANITY.scored(MFU_SANITY.load_runs(MFU_SANITY.RUNS)):
         if (MFU_SANITY.compute_precision_of(row) == "bf16") == (compute == "bf16"):
             best[row["gpu"]] = max(best.get(row["gpu"], (0.0, "")), (MFU_SANITY.published_mfu(row), row["id"]))
     return best
