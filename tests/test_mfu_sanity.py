@@ -26,6 +26,7 @@ from commbench.modeling.hardware import load_processor
 from commbench.modeling.job import EXECUTIONS, TrainingJob
 from commbench.modeling.layout import LayoutBatch, parse_layout
 from commbench.modeling.models import PRESETS
+from commbench.modeling.recipes import RECIPES
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 GPU_OF = {"dgx-a100": "A100", "dgx-h100": "H100"}  # no H200 run is published: the h200 preset has no bound
@@ -44,11 +45,12 @@ MFU_SANITY = _load_mfu_sanity()
 
 @cache
 def published_best_mfu(compute: str = "bf16") -> dict[str, tuple[float, str]]:
-    """Per GPU: the highest published MFU (over the BF16 peak) of the runs file's rows in one compute
-    precision class (bf16, or a quantised recipe: every FP8/MX row), and the row that reached it."""
+    """Per GPU: the highest published MFU (over the BF16 peak) of the runs file's rows whose GEMMs run
+    in the same format as `compute`'s (bf16; fp8: every FP8 and MXFP8 recipe; fp4: NVFP4), and the
+    row that reached it."""
     best: dict[str, tuple[float, str]] = {}
     for row in MFU_SANITY.scored(MFU_SANITY.load_runs(MFU_SANITY.RUNS)):
-        if (MFU_SANITY.compute_precision_of(row) == "bf16") == (compute == "bf16"):
+        if RECIPES[MFU_SANITY.compute_precision_of(row)].peak == RECIPES[compute].peak:
             best[row["gpu"]] = max(best.get(row["gpu"], (0.0, "")), (MFU_SANITY.published_mfu(row), row["id"]))
     return best
 
@@ -109,7 +111,9 @@ BLACKWELL_TOO_FAST = "frozen model: Blackwell FP8 priced 20-35% faster than Mega
 def _fp8_cases():
     for system, gpu in FP8_GPU_OF.items():
         for job in FP8_JOBS:
-            marks = [pytest.mark.xfail(strict=True, reason=BLACKWELL_TOO_FAST)] if gpu != "H100" else []
+            # GB300's 8B ranking is under the bound since the 26.x rows (70B FSDP at 5,248 tokens/s) raised it
+            too_fast = gpu != "H100" and (gpu, job[0]) != ("GB300", "llama3-8b")
+            marks = [pytest.mark.xfail(strict=True, reason=BLACKWELL_TOO_FAST)] if too_fast else []
             yield pytest.param(system, job, marks=marks, id=f"{system}-fp8-current-{job[0]}-{job[1]}gpus")
 
 
@@ -126,7 +130,7 @@ def test_no_fp8_ranking_beats_the_best_published_fp8_mfu(system, job):
 def test_fp8_bounds_are_read_from_published_fp8_rows_and_leave_the_bf16_bounds_alone():
     fp8, bf16 = published_best_mfu("fp8-current"), published_best_mfu()
     assert set(fp8) == {"H100", "B200", "GB200", "GB300"} and all(
-        row.startswith("mbridge2511-") for _, row in fp8.values()
+        row.startswith("mbridge") and "nvfp4" not in row for _, row in fp8.values()
     )
-    assert not any(row.startswith("mbridge2511-") for _, row in bf16.values())
+    assert not any(row.startswith("mbridge") for _, row in bf16.values())
     assert fp8["H100"][0] > bf16["H100"][0]  # FP8 runs reach more of the BF16 peak than any BF16 run
