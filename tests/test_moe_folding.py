@@ -219,3 +219,12 @@ def test_the_memory_ledger_holds_one_moe_layers_dispatch_buffers():
     assert result.memory["moe_dispatch"] == 2 * 2 * 4096 * (2048 * 8 + 2 * 2048 * 8)
     dense = build_planner(PlanSpec(model="llama2-7b", gpus=8, global_batch=64, seq_len=4096))
     assert dense.evaluate_layout(parse_layout("dp=8", 8))[0].memory["moe_dispatch"] == 0
+
+
+def test_a_layout_batch_declares_exactly_the_columns_it_holds():
+    # the class annotations are what mypy checks attribute use against; a column set in __init__
+    # but not declared (or declared and never set) would let a typo through or fail at run time
+    batch = LayoutBatch.from_layouts([Layout(tp=2, dp=4, ep=2, recompute="selective")])
+    declared = {name for name, kind in LayoutBatch.__annotations__.items() if kind == "np.ndarray"}
+    assert declared == set(batch.columns)
+    assert all(getattr(batch, name) is batch.columns[name] for name in declared)

@@ -19,9 +19,12 @@ The unit is the NVLink domain (System.nvlink_domain), not the host: on a DGX the
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commbench.errors import UsageError
 from commbench.modeling.limits import MAX_GPUS, MAX_LAYERS, whole_number
@@ -69,7 +72,7 @@ class Layout:
     # an explicit split (--pipeline-model-parallel-layout, without commas): "Et*3|t*4|t*4|t*3L"
     pp_layout: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.etp is None:
             object.__setattr__(self, "etp", self.tp)
         for name in _INT_FIELDS:
@@ -87,13 +90,20 @@ class Layout:
         if self.vpp > 1 and self.pp == 1:
             raise UsageError("layout: vpp > 1 needs pp > 1")
         folded = self.tp * self.cp * self.dp
-        if folded % (self.ep * self.etp):
-            raise UsageError(f"layout: ep*etp = {self.ep}*{self.etp} must divide tp*cp*dp = {folded} ({FOLDING_RULE})")
+        if folded % (self.ep * self.expert_tp):
+            raise UsageError(
+                f"layout: ep*etp = {self.ep}*{self.expert_tp} must divide tp*cp*dp = {folded} ({FOLDING_RULE})"
+            )
 
     @property
     def edp(self) -> int:
         """Expert data parallel: the ranks holding the same expert shard."""
-        return self.tp * self.cp * self.dp // (self.ep * self.etp)
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
+    def expert_tp(self) -> int:
+        """etp as an int: __post_init__ has replaced None (tp, the default) by then."""
+        return self.tp if self.etp is None else self.etp
 
     def _check_split(self) -> None:
         """Megatron-Core's rules on uneven splits that need no model (the rest: Planner.check_layout)."""
@@ -210,7 +220,7 @@ def pipeline_layout_chunks(text: str) -> list[int]:
 
 def parse_layout(text: str, gpus: int | None = None) -> Layout:
     """'tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective' -> Layout; dp may be left out when gpus is known."""
-    values: dict = {}
+    values: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip().lower()
@@ -244,7 +254,29 @@ def parse_layout(text: str, gpus: int | None = None) -> Layout:
 class LayoutBatch:
     """Many layouts as parallel int arrays (recompute as 0/1/2), so costs are computed at once."""
 
-    def __init__(self, columns: dict[str, np.ndarray], pp_layouts: list[str] | None = None):
+    # one int64 array per Layout field (sp and the split flags as 0/1, recompute as its mode's index),
+    # set from `columns` in __init__
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    zero: np.ndarray
+    mbs: np.ndarray
+    recompute: np.ndarray
+    recompute_mask: np.ndarray  # bit i: RECOMPUTE_MODULES[i] recomputed
+    sp: np.ndarray
+    pp_first: np.ndarray
+    pp_last: np.ndarray
+    vpp_group: np.ndarray
+    recompute_layers: np.ndarray
+    pp_embedding: np.ndarray
+    pp_loss: np.ndarray
+    pp_layout_chunk: np.ndarray  # the largest chunk of an explicit pp_layout, 0: none
+
+    def __init__(self, columns: Mapping[str, ArrayLike], pp_layouts: list[str] | None = None) -> None:
         self.columns = {name: np.asarray(col, dtype=np.int64) for name, col in columns.items()}
         rows = len(self.columns["dp"])
         # explicit pipeline layouts (Layout.pp_layout), one per row ("" where none)
@@ -294,7 +326,7 @@ class LayoutBatch:
         return len(self.dp)
 
     def layout(self, i: int) -> Layout:
-        values = {name: int(self.columns[name][i]) for name in (*_INT_FIELDS, *_SPLIT_FIELDS)}
+        values: dict[str, Any] = {name: int(self.columns[name][i]) for name in (*_INT_FIELDS, *_SPLIT_FIELDS)}
         flags = {name: bool(self.columns[name][i]) for name in _SPLIT_FLAGS}
         mask = int(self.recompute_mask[i])
         modules = "+".join(name for bit, name in enumerate(RECOMPUTE_MODULES) if mask >> bit & 1)
@@ -309,20 +341,22 @@ class LayoutBatch:
 
     @property
     def seq_parallel(self) -> np.ndarray:
-        return (self.sp == 1) & (self.tp > 1)
+        on: np.ndarray = (self.sp == 1) & (self.tp > 1)
+        return on
 
 
-def group_placement(size, stride, nvlink_domain: int) -> tuple[np.ndarray, np.ndarray]:
+def group_placement(size: ArrayLike, stride: ArrayLike, nvlink_domain: int) -> tuple[np.ndarray, np.ndarray]:
     """(ranks_per_domain, domains) of a group of `size` ranks `stride` apart."""
     size = np.asarray(size)
     per_domain = np.clip(nvlink_domain // np.asarray(stride), 1, size)
     return per_domain, -(-size // per_domain)
 
 
-def in_one_domain(size, stride, nvlink_domain: int) -> np.ndarray:
+def in_one_domain(size: ArrayLike, stride: ArrayLike, nvlink_domain: int) -> np.ndarray:
     """Whether a group of `size` ranks `stride` apart stays inside one NVLink domain (its
     collectives then run on the scale-up network only), for EP, TP or any other group."""
-    return group_placement(size, stride, nvlink_domain)[1] == 1
+    inside: np.ndarray = group_placement(size, stride, nvlink_domain)[1] == 1
+    return inside
 
 
 def layout_groups(batch: LayoutBatch, nvlink_domain: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
