@@ -7,10 +7,12 @@ Two network-namespace nodes of two ranks each on a 1 Gbit/s shaped link: EP = 4 
 "domains". One `commbench run` (gloo, torchrun per node) measures all_to_allv under the model's
 routing (its experts and top-k, the hidden size scaled down to --hidden so a step fits the link)
 and all_to_all on the same sizes. The planner's prediction is what `plan` does without an
-all_to_allv curve of that routing: the routing model's expected max/mean load for the model's
-experts over 4 EP ranks (routing.expected_imbalance), and the measured uniform all_to_all curve
-priced at the mean bytes times that load (MeasuredNetwork, the planner's own lookup). Prints both
-per token count; record them in bench/RESULTS-moe.md.
+all_to_allv curve of that routing (comm.uneven_all_to_all_seconds over the run's measured curves,
+MeasuredNetwork): the link between the two nodes, which both ranks of a node share, carries the
+busiest node's inbound bytes (routing.domain_load over the 2 ranks behind one link), beside the
+hottest rank's exchange inside its node (routing.expected_imbalance). `--hottest-rank` prices it
+the old way, every rank at the hottest rank's bytes. Prints both per token count; record them in
+bench/RESULTS-moe.md.
 """
 
 from __future__ import annotations
@@ -18,20 +20,23 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import numpy as np  # noqa: E402
 from cluster.emulated import EmulatedCluster  # noqa: E402
 
 from commbench.data.rundir import list_runs, load_run  # noqa: E402
+from commbench.modeling.comm import uneven_all_to_all_seconds  # noqa: E402
 from commbench.modeling.hardware import load_system  # noqa: E402
 from commbench.modeling.measured import MeasuredNetwork  # noqa: E402
 from commbench.modeling.models import PRESETS  # noqa: E402
-from commbench.modeling.network import Placement, PresetNetwork  # noqa: E402
-from commbench.modeling.routing import expected_imbalance, parse_routing  # noqa: E402
+from commbench.modeling.network import PresetNetwork  # noqa: E402
+from commbench.modeling.routing import domain_load, expected_imbalance, parse_routing  # noqa: E402
 from tests.test_multinode import torchrun_per_node  # noqa: E402
 
 EP, RANKS_PER_NODE = 4, 2
@@ -70,11 +75,25 @@ def measure(model: str, routing: str, tokens: str, hidden: int, out: Path) -> li
     return load_run(list_runs(out)[0]).records
 
 
-def predicted_us(run_dir: Path, model: str, routing: str, mean_bytes: float) -> tuple[float, float]:
-    """(expected max/mean load, predicted microseconds) from the run's uniform all_to_all curve."""
-    load = expected_imbalance(parse_routing(routing), PRESETS[model].moe.num_experts, EP)
-    cost = MeasuredNetwork(run_dir, fallback=PresetNetwork(load_system("dgx-h100")), routing="uniform")
-    return load, 1e6 * float(cost.time_s("all_to_allv", mean_bytes * load, EP, Placement(RANKS_PER_NODE, 2)))
+def emulated_system():
+    """The emulated nodes as a system: 2 ranks per host behind one shaped link (the fallback prices
+    only what the run did not measure; the NIC count says both ranks' bytes share the link)."""
+    dgx = load_system("dgx-h100").with_gpus_per_host(RANKS_PER_NODE)
+    return dgx.with_inter(replace(dgx.inter, links_per_node=1))
+
+
+def predicted_us(
+    run_dir: Path, model: str, routing: str, mean_bytes: float, hottest_rank: bool
+) -> tuple[float, float, float]:
+    """(hottest rank's and busiest link's load over even, predicted microseconds) from the run's
+    uniform curves, as the planner prices an EP all_to_allv without a curve of its routing."""
+    experts = PRESETS[model].moe.num_experts
+    hot = expected_imbalance(parse_routing(routing), experts, EP)
+    cost = MeasuredNetwork(run_dir, fallback=PresetNetwork(emulated_system()), routing="uniform")
+    group = (np.array([EP]), np.array([RANKS_PER_NODE]), np.array([EP // RANKS_PER_NODE]))
+    link = hot if hottest_rank else float(domain_load(routing, experts, group[0], np.array([cost.ranks_per_nic]))[0])
+    seconds = uneven_all_to_all_seconds(cost, mean_bytes, hot, link, group)
+    return hot, link, 1e6 * float(seconds[0])
 
 
 def main() -> int:
@@ -83,6 +102,9 @@ def main() -> int:
     parser.add_argument("--routing", default="zipf:1.2")
     parser.add_argument("--tokens", default="32,64", help="tokens per rank")
     parser.add_argument("--hidden", type=int, default=512, help="elements per token (scaled down for a 1 Gbit/s link)")
+    parser.add_argument(
+        "--hottest-rank", action="store_true", help="price every rank at the hottest rank's bytes (the old model)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run"
@@ -93,18 +115,18 @@ def main() -> int:
             f"hidden {args.hidden}, top-{PRESETS[args.model].moe.top_k} of {PRESETS[args.model].moe.num_experts}"
         )
         print(
-            "| tokens/rank | mean bytes/rank | measured all_to_allv us (p10-p90) | expected max/mean | "
-            "predicted us | predicted / measured |"
+            "| tokens/rank | mean bytes/rank | measured all_to_allv us (p10-p90) | hottest rank / even | "
+            "busiest link / even | predicted us | predicted / measured |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for r in records:
             if r["op"] != "all_to_allv":
                 continue
             mean_bytes = r["recv_bytes_mean"]
-            load, predicted = predicted_us(run_dir, args.model, args.routing, mean_bytes)
+            hot, link, predicted = predicted_us(run_dir, args.model, args.routing, mean_bytes, args.hottest_rank)
             print(
                 f"| {r['tokens_per_rank']} | {mean_bytes:,.0f} | {r['time_us']:.0f} ({r['time_us_p10']:.0f}-"
-                f"{r['time_us_p90']:.0f}) | {load:.2f} | {predicted:.0f} | {predicted / r['time_us']:.2f} |"
+                f"{r['time_us_p90']:.0f}) | {hot:.2f} | {link:.2f} | {predicted:.0f} | {predicted / r['time_us']:.2f} |"
             )
     return 0
 

@@ -21,8 +21,12 @@ Per layer and micro-batch, with A = b*(s/cp)*h*2 bytes the activation of one mic
                 alltoall: all-to-all over EP of k * kept * A / t bytes per rank (tokens are
                 sequence-split across TP ranks; fp8 dispatch scales the dispatch's bytes), an
                 all-gather over ETP of what arrived, and the combine's reduce-scatter + all-to-all;
-                under the job's routing skew (or a capacity factor) each all-to-all is paced by the
-                rank receiving most, priced as all_to_allv at its expected bytes (routing.expert_load).
+                under the job's routing skew (or a capacity factor) each all-to-all is an
+                all_to_allv: from a measured curve of the routing at the hottest rank's expected
+                bytes (routing.expert_load); without one, an EP group spanning domains is paced by
+                the busiest NIC's inbound bytes between domains (routing.domain_load over the ranks
+                sharing a NIC: the hottest rank's with a NIC per GPU, a whole domain's behind one
+                link or under DeepEP) beside the hottest rank's exchange inside its domain.
                 allgather: all-gather + reduce-scatter of the ETP x EP group's tokens. flex (DeepEP):
                 each token crosses the network once per other NVLink domain holding one of its experts, and
                 fans out over NVLink inside it; the slower tier sets the pace
@@ -49,9 +53,10 @@ import numpy as np
 
 from commbench.modeling.job import DISPATCH_DTYPES, TrainingJob
 from commbench.modeling.layout import LayoutBatch, layout_groups
+from commbench.modeling.limits import MAX_GPUS
 from commbench.modeling.memory import layers_per_chunk, micro_batches, stage_parameters
-from commbench.modeling.network import CollectiveCost, busbw_factor, price
-from commbench.modeling.routing import expert_load
+from commbench.modeling.network import CollectiveCost, Placement, busbw_factor, price
+from commbench.modeling.routing import domain_load, expert_load
 
 
 @dataclass(frozen=True)
@@ -290,13 +295,20 @@ def expert_parallel(p: _Pricing) -> ExpertParallelCosts:
     tokens = p.activation / p.batch.tp  # bytes of this rank's n_l tokens in the activation dtype
     dispatch_scale = DISPATCH_DTYPES[options.dispatch_dtype] / p.job.activation_bytes
     exchange = _DISPATCHERS[options.dispatcher]
-    layer = exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load, load.hottest * p.job.expert_load)
+    kept = load.kept * p.job.expert_load
     balanced = np.array_equal(load.hottest, load.kept)
-    even = (
-        layer
-        if balanced
-        else exchange(p, moe, tokens, dispatch_scale, load.kept * p.job.expert_load, load.kept * p.job.expert_load)
-    )
+    loads = _Loads(kept, load.hottest * p.job.expert_load, kept)
+    if not balanced:
+        size, per_domain, _ = p.groups["ep"]
+        # DeepEP lands a token on the GPU of its source's rail and forwards it over NVLink, so a
+        # domain's NICs share its inbound; NCCL's all-to-all lands it on the destination's own NIC
+        pooled = per_domain if options.dispatcher == "flex" else np.minimum(per_domain, p.cost.ranks_per_nic)
+        busiest = domain_load(
+            p.job.routing, moe.num_experts, size, pooled, p.job.capacity_factor, options.pad_to_capacity
+        )
+        loads = _Loads(kept, loads.hottest, busiest * p.job.expert_load)
+    layer = exchange(p, moe, tokens, dispatch_scale, loads)
+    even = layer if balanced else exchange(p, moe, tokens, dispatch_scale, _Loads(kept, kept, kept))
     share = model.moe_layers / model.layers
     seconds = share * layer["seconds"]
     sent = share * (layer["dispatch"]["sent_bytes"] + layer["combine"]["sent_bytes"])
@@ -331,15 +343,60 @@ def _exchange(p: _Pricing, op: str, size, group: str) -> dict:
     }
 
 
-def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
-    """All-to-all over EP of the k copies (the busiest receiver sets the pace: all_to_allv at its
-    bytes when the load is uneven), then all-gather over ETP of what arrived; combine the reverse."""
+@dataclass(frozen=True)
+class _Loads:
+    """Token copies of an EP exchange over a perfectly even router's (arrays per layout): kept (not
+    dropped), on the hottest rank, and through the busiest NIC between domains (the ranks sharing
+    one NIC pool their bytes: a domain's under DeepEP, the hottest rank's with a NIC per GPU)."""
+
+    kept: np.ndarray
+    hottest: np.ndarray
+    link: np.ndarray
+
+
+def uneven_all_to_all_seconds(cost: CollectiveCost, copies, hottest, link, group) -> np.ndarray:
+    """Seconds of an EP all_to_allv of `copies` bytes per rank under an even router, its hottest rank
+    and busiest NIC carrying `hottest` and `link` times their even share, on `group` (size,
+    ranks_per_domain, domains arrays). From a measured all_to_allv curve of the routing at the
+    hottest rank's bytes where the cost has one for the group's placement. Otherwise, on a group
+    spanning domains with several ranks in each, as the hierarchical all-to-all runs: the busiest NIC
+    between domains carries what the ranks sharing it receive from the other domains (hot and cold
+    ranks' bytes together), while the hottest rank's exchange inside its domain runs beside it; the
+    slower sets the pace."""
+    size, per_domain, domains = group
+    direct = price(cost, "all_to_allv", copies * hottest, group)
+    spans = (domains > 1) & (per_domain > 1)
+    placements = {(int(r), int(k)) for r, k in zip(per_domain[spans], domains[spans])}
+    measured = [r * (MAX_GPUS + 1) + k for r, k in placements if cost.has_curve("all_to_allv", Placement(r, k))]
+    composed = spans & ~np.isin(per_domain * (MAX_GPUS + 1) + domains, measured)
+    if not composed.any():
+        return direct
+    inter = price(cost, "all_to_all", np.where(composed, copies * link, 0.0), group)
+    inside = np.where(composed, copies * hottest * per_domain / size, 0.0)
+    intra = price(cost, "all_to_all", inside, (per_domain, per_domain, np.ones_like(domains)))
+    return np.where(composed, np.maximum(inter, intra), direct)
+
+
+def _uneven_exchange(p: _Pricing, copies, loads: _Loads) -> dict:
+    """An EP all_to_allv at the hottest rank's bytes, timed by uneven_all_to_all_seconds."""
+    exchange = _exchange(p, "all_to_allv", copies * loads.hottest, "ep")
+    exchange["seconds"] = uneven_all_to_all_seconds(p.cost, copies, loads.hottest, loads.link, p.groups["ep"])
+    exchange["link_load_over_even"] = np.broadcast_to(loads.link, exchange["seconds"].shape) + 0.0
+    return exchange
+
+
+def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> dict:
+    """All-to-all over EP of the k copies (under an uneven load the busiest receiver or domain sets
+    the pace: _uneven_exchange), then all-gather over ETP of what arrived; combine the reverse."""
     uneven = p.job.routing != "uniform" or p.job.capacity_factor is not None
-    op = "all_to_allv" if uneven else "all_to_all"
     copies = moe.top_k * tokens
-    dispatch = _exchange(p, op, copies * dispatch_scale * np.where(uneven, hottest, kept), "ep")
-    combine = _exchange(p, op, copies * np.where(uneven, hottest, kept), "ep")
-    gathered = p.batch.etp * copies * hottest
+    if uneven:
+        dispatch = _uneven_exchange(p, copies * dispatch_scale, loads)
+        combine = _uneven_exchange(p, copies, loads)
+    else:
+        dispatch = _exchange(p, "all_to_all", copies * dispatch_scale * loads.kept, "ep")
+        combine = _exchange(p, "all_to_all", copies * loads.kept, "ep")
+    gathered = p.batch.etp * copies * loads.hottest
     gather = _exchange(p, "all_gather", gathered * dispatch_scale, "etp")
     scatter = _exchange(p, "reduce_scatter", gathered, "etp")
     seconds = dispatch["seconds"] + combine["seconds"] + gather["seconds"] + scatter["seconds"]
@@ -353,7 +410,7 @@ def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) 
     }
 
 
-def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
+def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> dict:
     """Every rank gathers the tokens of its ETP x EP group and reduce-scatters the outputs:
     no per-copy traffic, so top-k and routing skew do not change its bytes."""
     gathered = p.batch.ep * p.batch.etp * tokens
@@ -367,20 +424,24 @@ def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest)
     }
 
 
-def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, kept, hottest) -> dict:
+def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> dict:
     """DeepEP over the ETP x EP group (top-k expanded etp times): a token crosses the network once
     per other NVLink domain holding one of its experts, (N-1)(1-(1-1/N)^k) on average over N domains
     with experts spread evenly, and is fanned out over NVLink inside each; one fused kernel
-    runs both tiers, so the slower one sets the pace."""
+    runs both tiers, so the slower one sets the pace. Under skew the network tier carries the
+    busiest domain's load, the NVLink tier the hottest rank's."""
     _, per_node, nodes = p.groups["tpep"]
+    kept = loads.kept
     copies = moe.top_k * p.batch.etp * kept
     remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** (moe.top_k * p.batch.etp))
-    scale = np.where(kept > 0, hottest / np.where(kept > 0, kept, 1.0), 1.0)
+    safe = np.where(kept > 0, kept, 1.0)
+    scale = np.where(kept > 0, loads.hottest / safe, 1.0)
+    domain_scale = np.where(kept > 0, loads.link / safe, 1.0)
     nodes_group = (np.where(nodes > 1, nodes, 1), np.ones_like(nodes), nodes)
     domain_group = (per_node, per_node, np.ones_like(nodes))
 
     def tiers(element_scale):
-        across = remote * kept * tokens * element_scale * scale
+        across = remote * kept * tokens * element_scale * domain_scale
         inside = copies * tokens * element_scale * scale
         inter = price(
             p.cost, "all_to_all", np.where(nodes > 1, across * nodes / np.maximum(nodes - 1, 1), 0.0), nodes_group

@@ -184,6 +184,10 @@ class Network:
     links_per_node: int | None = None
     sources: dict = field(default_factory=dict, compare=False)
 
+    def ranks_per_link(self, gpus_per_host: int) -> int:
+        """GPUs of a host that share one of its links (1 with a NIC per GPU or per-GPU bandwidth)."""
+        return 1 if not self.links_per_node else max(1, gpus_per_host // self.links_per_node)
+
     def busbw_per_rank(self, gpus_per_host: int) -> float:
         """Bus bandwidth (bytes/s) one rank gets when all ranks of its host communicate at once."""
         share = 1.0 if self.links_per_node is None else min(1.0, self.links_per_node / gpus_per_host)

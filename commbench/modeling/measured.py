@@ -44,6 +44,8 @@ class MeasuredNetwork:
         self.routing = routing
         self.source = self.table.source
         self.fallback = fallback
+        # the run's curves do not say how its hosts share NICs: the plan's system does
+        self.ranks_per_nic = fallback.ranks_per_nic
         self.warnings: list[str] = list(self.table.warnings)
         self._warned: set[tuple[str, str]] = set()
         self.answered: dict[tuple[str, str], str] = {}  # (op, scope) -> how it was priced, for the summary
@@ -70,6 +72,9 @@ class MeasuredNetwork:
         scopes = sorted({f"{op}@{r}x{k}" for op, r, k in self.curves})
         origin = "SYNTHETIC (not measured)" if self.table.synthetic else "measured"
         return f"{origin} {self.source}: {len(self.curves)} curves ({', '.join(scopes[:8])}{' ...' if len(scopes) > 8 else ''})"
+
+    def has_curve(self, op: str, placement: Placement) -> bool:
+        return (op, placement.ranks_per_node, placement.nodes) in self.curves
 
     def time_s(self, op, size_bytes, group_size, placement):
         if group_size <= 1:

@@ -49,6 +49,8 @@ class Placement:
 
 class CollectiveCost(Protocol):
     warnings: list[str]  # what the reader should know about the prices given so far (a measured table's gaps)
+    # ranks of a host whose traffic between domains shares one NIC (1: a NIC per GPU, as on a DGX)
+    ranks_per_nic: int
 
     def time_s(
         self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement
@@ -58,6 +60,11 @@ class CollectiveCost(Protocol):
 
     def describe(self) -> str:
         """Where the prices come from, in one line."""
+        ...
+
+    def has_curve(self, op: str, placement: Placement) -> bool:
+        """Whether `op` on this placement is priced from a curve measured for it (an all_to_allv of the
+        plan's routing carries its skew; without one the planner composes the skew itself)."""
         ...
 
 
@@ -98,6 +105,7 @@ class PresetNetwork:
     def __init__(self, system: System):
         self.system = system
         self.warnings: list[str] = []  # a preset's documented figures price every collective
+        self.ranks_per_nic = system.inter.ranks_per_link(system.gpus_per_host)
         self._busbw = {
             "intra": system.intra.busbw_per_rank(system.gpus_per_host),
             "inter": system.inter.busbw_per_rank(system.gpus_per_host),
@@ -109,6 +117,9 @@ class PresetNetwork:
             f"preset {self.system.name}: intra {self.system.intra.name} {self._busbw['intra'] / 1e9:.0f} GB/s busbw, "
             f"inter {self.system.inter.name} {self._busbw['inter'] / 1e9:.1f} GB/s busbw per GPU"
         )
+
+    def has_curve(self, op: str, placement: Placement) -> bool:
+        return False  # documented figures: no measured curve of any op
 
     def flat(self, op: str, size: ArrayLike, n: int, tier: str) -> np.ndarray:
         if n <= 1:

@@ -307,17 +307,15 @@ class ExpertLoad:
         return 1.0 - self.kept
 
 
-def _one_group_load(
-    routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool
-) -> tuple[float, float]:
-    if capacity is None and ranks <= 1:
-        return 1.0, 1.0  # one rank computes every copy (exactly: a normalised popularity may sum to 1 - 1e-16)
+def _rank_shares(routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool) -> np.ndarray | None:
+    """Each EP rank's expected share of all token copies after the capacity cap (None for a
+    rank x rank file: no per-expert view, so no cap either)."""
     if (
         routing.kind == "file"
         and routing.counts.ndim == 2
         and routing.counts.shape == (ranks, ranks) != (ranks, experts)
     ):
-        return expected_imbalance(routing, experts, ranks), 1.0  # a rank x rank split: no per-expert view
+        return None
     popularity = (
         routing.counts.sum(axis=0) / routing.counts.sum()
         if routing.kind == "file" and routing.counts.ndim == 2
@@ -325,8 +323,51 @@ def _one_group_load(
     )
     if capacity is not None:
         popularity = np.full(experts, capacity / experts) if padded else np.minimum(popularity, capacity / experts)
-    per_rank = np.bincount(expert_owner(experts, ranks), weights=popularity, minlength=ranks)
-    return float(per_rank.max() * ranks), float(min(1.0, popularity.sum()))
+    return np.bincount(expert_owner(experts, ranks), weights=popularity, minlength=ranks)
+
+
+def _one_group_load(
+    routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool
+) -> tuple[float, float]:
+    if capacity is None and ranks <= 1:
+        return 1.0, 1.0  # one rank computes every copy (exactly: a normalised popularity may sum to 1 - 1e-16)
+    per_rank = _rank_shares(routing, experts, ranks, capacity, padded)
+    if per_rank is None:
+        return expected_imbalance(routing, experts, ranks), 1.0
+    return float(per_rank.max() * ranks), float(min(1.0, per_rank.sum()))
+
+
+def _one_domain_load(
+    routing: Routing, experts: int, ranks: int, per_domain: int, capacity: float | None, padded: bool
+) -> float:
+    """The busiest domain's copies over its even share, `per_domain` consecutive ranks of the group
+    in each domain (the hottest rank's load where the group has one domain or one rank in each)."""
+    if per_domain <= 1 or per_domain >= ranks or ranks % per_domain:
+        return _one_group_load(routing, experts, ranks, capacity, padded)[0]
+    per_rank = _rank_shares(routing, experts, ranks, capacity, padded)
+    if per_rank is None:
+        per_rank = expected_shares(routing, experts, ranks)
+    domains = ranks // per_domain
+    return float(per_rank.reshape(domains, per_domain).sum(axis=1).max() * domains)
+
+
+def domain_load(
+    routing: str,
+    experts: int,
+    ep: np.ndarray,
+    per_domain: np.ndarray,
+    capacity: float | None = None,
+    padded: bool = False,
+) -> np.ndarray:
+    """For each layout, the busiest NVLink domain's share of an EP exchange over its even share (EP
+    ranks `per_domain` to a domain): the copies bound for (dispatch) or leaving (combine) the ranks
+    of one domain all cross that domain's links to the others. At most the hottest rank's load: a
+    domain's colder ranks offset its hot one."""
+    parsed = parse_routing(routing)
+    pairs = np.stack([np.asarray(ep, dtype=np.int64).reshape(-1), np.asarray(per_domain, dtype=np.int64).reshape(-1)])
+    unique, which = np.unique(pairs, axis=1, return_inverse=True)
+    loads = np.array([_one_domain_load(parsed, experts, int(n), int(r), capacity, padded) for n, r in unique.T])
+    return loads[which.reshape(-1)]
 
 
 def expert_load(
