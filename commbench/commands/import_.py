@@ -115,7 +115,7 @@ def _import_inspector(args) -> int:
 
 def _stragglers(run: ImportedRun) -> str | None:
     """nccl-tests -I per-process times: the processes consistently slower than the median one."""
-    times = [record.process_times_us for record in run.records if getattr(record, "process_times_us", None)]
+    times = run.records.process_times()
     if not times:
         return None
     found = find_stragglers(times)
@@ -132,7 +132,7 @@ def _stragglers(run: ImportedRun) -> str | None:
 
 def _summary(run: ImportedRun) -> str:
     first = run.records[0]
-    sizes = len({record.size_bytes for record in run.records})
+    sizes = run.records.sizes()
     hosts = len(run.info.nodes) or 1
     text = (
         f"{len(run.records)} records ({sizes} sizes), {first.op} on {run.info.world_size} rank{'s' if run.info.world_size != 1 else ''}"

@@ -16,25 +16,39 @@ time_us_mean_nccl; only `-I` reports carry real extremes, percentiles and a slow
 
 from __future__ import annotations
 
+import codecs
 import re
 import secrets
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from commbench import ops
 from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
 from commbench.data.nccl_tests_infer import SHAPES, candidates, factor_fits
 from commbench.data.nccl_tests_json import read_report
-from commbench.data.nccl_tests_text import read_runs
+from commbench.data.nccl_tests_text import read_runs, text_lines
 from commbench.data.records import RowFacts, Stats, build_record
 from commbench.data.rundir import RunWriter
-from commbench.data.safe_read import NCCL_TESTS_LOG, Kind, MiB, UnsafeFile, decode, open_regular
+from commbench.data.safe_read import (
+    NCCL_TESTS_JSON,
+    NCCL_TESTS_LOG,
+    Kind,
+    LineReport,
+    MiB,
+    TextLine,
+    UnsafeFile,
+    decode,
+    iter_text_lines,
+    open_regular,
+)
 from commbench.data.schema import NodeInfo, Record, RunInfo
 from commbench.errors import CommbenchError, UsageError
 from commbench.scopes import Scope
 
 __all__ = [
     "INCOMPLETE_REASON",
+    "ImportedRecords",
     "ImportedRun",
     "busbw_factor",
     "nccl_version_from_code",
@@ -48,16 +62,61 @@ __all__ = [
 # More than this share of a run's rows not fitting its column header refuses the run: the
 # table is not what its header says, and any value read from it could sit in the wrong column.
 MAX_UNREADABLE_SHARE = 0.1
-# Whole files are read (the readers need every row before a run is assembled): capped, so a huge or
-# endless input is one line, not the OOM killer.
-IMPORT_FILE = Kind("nccl-tests log or -J report", 512 * MiB)
+# A log is streamed line by line and only its rows' values are kept (compact columns, under 200
+# bytes a row: nccl_tests_facts.Measurements), so its cap bounds the memory an import can take; a
+# -J report is parsed whole, under its own cap.
+LOG_FILE = Kind(NCCL_TESTS_LOG.name, 512 * MiB)
+
+
+class ImportedRecords(Sequence[Record]):
+    """A run's records, each made from its measurement when it is read: a 10^6-row log never holds
+    its 2x10^6 Records (4 KB each) at once, only the measurements' columns."""
+
+    def __init__(self, facts: RunFacts, op: str, group_size: int, n_groups: int, scope: Scope):
+        self.facts, self.op, self.group_size, self.n_groups, self.scope = facts, op, group_size, n_groups, scope
+
+    def __len__(self) -> int:
+        return len(self.facts.measurements)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        return self._record(self.facts.measurements[index])
+
+    def __iter__(self) -> Iterator[Record]:
+        for measurement in self.facts.measurements:
+            yield self._record(measurement)
+
+    def _record(self, measurement: Measurement) -> Record:
+        return _record(measurement, self.facts, self.op, self.group_size, self.n_groups, self.scope)
+
+    def extra_fields(self) -> list[str]:
+        """The fields beyond the schema's that some record has (records.csv's last columns), sorted."""
+        rows = self.facts.measurements
+        has = {"source_line": any(rows.column("line")), "time_us_p99": rows.has("time_p99")}
+        has["process_times_us"] = rows.has("process_times")
+        return sorted(name for name, present in has.items() if present)
+
+    def sizes(self) -> int:
+        """How many message sizes the records cover."""
+        return len(self.facts.measurements.distinct("size"))
+
+    def process_times(self) -> list[list[float]]:
+        """-I: each record's per-process times, for the records that have them."""
+        return [times for times in self.facts.measurements.column("process_times") if times]
 
 
 class ImportedRun(NamedTuple):
     """One nccl-tests run in commbench's terms: run.json and its records."""
 
     info: RunInfo
-    records: list[Record]
+    records: ImportedRecords
 
 
 def op_name(nccl_tests_name: str) -> str:
@@ -88,20 +147,33 @@ def parse_file(path: str | Path, op: str | None = None) -> list[ImportedRun]:
     the log where it does. Raises UsageError for a file that cannot be read or imported as asked.
     """
     path = Path(path)
-    # safe_read: a regular file under the JSON report's cap, not UTF-16 (named) nor binary (exit 2);
-    # bytes that are not UTF-8 inside a log's text become U+FFFD, as the log's own junk lines do
-    with open_regular(path, IMPORT_FILE) as handle:
-        data = handle.read()
-    text = decode(data, path, NCCL_TESTS_LOG) if data.isascii() else _lenient_text(data, path)
     hint = _op_from_file_name(path)
-    if text.lstrip().startswith("{"):
+    if _first_character(path) == "{":
+        # safe_read: a regular file under the report's cap, not UTF-16 (named) nor binary (exit 2)
+        with open_regular(path, NCCL_TESTS_JSON) as handle:
+            data = handle.read()
+        text = decode(data, path, NCCL_TESTS_JSON) if data.isascii() else _lenient_text(data, path)
         return [parse_json(text, source=str(path), op=op, file_hint=hint)]
-    return parse_text(text, source=str(path), op=op, file_hint=hint)
+    # streamed: bytes that are not UTF-8 inside a log's text become U+FFFD, as the log's own junk
+    # lines do; a line over safe_read's length limit is skipped and reported
+    skipped = LineReport()
+    lines = iter_text_lines(path, LOG_FILE, skipped, replace_undecodable=True)
+    return _parse_lines(lines, str(path), op, hint, skipped.warnings(path.name))
+
+
+def _first_character(path: Path) -> str:
+    """The file's first character that is not blank ('' for none), read a piece at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+    with open_regular(path, LOG_FILE) as handle:
+        while chunk := handle.read(64 * 1024):
+            if text := decoder.decode(chunk).lstrip():
+                return text[0]
+    return decoder.decode(b"", final=True).lstrip()[:1]
 
 
 def _lenient_text(data: bytes, path: Path) -> str:
     try:
-        return decode(data, path, NCCL_TESTS_LOG)
+        return decode(data, path, NCCL_TESTS_JSON)
     except UnsafeFile as exc:
         if "not UTF-8" not in str(exc):
             raise  # UTF-16, binary: refused by name
@@ -112,7 +184,13 @@ def parse_text(
     text: str, source: str = "<text>", op: str | None = None, file_hint: str | None = None
 ) -> list[ImportedRun]:
     """Every run in nccl-tests stdout. Raises UsageError when the text holds no nccl-tests run."""
-    runs = read_runs(text, source)
+    return _parse_lines(text_lines(text), source, op, file_hint)
+
+
+def _parse_lines(
+    lines: Iterator[TextLine], source: str, op: str | None, file_hint: str | None, skipped: Sequence[str] = ()
+) -> list[ImportedRun]:
+    runs = read_runs(lines, source)
     if not any(facts.measurements or facts.unreadable_rows or facts.iters is not None for facts in runs):
         raise UsageError(f"{source}: not nccl-tests output (no '# nThread' header and no result rows)")
     with_rows = [facts for facts in runs if facts.measurements]
@@ -121,6 +199,7 @@ def parse_text(
     for facts in runs:
         if not facts.measurements and facts.iters is not None:
             with_rows[-1].warnings.append(_no_rows_message(facts))
+    with_rows[-1].warnings.extend(skipped)
     return [_assemble(facts, op, file_hint) for facts in with_rows]
 
 
@@ -138,7 +217,7 @@ def write_run(run: ImportedRun, out_dir: str | Path, run_id: str | None = None) 
     # written as not complete first, like a live run, so a reader never sees complete without records
     writer = RunWriter(out_dir, info.model_copy(update={"complete": False, "reason": None}))
     try:
-        writer.write_all_records(run.records)
+        writer.write_all_records(run.records, run.records.extra_fields())
         writer.info = info
         writer.write_info()
     except BaseException:
@@ -185,7 +264,7 @@ def _assemble(facts: RunFacts, op: str | None, file_hint: str | None) -> Importe
     world_size = _world_size(facts)
     group_size, n_groups, scope = _grouping(facts.devices, world_size)
     collective, named_by = _collective(facts, op, file_hint, group_size)
-    records = [_record(m, facts, collective, group_size, n_groups, scope) for m in facts.measurements]
+    records = ImportedRecords(facts, collective, group_size, n_groups, scope)
     info = RunInfo(
         run_id=_run_id(facts, collective),
         kind="import",
@@ -200,7 +279,7 @@ def _assemble(facts: RunFacts, op: str | None, file_hint: str | None) -> Importe
         env=facts.env,
         complete=facts.complete,
         reason=None if facts.complete else INCOMPLETE_REASON,
-        warnings=facts.warnings + _consistency_warnings(facts, records),
+        warnings=facts.warnings + _consistency_warnings(facts),
     )
     return ImportedRun(info, records)
 
@@ -231,10 +310,10 @@ def _refuse_unreadable(facts: RunFacts) -> None:
         return
     counted = (
         unreadable[:-1]
-        if not facts.complete and unreadable[-1] > max(m.line for m in facts.measurements)
+        if not facts.complete and unreadable[-1] > max(facts.measurements.column("line"))
         else unreadable
     )
-    rows = len({m.line for m in facts.measurements}) + len(unreadable)
+    rows = facts.measurements.rows + len(unreadable)
     lines = ", ".join(str(number) for number in unreadable[:5]) + (" ..." if len(unreadable) > 5 else "")
     if len(counted) > MAX_UNREADABLE_SHARE * rows:
         raise UsageError(
@@ -292,7 +371,8 @@ def _either(ops: list[str]) -> str:
 
 
 def _factor_warning(facts: RunFacts, op: str, ranks: int, fitting: list[str]) -> str:
-    largest = max(facts.measurements, key=lambda m: m.algbw)
+    algbws = facts.measurements.column("algbw")
+    largest = facts.measurements[max(range(len(algbws)), key=algbws.__getitem__)]
     reported = largest.busbw / largest.algbw if largest.algbw else float("nan")
     expected = busbw_factor(op, ranks)
     also = f"; the table fits {_either(fitting)}" if fitting else ""
@@ -402,10 +482,10 @@ def _record(m: Measurement, facts: RunFacts, op: str, group_size: int, n_groups:
     return record
 
 
-def _consistency_warnings(facts: RunFacts, records: list[Record]) -> list[str]:
+def _consistency_warnings(facts: RunFacts) -> list[str]:
     """Say so when nccl-tests itself found a problem: wrong elements or out-of-bounds values."""
     warnings = []
-    wrong = sum(record.wrong for record in records if record.wrong > 0)
+    wrong = sum(count for count in facts.measurements.column("wrong") if count > 0)
     if wrong:
         warnings.append(f"{_where(facts)}: nccl-tests found {wrong} wrong elements")
     if facts.args.get("out_of_bounds"):

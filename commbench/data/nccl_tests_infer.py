@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from commbench import ops
-from commbench.data.nccl_tests_facts import Measurement, RunFacts
+from commbench.data.nccl_tests_facts import Measurements, RunFacts
 from commbench.dtypes import element_bytes
 
 
@@ -60,56 +60,64 @@ def candidates(facts: RunFacts, ranks: int | None) -> list[str]:
     fitting = [
         op
         for op, shape in SHAPES.items()
-        if shape.from_table and _layout_fits(shape, facts) and (ranks is None or _numbers_fit(op, shape, rows, ranks))
+        if shape.from_table and _layout_fits(shape, rows) and (ranks is None or _numbers_fit(op, shape, rows, ranks))
     ]
     if _in_place_unchecked(rows) and "all_to_all" in fitting:
         return ["all_to_all"]
     return fitting
 
 
-def factor_fits(op: str, rows: list[Measurement], ranks: int) -> bool:
+def factor_fits(op: str, rows: Measurements, ranks: int) -> bool:
     """Whether every row's busbw is algbw x one of op's factors, within the two printed decimals."""
     return op not in SHAPES or _factor_fits(op, SHAPES[op], rows, ranks)
 
 
-def _layout_fits(shape: OpShape, facts: RunFacts) -> bool:
+def _layout_fits(shape: OpShape, rows: Measurements) -> bool:
     """Reductions print an op, the others `none`; rooted ones a root >= 0, the others -1. A column
     the layout lacks reads as `none` / -1 (the reader's defaults), which is what it meant."""
-    redops = {row.redop for row in facts.measurements}
-    roots = {row.root for row in facts.measurements}
+    redops = rows.distinct("redop")
+    roots = rows.column("root")
     layout_ok = "none" not in redops if shape.reduces else redops <= {"none"}
-    return layout_ok and (min(roots) >= 0 if shape.rooted else roots == {-1})
+    return layout_ok and (min(roots) >= 0 if shape.rooted else min(roots) == max(roots) == -1)
 
 
-def _numbers_fit(op: str, shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+def _numbers_fit(op: str, shape: OpShape, rows: Measurements, ranks: int) -> bool:
     return _sizes_fit(shape, rows, ranks) and _factor_fits(op, shape, rows, ranks)
 
 
-def _sizes_fit(shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+def _sizes_fit(shape: OpShape, rows: Measurements, ranks: int) -> bool:
     if shape.size_in_ranks is None:
         return True
     per_count = ranks if shape.size_in_ranks else 1
-    for row in rows:
-        element = element_bytes(row.dtype)
-        if element and row.count and row.size != row.count * element * per_count:
+    # element sizes looked up once per type printed, not once per row
+    elements = {dtype: element_bytes(dtype) for dtype in rows.distinct("dtype")}
+    for size, count, dtype in zip(rows.column("size"), rows.column("count"), rows.column("dtype")):
+        element = elements[dtype]
+        if element and count and size != count * element * per_count:
             return False
     return True
 
 
-def _factor_fits(op: str, shape: OpShape, rows: list[Measurement], ranks: int) -> bool:
+def _factor_fits(op: str, shape: OpShape, rows: Measurements, ranks: int) -> bool:
     """Each printed bandwidth is off by up to 0.005, so busbw - f x algbw is within 0.005 x (1 + f)."""
     factors = [ops.busbw_factor(op, ranks)] + [older(ranks) for older in shape.older_factors]
+    busbws, algbws = rows.column("busbw"), rows.column("algbw")
     return any(
-        all(abs(row.busbw - factor * row.algbw) <= 0.0051 * (1 + factor) + 1e-9 for row in rows) for factor in factors
+        all(abs(busbw - factor * algbw) <= 0.0051 * (1 + factor) + 1e-9 for busbw, algbw in zip(busbws, algbws))
+        for factor in factors
     )
 
 
-def _in_place_unchecked(rows: list[Measurement]) -> bool:
+def _in_place_unchecked(rows: Measurements) -> bool:
     """Out-of-place results checked (a count) and every in-place one N/A: what alltoall prints."""
-    in_place = [row for row in rows if row.in_place]
-    out_of_place = [row for row in rows if not row.in_place]
-    return (
-        bool(in_place and out_of_place)
-        and all(row.wrong_printed == "N/A" for row in in_place)
-        and all(row.wrong >= 0 for row in out_of_place)
-    )
+    seen_in_place = seen_out_of_place = False
+    for in_place, wrong, printed in zip(rows.column("in_place"), rows.column("wrong"), rows.column("wrong_printed")):
+        if in_place:
+            if printed != "N/A":
+                return False
+            seen_in_place = True
+        else:
+            if wrong < 0:
+                return False
+            seen_out_of_place = True
+    return seen_in_place and seen_out_of_place

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, Measurement, RunFacts, nccl_version_from_code
+from commbench.data.nccl_tests_facts import INCOMPLETE_REASON, Device, RunFacts, nccl_version_from_code
+from commbench.data.safe_read import TextLine
 
 # Prefixes that launchers and documents put before each line; stripped repeatedly, in any order.
 _LINE_PREFIXES = (
@@ -63,6 +65,13 @@ _STARTED = re.compile(r"^(?:Started|Start time|Date)\s*:\s*(?P<when>\d{4}-\d{2}-
 _ISO_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 
 _PREFIX_COLUMNS = ("size", "count", "type", "redop", "root")
+# -I columns and the Measurement fields they fill
+_PER_ITERATION = {"i_min": "time_min", "i_max": "time_max", "i_p99": "time_p99", "i_cv%": "cv"}
+# what a cell of each kind may hold
+_CELL = re.compile(r"\S+")
+_NAME = re.compile(r"[A-Za-z]\w*")
+_INT = re.compile(r"-?\d{1,19}")
+_FLOAT = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # The layout assumed for rows printed before any column header (nccl-tests 2.x).
 _DEFAULT_COLUMNS = [
     "size",
@@ -83,7 +92,7 @@ _DEFAULT_COLUMNS = [
 _BLANK_GROUP_WIDTH = 20
 
 
-@dataclass
+@dataclass(slots=True)
 class _Line:
     number: int  # 1-based, in the original text
     text: str  # stripped of prefixes and surrounding blanks
@@ -91,14 +100,28 @@ class _Line:
     terminated: bool  # a newline followed it; a last line without one may have been cut
 
 
-def read_runs(text: str, source: str) -> list[RunFacts]:
-    """Every run in the text, in order, each with its line range and its position in the file."""
-    lines = _clean_lines(text)
-    pieces = _split_runs(lines)
-    runs = [_read_run(lines[start:end], source, _command_before(lines, header)) for start, end, header in pieces]
+def read_runs(lines: Iterable[TextLine], source: str) -> list[RunFacts]:
+    """Every run in the lines, in order, each with its line range and its position in the file.
+
+    Each line is read once and none is kept (lines may come streamed from a file of any length):
+    what stays is each run's facts, its measurements in compact columns."""
+    splitter = _RunSplitter(source)
+    for number, text, terminated in lines:
+        splitter.read(_Line(number, *_strip(text), terminated))
+    runs = splitter.finish()
     for position, facts in enumerate(runs, 1):
         facts.position, facts.runs_in_file = position, len(runs)
     return runs
+
+
+def text_lines(text: str) -> Iterator[TextLine]:
+    """The lines of a text held whole, as safe_read.iter_text_lines gives a file's."""
+    raw = text.split("\n")
+    last = len(raw) - 1
+    for number, line in enumerate(raw, 1):
+        if number - 1 == last and not line:
+            return  # the text ended with its newline
+        yield TextLine(number, line.rstrip("\r"), number - 1 < last)
 
 
 def _strip(line: str) -> tuple[str, str | None]:
@@ -116,46 +139,43 @@ def _strip(line: str) -> tuple[str, str | None]:
     return text, stamp
 
 
-def _clean_lines(text: str) -> list[_Line]:
-    raw = text.split("\n")
-    lines = [_Line(number, *_strip(line.rstrip("\r")), True) for number, line in enumerate(raw, 1)]
-    if raw and raw[-1] == "":
-        lines.pop()
-    elif lines:
-        lines[-1].terminated = False
-    return lines
+class _RunSplitter:
+    """Cuts the lines into runs as they come: a header block after rows or a footer starts the next.
 
+    A run's command is the last one printed before its header and after the previous run's
+    results (a shell session shows the next command after the previous footer)."""
 
-def _split_runs(lines: list[_Line]) -> list[tuple[int, int, int]]:
-    """(start, end, header) indices of each run: a header block after rows or a footer starts the next."""
-    pieces: list[tuple[int, int, int]] = []
-    start, seen_results = 0, False
-    header: int | None = None
-    for index, line in enumerate(lines):
-        if _starts_header(line.text):
-            if seen_results:
-                pieces.append((start, index, start if header is None else header))
-                start, header, seen_results = index, None, False
-            header = index if header is None else header
-        seen_results = seen_results or _looks_like_row(line.text) or bool(_AVG_BUSBW.match(line.text))
-    pieces.append((start, len(lines), start if header is None else header))
-    return pieces
+    def __init__(self, source: str):
+        self.source = source
+        self.runs: list[RunFacts] = []
+        self.reader = _RunReader(source)
+        self.seen_results = False  # the current run printed a row or its footer
+        self.seen_header = False
+        self.command: str | None = None  # the last command since the last result line
+
+    def read(self, line: _Line) -> None:
+        text = line.text
+        if _starts_header(text):
+            if self.seen_results:
+                self.runs.append(self.reader.finish())
+                self.reader, self.seen_results, self.seen_header = _RunReader(self.source), False, False
+            if not self.seen_header:
+                self.seen_header = True
+                self.reader.set_command(self.command)
+        self.reader.read(line)
+        result = _looks_like_row(text) or bool(_AVG_BUSBW.match(text))
+        self.seen_results = self.seen_results or result
+        if result or _OUT_OF_BOUNDS.match(text):
+            self.command = None
+        elif command := _command_in(text):
+            self.command = command
+
+    def finish(self) -> list[RunFacts]:
+        return [*self.runs, self.reader.finish()]
 
 
 def _starts_header(text: str) -> bool:
     return bool(_VERSION_LINE.match(text) or _PROGRAM_LINE.match(text) or _PARAMS_LINE.match(text))
-
-
-def _command_before(lines: list[_Line], header: int) -> str | None:
-    """The command that started a run: the last one printed before its header and after the previous
-    run's results (a shell session shows the next command after the previous footer)."""
-    for index in range(header - 1, -1, -1):
-        text = lines[index].text
-        if _looks_like_row(text) or _AVG_BUSBW.match(text) or _OUT_OF_BOUNDS.match(text):
-            return None
-        if command := _command_in(text):
-            return command
-    return None
 
 
 def _command_in(text: str) -> str | None:
@@ -171,24 +191,26 @@ def _looks_like_row(text: str) -> bool:
     return bool(first) and first[0].isdigit()
 
 
-def _read_run(lines: list[_Line], source: str, command: str | None) -> RunFacts:
-    reader = _RunReader(source, command)
-    for line in lines:
-        reader.read(line)
-    return reader.finish(lines)
-
-
 class _RunReader:
     """Reads the lines of one run in order; the column header in force decides how rows are read."""
 
-    def __init__(self, source: str, command: str | None):
-        self.facts = RunFacts(source=source, command=command)
+    def __init__(self, source: str):
+        self.facts = RunFacts(source=source)
         self.columns: list[str] | None = None
-        if command and (binary := _BINARY.search(command)):
+        self.layout: _Layout | None = None
+        self.first_stamp: str | None = None  # the first timestamp a launcher or logger put before a line
+
+    def set_command(self, command: str | None) -> None:
+        """The command before the run's header; the program it runs, unless a line already named one."""
+        self.facts.command = command
+        if command and self.facts.program is None and (binary := _BINARY.search(command)):
             self.facts.program = binary["binary"]
 
     def read(self, line: _Line) -> None:
         text, facts = line.text, self.facts
+        facts.first_line = facts.first_line or line.number
+        facts.last_line = line.number
+        self.first_stamp = self.first_stamp or line.stamp
         if not text:
             return
         if text.startswith("#"):
@@ -207,8 +229,7 @@ class _RunReader:
         if match := _RANK_LINE.match(text):
             facts.devices.append(_device(match))
         elif (names := _column_names(text)) is not None:
-            self.columns = names
-            facts.columns = names
+            self._set_columns(names)
         elif match := _PARAMS_LINE.match(text):
             _read_params(match, text, facts)
         elif match := _VERSION_LINE.match(text):
@@ -222,27 +243,30 @@ class _RunReader:
             facts.args["avg_busbw_gbps"] = _float(match["busbw"])
             facts.complete = True
 
+    def _set_columns(self, names: list[str]) -> None:
+        self.columns = self.facts.columns = names
+        self.layout = _layout(names)
+
     def _read_row(self, line: _Line) -> None:
-        columns = self.columns
-        if columns is None:
-            columns = self.columns = list(_DEFAULT_COLUMNS)
+        if self.columns is None:
+            self._set_columns(list(_DEFAULT_COLUMNS))
             self.facts.warnings.append(
                 f"{self.facts.source}: rows before any column header; read them as the 2.x layout"
             )
-        measurements = _row_measurements(line, columns) if line.terminated else None
+        assert self.layout is not None
+        measurements = _row_measurements(line, self.layout) if line.terminated else None
         if measurements is None:
             self.facts.unreadable_rows.append(line.number)
             return
-        self.facts.measurements.extend(measurements)
-        if "timestamp" in columns and self.facts.created is None and (stamp := _ISO_STAMP.search(line.text)):
+        for fixed, extras in measurements:
+            self.facts.measurements.add(fixed, extras)
+        if self.layout.timestamp and self.facts.created is None and (stamp := _ISO_STAMP.search(line.text)):
             self.facts.created = stamp.group(0).replace(" ", "T")  # -S: the first row's local time
 
-    def finish(self, lines: list[_Line]) -> RunFacts:
+    def finish(self) -> RunFacts:
         facts = self.facts
-        if lines:
-            facts.first_line, facts.last_line = lines[0].number, lines[-1].number
-        if facts.created is None:  # else the first timestamp a launcher or logger put before a line
-            facts.created = next((line.stamp for line in lines if line.stamp), None)
+        if facts.created is None:
+            facts.created = self.first_stamp
         if facts.measurements and not facts.complete:
             said = f"; the log says: {facts.failure}" if facts.failure else ""
             kept = len(facts.measurements)
@@ -260,20 +284,40 @@ def _column_names(text: str) -> list[str] | None:
     return names
 
 
-def _row_measurements(line: _Line, columns: list[str]) -> list[Measurement] | None:
-    """One measurement per column group of the row, or None when the row does not fit its header."""
+class _Layout(NamedTuple):
+    """How a column header lays a row out, worked out once per header, not once per row."""
+
+    prefix: list[str]  # the row's leading columns (size count type [redop] [root])
+    groups: list[list[str]]  # the value columns of the out-of-place and in-place groups
+    readable: bool  # False: no row can fit this header
+    timestamp: bool  # -S: a trailing local time, not a value
+    width: int  # cells a full row has before any timestamp
+
+
+def _layout(columns: list[str]) -> _Layout:
     prefix = [name for name in columns if name in _PREFIX_COLUMNS]
     groups = _value_groups([name for name in columns if name not in _PREFIX_COLUMNS and name != "timestamp"])
-    if groups is None or columns[: len(prefix)] != prefix:
+    readable = groups is not None and columns[: len(prefix)] == prefix
+    groups = groups or []
+    width = len(prefix) + sum(len(group) for group in groups)
+    return _Layout(prefix, groups, readable, "timestamp" in columns, width)
+
+
+def _row_measurements(line: _Line, layout: _Layout) -> list[_Values] | None:
+    """One measurement per column group of the row, or None when the row does not fit its header."""
+    if not layout.readable:
         return None
-    spans = [(match.start(), match.group(0)) for match in re.finditer(r"\S+", line.text)]
-    values = [token for _, token in spans]
-    if "timestamp" in columns:
-        values = values[: len(prefix) + sum(len(group) for group in groups)]
-    placements = _placements(spans, values, prefix, groups)
+    values = line.text.split()
+    cells_printed = len(values)
+    if layout.timestamp:
+        values = values[: layout.width]
+    placements = _placements(line.text, values, cells_printed, layout)
     if placements is None:
         return None
-    head = dict(zip(prefix, values))
+    prefix = layout.prefix
+    head = _head(dict(zip(prefix, values)))
+    if head is None:
+        return None
     measurements = []
     position = len(prefix)
     for in_place, names in placements:
@@ -299,67 +343,58 @@ def _value_groups(names: list[str]) -> list[list[str]] | None:
 
 
 def _placements(
-    spans: list[tuple[int, str]], values: list[str], prefix: list[str], groups: list[list[str]]
+    text: str, values: list[str], cells_printed: int, layout: _Layout
 ) -> list[tuple[bool, list[str]]] | None:
     """(in_place, column names) of the groups the row's values fill: all of them, or only the
     in-place one after a blank gap (-O 0); None when the cell count fits neither."""
-    if len(values) == len(prefix) + sum(len(group) for group in groups):
+    prefix, groups = layout.prefix, layout.groups
+    if len(values) == layout.width:
         return [(len(groups) == 2 and index == 1, group) for index, group in enumerate(groups)]
-    if len(groups) == 2 and len(values) == len(prefix) + len(groups[1]) and len(spans) > len(prefix):
-        last_start, last_text = spans[len(prefix) - 1]
-        if spans[len(prefix)][0] - (last_start + len(last_text)) > _BLANK_GROUP_WIDTH:
+    if len(groups) == 2 and len(values) == len(prefix) + len(groups[1]) and cells_printed > len(prefix):
+        spans = [match.span() for match in _CELL.finditer(text, 0)][len(prefix) - 1 : len(prefix) + 1]
+        if spans[1][0] - spans[0][1] > _BLANK_GROUP_WIDTH:
             return [(True, groups[1])]
     return None
 
 
-def _measurement(head: dict[str, Any], cells: dict[str, Any], in_place: bool, line_number: int) -> Measurement | None:
-    """A column group's cells, each checked against what its column can hold; None if any cannot."""
+# A measurement as the reader hands it to Measurements.add: its FIXED_FIELDS values and its -I extras.
+_Values = tuple[tuple[Any, ...], dict[str, float]]
+
+
+def _head(head: dict[str, str]) -> tuple[int, int, str, str, int] | None:
+    """The row's size, count, type, reduction op and root, each checked; None if any cannot be one."""
     size, count = _uint(head.get("size")), _uint(head.get("count"))
     dtype = head.get("type", "")
     redop = head.get("redop", "none")
     root = _int(head.get("root", "-1"))
+    if size is None or count is None or root is None or not _NAME.fullmatch(dtype) or not _NAME.fullmatch(redop):
+        return None
+    return size, count, dtype, redop, root
+
+
+def _measurement(
+    head: tuple[int, int, str, str, int], cells: dict[str, str], in_place: bool, line_number: int
+) -> _Values | None:
+    """A column group's cells, each checked against what its column can hold; None if any cannot."""
     time_us = _float(cells.get("time", cells.get("cputime")))
     algbw, busbw = _float(cells.get("algbw")), _float(cells.get("busbw"))
     wrong = _wrong(cells)
-    if (
-        (
-            size is None
-            or count is None
-            or root is None
-            or time_us is None
-            or algbw is None
-            or busbw is None
-            or wrong is None
-        )
-        or not re.fullmatch(r"[A-Za-z]\w*", dtype)
-        or not re.fullmatch(r"[A-Za-z]\w*", redop)
-    ):
+    if time_us is None or algbw is None or busbw is None or wrong is None:
         return None
-    read = {name: _float(cells[name]) for name in ("i_min", "i_max", "i_p99", "i_cv%") if name in cells}
-    extras = {name: value for name, value in read.items() if value is not None}
-    if len(extras) < len(read):
+    printed = cells.get("#wrong", cells.get("error", ""))
+    fixed = (*head, in_place, time_us, algbw, busbw, wrong, printed, line_number)
+    if not cells.keys() & _PER_ITERATION:
+        return fixed, {}
+    read = {name: _float(cells[name]) for name in _PER_ITERATION if name in cells}
+    if None in read.values():
         return None
-    return Measurement(
-        size=size,
-        count=count,
-        dtype=dtype,
-        redop=redop,
-        root=root,
-        in_place=in_place,
-        time_us=time_us,
-        algbw=algbw,
-        busbw=busbw,
-        wrong=wrong,
-        wrong_printed=cells.get("#wrong", cells.get("error", "")),
-        line=line_number,
-        time_min=extras.get("i_min"),
-        time_max=extras.get("i_max"),
-        time_p99=extras.get("i_p99"),
-        cv=extras["i_cv%"] / 100 if "i_cv%" in extras else None,
-    )
+    extras: dict[str, float] = {_PER_ITERATION[name]: value for name, value in read.items() if value is not None}
+    if "cv" in extras:
+        extras["cv"] /= 100  # printed in percent
+    return fixed, extras
 
 
-def _wrong(cells: dict[str, Any]) -> int | None:
+def _wrong(cells: dict[str, str]) -> int | None:
     """'#wrong' is a count, or N/A when the check was off; the 2019-2021 float 'error' is never a count."""
     if "#wrong" in cells:
         printed = cells["#wrong"]
@@ -378,11 +413,11 @@ def _uint(text: str | None) -> int | None:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and re.fullmatch(r"-?\d{1,19}", text) else None
+    return int(text) if text is not None and _INT.fullmatch(text) else None
 
 
 def _float(text: str | None) -> float | None:
-    if text is None or not re.fullmatch(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", text):
+    if text is None or not _FLOAT.fullmatch(text):
         return None
     value = float(text)
     return value if math.isfinite(value) and value >= 0 else None

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -112,11 +112,19 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
 
 def atomic_write_chunks(path: Path, chunks: Iterable[str], durable: bool = True) -> None:
     """atomic_write_text for text made piece by piece, so a big file is never whole in memory."""
+    with atomic_file(path, durable) as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, durable: bool = True) -> Iterator[IO[str]]:
+    """A text file to write that replaces `path` only when the block ends without an error; on one,
+    the temporary file is removed and `path` is as it was."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
+            yield handle
             handle.flush()  # a full disk shows here, inside the try, not in a close after it
             if durable:
                 os.fsync(handle.fileno())
@@ -192,20 +200,30 @@ class RunWriter:
             self.records = list(records)
             self._write_records()
 
-    def write_all_records(self, records: Sequence[Record]) -> None:
-        """Write a run's whole, final record list at once (an import), streamed record by record:
-        neither the dumped records nor the files' text are held whole. The writer keeps none of
-        them, so it refuses to be handed records before or after."""
+    def write_all_records(self, records: Iterable[Record], extra: Sequence[str] | None = None) -> None:
+        """Write a run's whole, final records at once (an import), streamed record by record in one
+        pass over them: neither the records, their dumps nor the files' text are held whole, so
+        `records` may make each one as it is read. `extra` names the fields beyond the schema's that
+        some record has (records.csv's last columns); without it a first pass finds them. The writer
+        keeps no record, so it refuses to be handed records before or after."""
         if self.records or self.samples:
             raise ValueError("write_all_records writes every record; this writer already holds some")
-        extra = sorted({key for rec in records for key in rec.model_extra or {}} - set(RECORD_FIELDS))
+        if extra is None:
+            records = records if isinstance(records, Sequence) else list(records)
+            extra = sorted({key for rec in records for key in rec.model_extra or {}} - set(RECORD_FIELDS))
         with self._lock:
             self._streamed = True
-            jsonl = (json.dumps(rec.model_dump()) + "\n" for rec in records)
-            atomic_write_chunks(self.path / RECORDS_JSONL, jsonl, durable=True)
-            atomic_write_chunks(
-                self.path / RECORDS_CSV, _csv_chunks((rec.model_dump() for rec in records), extra), durable=True
-            )
+            with atomic_file(self.path / RECORDS_JSONL) as jsonl, atomic_file(self.path / RECORDS_CSV) as table:
+                columns = RECORD_FIELDS + list(extra)
+                known = set(columns)
+                writer = csv.writer(table, lineterminator="\n")  # as csv.DictWriter writes, in one pass
+                writer.writerow(columns)
+                for rec in records:
+                    dumped = rec.model_dump()
+                    jsonl.write(json.dumps(dumped) + "\n")
+                    if not dumped.keys() <= known:
+                        raise ValueError(f"record fields not in records.csv's columns: {sorted(dumped.keys() - known)}")
+                    writer.writerow(["" if (value := dumped.get(key)) is None else value for key in columns])
 
     def _write_records(self, durable: bool = False) -> None:
         if self._streamed:

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from commbench.errors import UsageError
 
@@ -196,6 +196,28 @@ def iter_lines(
     """(line number, text without its newline) for every line, read MAX_LINE_BYTES at most at a time.
     A line too long or not UTF-8 is counted in `report` and skipped; a file that opens as UTF-16 or
     binary is refused (UnsafeFile)."""
+    for line in iter_text_lines(path, kind, report, root):
+        yield line.number, line.text
+
+
+class TextLine(NamedTuple):
+    """One line of a streamed text file."""
+
+    number: int  # 1-based
+    text: str  # without its line end
+    terminated: bool  # a newline ended it: a last line without one may have been cut mid-write
+
+
+def iter_text_lines(
+    path: str | Path,
+    kind: Kind,
+    report: LineReport | None = None,
+    root: str | Path | None = None,
+    *,
+    replace_undecodable: bool = False,
+) -> Iterator[TextLine]:
+    """iter_lines, saying whether each line was terminated. With replace_undecodable, bytes that are
+    not UTF-8 become U+FFFD and the line is kept (a log's junk lines), instead of being skipped."""
     report = report if report is not None else LineReport()
     name = Path(path).name
     with open_regular(path, kind, root) as handle:
@@ -211,12 +233,15 @@ def iter_lines(
                 _skip_rest_of_line(handle)
                 report.skip(f"{name} line {number}", f"longer than {MAX_LINE_BYTES // MiB} MiB")
                 continue
+            encoding = "utf-8-sig" if number == 1 else "utf-8"
             try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                text = raw.decode(encoding)
             except UnicodeDecodeError:
-                report.skip(f"{name} line {number}", "not UTF-8 text")
-                continue
-            yield number, text.rstrip("\r\n")
+                if not replace_undecodable:
+                    report.skip(f"{name} line {number}", "not UTF-8 text")
+                    continue
+                text = raw.decode(encoding, errors="replace")
+            yield TextLine(number, text.rstrip("\r\n"), raw.endswith(b"\n"))
 
 
 def _skip_rest_of_line(handle: IO[bytes]) -> None:
