@@ -166,13 +166,15 @@ class Processor:
     def elementwise_bandwidth(self) -> float:
         return self.memory_bandwidth * self.elementwise_efficiency
 
-    def gemm_efficiency(self, flops):
+    def gemm_efficiency(self, flops: float | np.ndarray) -> np.ndarray:
         """Fraction of peak one GEMM of `flops` reaches: log-linear interpolation of the curve."""
         points = np.asarray(self.gemm_curve)
-        return np.interp(np.log10(np.maximum(flops, 1.0)), np.log10(points[:, 0]), points[:, 1])
+        efficiency: np.ndarray = np.interp(np.log10(np.maximum(flops, 1.0)), np.log10(points[:, 0]), points[:, 1])
+        return efficiency
 
-    def gemm_time(self, flops):
-        return flops / (self.peak_flops * self.gemm_efficiency(flops))
+    def gemm_time(self, flops: float | np.ndarray) -> np.ndarray:
+        seconds: np.ndarray = flops / (self.peak_flops * self.gemm_efficiency(flops))
+        return seconds
 
 
 @dataclass(frozen=True)

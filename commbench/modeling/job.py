@@ -255,8 +255,8 @@ class TrainingJob:
     on_gpu: bool = True
     # the model applies dropout (Megatron's GPT does): its 1-byte masks are kept for backward
     dropout: bool = True
-    # bytes per activation element; None takes the precision's (2 for bf16 training, 4 for fp32)
-    activation_bytes: int | None = None
+    # bytes per activation element; 0 (or None) takes the precision's (2 for bf16 training, 4 for fp32)
+    activation_bytes: int = 0
     # MoE routing: tokens per expert relative to a perfectly even split (capacity factor when
     # tokens are padded to capacity; the measured max/mean load for dropless routing)
     expert_load: float = 1.0
@@ -279,7 +279,7 @@ class TrainingJob:
         return self.model.moe.capacity_factor if self.model.moe else None
 
     def __post_init__(self) -> None:
-        if self.activation_bytes is None:
+        if not self.activation_bytes:
             object.__setattr__(self, "activation_bytes", self.precision.activation_bytes)
 
     @property

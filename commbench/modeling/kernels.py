@@ -27,6 +27,11 @@ import numpy as np
 from commbench.dtypes import precision_bytes
 from commbench.modeling.hardware import Processor
 
+# a GEMM dimension or batch: one number, or an array of them (results broadcast)
+Numbers = float | np.ndarray
+# (forward, backward) seconds of one part of a layer, one entry per layout
+Pair = tuple[np.ndarray, np.ndarray]
+
 # score-element traffic of the unfused path, bytes per element at 2-byte scores: the fused
 # scale-mask-softmax kernel reads and writes the scores (4), dropout reads them, writes them and
 # a 1-byte mask (5); the backward reads the mask and the gradient and writes it (5), the
@@ -36,23 +41,25 @@ UNFUSED_SCORE_BYTES_BACKWARD = 11.0
 FLASH_BACKWARD_FLOPS = 2.5
 
 
-def wave_factor(proc: Processor, m, n, batch=1.0):
+def wave_factor(proc: Processor, m: Numbers, n: Numbers, batch: Numbers = 1.0) -> float | np.ndarray:
     """Fraction of the SM slots a GEMM's waves use (1.0 without sm_count and gemm_tile)."""
     if not proc.sm_count or not proc.gemm_tile:
         return 1.0
     tile_m, tile_n = proc.gemm_tile
     tiles = np.ceil(np.asarray(m, dtype=float) / tile_m) * np.ceil(np.asarray(n, dtype=float) / tile_n) * batch
-    return tiles / (np.ceil(tiles / proc.sm_count) * proc.sm_count)
+    used: np.ndarray = tiles / (np.ceil(tiles / proc.sm_count) * proc.sm_count)
+    return used
 
 
-def tile_fill(proc: Processor, m, n):
+def tile_fill(proc: Processor, m: Numbers, n: Numbers) -> float | np.ndarray:
     """Fraction of the computed tiles' area the output fills (1.0 without gemm_tile): a GEMM computes
     whole tiles, so M = 192 on 128-row tiles costs the work of 256 rows (and never less than M = 128)."""
     if not proc.gemm_tile:
         return 1.0
     tile_m, tile_n = proc.gemm_tile
     m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
-    return m * n / (np.ceil(m / tile_m) * tile_m * np.ceil(n / tile_n) * tile_n)
+    filled: np.ndarray = m * n / (np.ceil(m / tile_m) * tile_m * np.ceil(n / tile_n) * tile_n)
+    return filled
 
 
 def full_wave_curve(proc: Processor, dtype: str) -> np.ndarray:
@@ -76,7 +83,7 @@ def kernel_described(proc: Processor) -> bool:
     return bool((proc.sm_count and proc.gemm_tile) or proc.gemm_surface)
 
 
-def measured_fraction(proc: Processor, m, n, k, dtype: str) -> np.ndarray:
+def measured_fraction(proc: Processor, m: Numbers, n: Numbers, k: Numbers, dtype: str) -> np.ndarray:
     """The surface's fraction of peak where (M, N, K) is a shape it measured in `dtype`, NaN elsewhere."""
     m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
     points = proc.surface(dtype)
@@ -86,7 +93,15 @@ def measured_fraction(proc: Processor, m, n, k, dtype: str) -> np.ndarray:
     return np.where(same.any(axis=-1), points[:, 3][np.argmax(same, axis=-1)], np.nan)
 
 
-def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float | None = None, dtype: str | None = None):
+def gemm_seconds(
+    proc: Processor,
+    m: Numbers,
+    n: Numbers,
+    k: Numbers,
+    batch: Numbers = 1.0,
+    element_bytes: float | None = None,
+    dtype: str | None = None,
+) -> np.ndarray:
     """Seconds of one (batched) GEMM of shape (M, N, K) on `proc`, in `dtype` (the processor's
     gemm_dtype unless given; element_bytes follow it); arrays broadcast."""
     dtype = dtype or proc.gemm_dtype
@@ -103,10 +118,11 @@ def gemm_seconds(proc: Processor, m, n, k, batch=1.0, element_bytes: float | Non
         efficiency = np.where(np.isnan(measured), efficiency, measured)
     compute = flops / (proc.peak_flops * efficiency)
     memory = element_bytes * batch * (m * k + k * n + m * n) / proc.memory_bandwidth
-    return np.maximum(compute, memory)
+    seconds: np.ndarray = np.maximum(compute, memory)
+    return seconds
 
 
-def gemm_forward_backward(proc: Processor, m, n, k) -> tuple[np.ndarray, np.ndarray]:
+def gemm_forward_backward(proc: Processor, m: Numbers, n: Numbers, k: Numbers) -> Pair:
     """(forward, backward) seconds of a linear layer: y[M,N] = x[M,K] w[K,N]; the backward computes
     the input gradient (M, K, N) and the weight gradient (K, N, M)."""
     forward = gemm_seconds(proc, m, n, k)

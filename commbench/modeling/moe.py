@@ -26,12 +26,13 @@ The backward is twice the GEMMs and BACKWARD_ELEMENTWISE_FACTOR x the traffic, a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from commbench.modeling.hardware import Processor
 from commbench.modeling.job import TrainingJob
-from commbench.modeling.kernels import gemm_forward_backward
+from commbench.modeling.kernels import Numbers, Pair, gemm_forward_backward
 from commbench.modeling.layout import LayoutBatch
 from commbench.modeling.routing import ExpertLoad, expert_load
 
@@ -44,11 +45,11 @@ class MoECompute:
     """Seconds of one MoE layer's parts per micro-batch on the pacing rank, and the shapes behind them.
     Each part is (forward, backward); router and permute include their HBM traffic."""
 
-    router: tuple[np.ndarray, np.ndarray]
-    router_gemm: tuple[np.ndarray, np.ndarray]
-    permute: tuple[np.ndarray, np.ndarray]  # permute + unpermute, both sorts
-    experts: tuple[np.ndarray, np.ndarray]  # the grouped GEMM of the local experts
-    shared: tuple[np.ndarray, np.ndarray]
+    router: Pair
+    router_gemm: Pair
+    permute: Pair  # permute + unpermute, both sorts
+    experts: Pair  # the grouped GEMM of the local experts
+    shared: Pair
     local_experts: np.ndarray
     tokens_per_expert: np.ndarray  # mean over experts (after drops), per micro-batch
     pacing_tokens_per_expert: np.ndarray  # on the busiest rank: the grouped GEMM's M
@@ -58,18 +59,20 @@ class MoECompute:
     load: ExpertLoad
 
     @property
-    def gemm(self) -> tuple[np.ndarray, np.ndarray]:
-        return tuple(self.router_gemm[i] + self.experts[i] + self.shared[i] for i in (0, 1))
+    def gemm(self) -> Pair:
+        forward, backward = (self.router_gemm[i] + self.experts[i] + self.shared[i] for i in (0, 1))
+        return forward, backward
 
     @property
-    def traffic(self) -> tuple[np.ndarray, np.ndarray]:
+    def traffic(self) -> Pair:
         """Router scores and permutes: (forward, backward) seconds of HBM traffic."""
-        return tuple(self.router[i] - self.router_gemm[i] + self.permute[i] for i in (0, 1))
+        forward, backward = (self.router[i] - self.router_gemm[i] + self.permute[i] for i in (0, 1))
+        return forward, backward
 
-    def to_dict(self, i: int, hidden: int) -> dict:
+    def to_dict(self, i: int, hidden: int) -> dict[str, Any]:
         """One layout's parts, seconds per MoE layer per micro-batch, for plan --json."""
 
-        def pair(parts):
+        def pair(parts: Pair) -> dict[str, float]:
             return {"forward_s": float(parts[0][i]), "backward_s": float(parts[1][i])}
 
         return {
@@ -93,7 +96,7 @@ class MoECompute:
         }
 
 
-def _block(proc: Processor, tokens, h, width, ups: int) -> tuple[np.ndarray, np.ndarray]:
+def _block(proc: Processor, tokens: Numbers, h: int, width: Numbers, ups: int) -> Pair:
     """(forward, backward) of an MLP: `ups` up-projections h -> width, one down-projection back."""
     up_f, up_b = gemm_forward_backward(proc, tokens, width, h)
     down_f, down_b = gemm_forward_backward(proc, tokens, h, width)
@@ -101,7 +104,7 @@ def _block(proc: Processor, tokens, h, width, ups: int) -> tuple[np.ndarray, np.
 
 
 def moe_compute(
-    job: TrainingJob, batch: LayoutBatch, proc: Processor, n, router_proc: Processor | None = None
+    job: TrainingJob, batch: LayoutBatch, proc: Processor, n: Numbers, router_proc: Processor | None = None
 ) -> MoECompute:
     """The parts of one MoE layer per micro-batch, n tokens per context-parallel rank; the router's
     GEMM on `router_proc` (BF16 under every quantised recipe), the rest on `proc`."""
@@ -123,7 +126,7 @@ def moe_compute(
     permute = job.activation_bytes * h * (2 * (1 + moe.top_k * load.kept) * local + 4 * received) / bandwidth
     zeros = np.zeros(len(batch))
 
-    def pair(forward, backward):
+    def pair(forward: Numbers, backward: Numbers) -> Pair:
         return forward + zeros, backward + zeros
 
     return MoECompute(

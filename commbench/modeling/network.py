@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -68,18 +68,24 @@ class CollectiveCost(Protocol):
         ...
 
 
-def busbw_factor(op: str, n: int) -> float:
-    """Bytes through each rank per byte of size (nccl-tests' busbw factor, from commbench.ops)."""
+@overload
+def busbw_factor(op: str, n: int) -> float: ...
+@overload
+def busbw_factor(op: str, n: np.ndarray) -> np.ndarray: ...
+def busbw_factor(op: str, n: int | np.ndarray) -> float | np.ndarray:
+    """Bytes through each rank per byte of size (nccl-tests' busbw factor, from commbench.ops);
+    per layout for an array of group sizes."""
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
-    return ops.busbw_factor(op, n)
+    # ops' factors are arithmetic in n, so an array of group sizes gives an array of factors
+    return ops.busbw_factor(op, n)  # type: ignore[arg-type]
 
 
 # prices one flat phase: (op, size in bytes, ranks, tier "intra" or "inter") -> seconds
-FlatPhase = Callable[[str, ArrayLike, int, str], np.ndarray]
+FlatPhase = Callable[[str, np.ndarray, int, str], float | np.ndarray]
 
 
-def hierarchical_time(flat: FlatPhase, op: str, size: np.ndarray, placement: Placement) -> np.ndarray:
+def hierarchical_time(flat: FlatPhase, op: str, size: np.ndarray, placement: Placement) -> float | np.ndarray:
     """Compose a hierarchical collective from flat phases; flat(op, size, n, tier) prices one phase."""
     r, k = placement.ranks_per_node, placement.nodes
     n = r * k
@@ -126,7 +132,9 @@ class PresetNetwork:
             return np.zeros_like(np.asarray(size, dtype=float))
         return self._network[tier].latency + busbw_factor(op, n) * np.asarray(size, dtype=float) / self._busbw[tier]
 
-    def time_s(self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement) -> np.ndarray:
+    def time_s(
+        self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement
+    ) -> float | np.ndarray:
         if group_size <= 1:
             return np.zeros_like(np.asarray(size_bytes, dtype=float))
         if op == "all_to_allv":  # a preset knows no skew: the hottest rank's bytes carry it
@@ -138,7 +146,7 @@ class PresetNetwork:
 
 
 def price(
-    cost: CollectiveCost, op: str, size_bytes: np.ndarray, group: tuple[np.ndarray, np.ndarray, np.ndarray]
+    cost: CollectiveCost, op: str, size_bytes: float | np.ndarray, group: tuple[np.ndarray, np.ndarray, np.ndarray]
 ) -> np.ndarray:
     """Vectorised pricing over layouts: one cost call per distinct (group size, placement).
 

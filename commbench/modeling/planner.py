@@ -14,6 +14,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -162,7 +163,9 @@ class Planner:
     def _expert_folds(self, folded: int, tp: int, experts: int) -> list[tuple[int, int]]:
         """(ep, etp) pairs folded over tp*cp*dp ranks (parallel folding): ep divides the experts,
         etp the expert width, and etp stays inside an NVLink domain (and a host: NVL72's 4)."""
-        width = self.job.model.moe.expert_ffn_hidden
+        moe = self.job.model.moe
+        assert moe is not None, "expert folds are searched for MoE models only"
+        width = moe.expert_ffn_hidden
         limit = min(self.cluster.nvlink_domain, self.cluster.gpus_per_host)
         etps = [e for e in _divisors(folded) if e <= limit and width % e == 0] or [1]
         return [(ep, etp) for etp in etps for ep in _divisors(folded // etp) if experts % ep == 0]
@@ -304,7 +307,7 @@ class Planner:
                 f"group size that divides {m} or leaves at least {p})"
             )
 
-    def ep_skew(self, results: list[StepResult]) -> list[dict]:
+    def ep_skew(self, results: list[StepResult]) -> list[dict[str, Any]]:
         """Per result: the expected max/mean EP load under the job's routing, and how much of its EP
         time that skew costs against a uniform router (the EP category scaled by the skewed share)."""
         if not results:
@@ -326,7 +329,7 @@ class Planner:
             for i, r in enumerate(results)
         ]
 
-    def moe_parts(self, layouts: list[Layout]) -> list[dict]:
+    def moe_parts(self, layouts: list[Layout]) -> list[dict[str, Any]]:
         """Per layout, the MoE layers' parts per micro-batch (router, permute, grouped GEMM and its
         per-expert shape, shared experts, dropped tokens, dispatch and combine bytes and seconds per
         tier) and where the expert groups sit; [] for a dense model."""
@@ -335,6 +338,7 @@ class Planner:
         batch = LayoutBatch.from_layouts(layouts)
         parts = layer_compute(self.job, batch, self.cluster.system.processor).moe
         ep = communication(self.job, batch, self.cluster.cost, self.cluster.nvlink_domain).ep
+        assert parts is not None and ep.parts is not None, "an MoE model has MoE parts and an exchange"
         model, options = self.job.model, self.job.moe_execution
         return [
             {
@@ -375,10 +379,10 @@ class Planner:
         )
 
 
-def _exchange_dict(parts: dict, i: int) -> dict:
+def _exchange_dict(parts: dict[str, Any], i: int) -> dict[str, Any]:
     """One layout's dispatch/combine entries (arrays over layouts picked at i; names kept)."""
 
-    def pick(value):
+    def pick(value: Any) -> Any:
         if isinstance(value, dict):
             return {key: pick(v) for key, v in value.items()}
         if isinstance(value, str):
@@ -389,12 +393,12 @@ def _exchange_dict(parts: dict, i: int) -> dict:
     return {**picked, "exchange_s": pick(parts["seconds"])}
 
 
-def expert_placement(batch: LayoutBatch, cluster: Cluster, i: int) -> dict:
+def expert_placement(batch: LayoutBatch, cluster: Cluster, i: int) -> dict[str, Any]:
     """Where one layout's expert groups sit: ranks per NVLink domain, domains spanned, and whether
     the group stays inside one domain (the EP all-to-all then never leaves NVLink)."""
     domain = cluster.nvlink_domain
     groups = layout_groups(batch, domain)
-    out = {"nvlink_domain_gpus": domain}
+    out: dict[str, Any] = {"nvlink_domain_gpus": domain}
     for name in ("ep", "etp", "edp", "tpep"):
         size, per_domain, domains = (int(g[i]) for g in groups[name])
         out[name] = {"size": size, "ranks_per_domain": per_domain, "domains": domains, "inside_domain": domains == 1}

@@ -49,8 +49,12 @@ gradient's inputs once more.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from commbench.errors import UsageError
+
+if TYPE_CHECKING:  # hardware imports this module (Processor.for_recipe)
+    from commbench.modeling.hardware import Processor
 
 _PER_TENSOR_FP8 = ("8.9", "9.0", "10.0", "10.3", "12.0")
 
@@ -80,7 +84,7 @@ class ComputeRecipe:
             parts.append(f"{self.bf16_layer_share:.0%} of transformer layers (first and last)")
         return parts
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {
             "compute_precision": self.name,
             "recipe": self.te_recipe,
@@ -118,7 +122,7 @@ RECIPES: dict[str, ComputeRecipe] = {
 }
 
 
-def checked_recipe(name: str, processor) -> ComputeRecipe:
+def checked_recipe(name: str, processor: Processor) -> ComputeRecipe:
     """The recipe if the processor's tensor cores run it; a UsageError naming both otherwise."""
     if name not in RECIPES:
         raise UsageError(f"--compute-precision must be one of {', '.join(RECIPES)}, not {name!r}")
@@ -135,9 +139,14 @@ def checked_recipe(name: str, processor) -> ComputeRecipe:
     return recipe
 
 
-def processor_peak(processor, recipe: ComputeRecipe) -> float | None:
+def processor_peak(processor: Processor, recipe: ComputeRecipe) -> float | None:
     """Dense FLOP/s of the processor in the recipe's GEMM format (None: it has none)."""
-    return {"bf16": processor.peak_flops, "fp8": processor.peak_flops_fp8, "fp4": processor.peak_flops_fp4}[recipe.peak]
+    peaks: dict[str, float | None] = {
+        "bf16": processor.peak_flops,
+        "fp8": processor.peak_flops_fp8,
+        "fp4": processor.peak_flops_fp4,
+    }
+    return peaks[recipe.peak]
 
 
 def cast_bytes_per_element(recipe: ComputeRecipe, transposed: bool = True) -> float:

@@ -10,6 +10,7 @@ dashboard draws, and its step time is what the planner ranks by.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from commbench.modeling.layout import Layout, LayoutBatch
 from commbench.modeling.limits import MAX_SIMULATED_OPS, MAX_TIMELINE_EVENTS
 from commbench.modeling.memory import layers_per_chunk, stage_layers, stages_memory
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
+
+# one pipeline op: (kind "F" or "B", stage, micro-batch, model chunk)
+OpKey = tuple[str, int, int, int]
 
 
 def simulate(model: StepModel, layout: Layout, timeline: bool = False) -> StepResult:
@@ -33,7 +37,7 @@ def simulate(model: StepModel, layout: Layout, timeline: bool = False) -> StepRe
     return EventSimulation(layout, evaluation, timeline).run()
 
 
-def simulated_ops(micro_batches, pp, vpp):
+def simulated_ops(micro_batches: int, pp: int, vpp: int) -> int:
     """Forward and backward ops of all pipeline stages in one step: the event simulator's work."""
     return 2 * micro_batches * vpp * pp
 
@@ -48,11 +52,11 @@ class StepResult:
     memory: dict[str, float]  # bytes per GPU, ledger items + total
     comm_bytes: dict[str, float]  # bytes one rank sends per step, per parallelism
     micro_batches: int
-    timeline: list[dict] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the reader should know about the figures
     # first to last pipeline stage: layers, memory ledger at its peak and when, its share of the step,
     # compute and communication seconds (see EventSimulation.stage_summaries)
-    stages: list[dict] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
     memory_stage: int = 0  # the stage whose ledger `memory` is (the largest)
 
     @property
@@ -60,7 +64,7 @@ class StepResult:
         """The stage with the most work (compute and its exposed communication) in the step."""
         return max(range(len(self.stages)), key=lambda s: self.stages[s]["busy_s"]) if self.stages else 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "layout": str(self.layout),
             "step_s": self.step_s,
@@ -132,7 +136,7 @@ class EventSimulation:
         self.bucket = float(cc.dp.bucket[0])
         self.buckets = int(cc.dp.buckets[0])
         self.m = int(evaluation.micro_batches[0])
-        self.events: list[dict] = []
+        self.events: list[dict[str, Any]] = []
         self.events_dropped = 0  # past MAX_TIMELINE_EVENTS
         p = layout.pp
         one = evaluation.batch
@@ -141,8 +145,8 @@ class EventSimulation:
         # an uneven split's stages run ops of their own chunk's layers (ops are priced at the busiest chunk)
         self.scale = [layers / layout.vpp / chunk if chunk else 0.0 for layers in self.layers]
         self.busy = [0.0] * p
-        self.finished: dict[tuple, float] = {}  # (kind, stage, mb, chunk) -> compute end
-        self.arrived: dict[tuple, float] = {}  # same key -> when its output reached the next stage
+        self.finished: dict[OpKey, float] = {}  # (kind, stage, mb, chunk) -> compute end
+        self.arrived: dict[OpKey, float] = {}  # same key -> when its output reached the next stage
         self.compute_free, self.pp_free, self.dp_free = [0.0] * p, [0.0] * p, [0.0] * p
         self.bubble, self.pp_wait = [0.0] * p, [0.0] * p
 
@@ -162,7 +166,7 @@ class EventSimulation:
             base += self.head[0] if kind == "F" else self.head[1]
         return base
 
-    def _producer(self, kind: str, s: int, mb: int, chunk: int) -> tuple | None:
+    def _producer(self, kind: str, s: int, mb: int, chunk: int) -> OpKey | None:
         """The op whose output this op consumes: the previous chunk forward, the next one backward."""
         p, v = self.layout.pp, self.layout.vpp
         if kind == "F":
@@ -267,7 +271,7 @@ class EventSimulation:
         critical = max(range(p), key=lambda s: ends[s])
         return self._result(ends[critical], critical, ends)
 
-    def stage_summaries(self, step: float, ends: list[float]) -> list[dict]:
+    def stage_summaries(self, step: float, ends: list[float]) -> list[dict[str, Any]]:
         """Per stage: its layers, memory ledger (items at the allocator's peak, the peak, what lives
         outside the allocator, and when the peak happens), its work's share of the step (compute
         ops with their exposed collectives) and that work split into compute and communication

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
-from commbench.modeling.job import EXECUTIONS, PRECISIONS, TrainingJob
+from commbench.modeling.job import EXECUTIONS, PRECISIONS, MoEExecution, TrainingJob
 from commbench.modeling.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP, whole_number
 from commbench.modeling.recipes import RECIPES, checked_recipe
 
@@ -32,11 +32,11 @@ MAX_CAPACITY_FACTOR = 1024.0
 MOE_OVERLAPS = ("none", "shared-expert", "1f1b-a2a", "both")
 
 
-def _required(doc: str):
+def _required(doc: str) -> Any:
     return field(metadata={"doc": doc})
 
 
-def _with_default(doc: str, default=None):
+def _with_default(doc: str, default: Any = None) -> Any:
     return field(default=default, metadata={"doc": doc})
 
 
@@ -118,7 +118,7 @@ class PlanSpec:
         "with --capacity-factor: every expert computes its full capacity (--moe-pad-expert-input-to-capacity)", False
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
         for name, high in (
             ("gpus", MAX_GPUS),
@@ -178,10 +178,8 @@ class PlanSpec:
         if self.pad_to_capacity and factor is None:
             raise UsageError(f"{option('pad_to_capacity')} needs {option('capacity_factor')}")
 
-    def moe_execution(self):
+    def moe_execution(self) -> MoEExecution:
         """The job's MoEExecution from these options."""
-        from commbench.modeling.job import MoEExecution
-
         return MoEExecution(
             dispatcher=self.dispatcher,
             dispatch_dtype=self.dispatch_dtype,
@@ -194,16 +192,16 @@ class PlanSpec:
     @staticmethod
     def doc(name: str) -> str:
         """What a field means, as `commbench plan --help` and the dashboard's planner page say it."""
-        return _field(name).metadata["doc"]
+        return str(_field(name).metadata["doc"])
 
     @staticmethod
-    def default(name: str):
+    def default(name: str) -> Any:
         """A field's default; None where the field has none (it must be given) or defaults to None."""
         default = _field(name).default
         return None if default is MISSING else default
 
 
-def _field(name: str) -> Field:
+def _field(name: str) -> Field[Any]:
     return next(f for f in fields(PlanSpec) if f.name == name)
 
 

@@ -25,7 +25,9 @@ gradient reduction overlapped with the last backward; optimizer; ZeRO-1/2 gather
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -58,23 +60,32 @@ class OpCosts:
 
     @property
     def f(self) -> np.ndarray:
-        return sum(self.forward.values())
+        return summed(self.forward)
 
     @property
     def b(self) -> np.ndarray:
-        return sum(self.backward.values())
+        return summed(self.backward)
 
     @property
     def head_fwd(self) -> np.ndarray:
-        return sum(self.head_forward.values())
+        return summed(self.head_forward)
 
     @property
     def head_bwd(self) -> np.ndarray:
-        return sum(self.head_backward.values())
+        return summed(self.head_backward)
 
-    def head_category(self, name: str):
+    def head_category(self, name: str) -> float | np.ndarray:
         """Seconds of one category in one micro-batch's head, forward + backward."""
         return self.head_forward.get(name, 0.0) + self.head_backward.get(name, 0.0)
+
+
+# (exposed seconds, slowdown seconds of the hidden part) of one collective, per layout
+Exposed = tuple[np.ndarray, np.ndarray]
+
+
+def summed(parts: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The parts' sum, per layout (sum() would also say 0 for no parts; every caller has some)."""
+    return cast(np.ndarray, sum(parts.values()))
 
 
 def op_costs(
@@ -118,7 +129,9 @@ def _exposed_ring(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) 
     return np.maximum(0.0, cc.cp.fwd - lc.fwd_attention), slow["cp"] * np.minimum(cc.cp.fwd, lc.fwd_attention)
 
 
-def _forward_tp(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], overlap: bool):
+def _forward_tp(
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], overlap: bool
+) -> tuple[np.ndarray, float | np.ndarray]:
     """The forward TP collectives: blocking, or (Transformer Engine's TP communication overlap)
     hidden behind the forward GEMMs they feed, less the slowdown of the part that is hidden."""
     if not overlap:
@@ -128,11 +141,12 @@ def _forward_tp(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], ov
 
 def _exposed_ep(
     lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], options: MoEExecution, moe_share: float
-) -> tuple[tuple, tuple]:
+) -> tuple[Exposed, Exposed]:
     """((exposed, slowdown) forward, the same backward) of the EP exchange per layer. Shared-expert
     overlap hides it behind the MoE layer's shared experts; 1F1B A2A overlap (with two micro-batches
     in flight) behind the other micro-batch's pass: the forward's behind a backward, and back."""
-    hidden_fwd = hidden_bwd = 0.0
+    hidden_fwd: float | np.ndarray = 0.0
+    hidden_bwd: float | np.ndarray = 0.0
     if options.shared_expert_overlap and lc.moe is not None:
         hidden_fwd, hidden_bwd = moe_share * lc.moe.shared[0], moe_share * lc.moe.shared[1]
     if options.a2a_overlap and cc.ep.hideable is not None:
@@ -146,7 +160,7 @@ def _exposed_ep(
 
 
 def _layer_forward(
-    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool, ep: tuple
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool, ep: Exposed
 ) -> dict[str, np.ndarray]:
     cp_exposed, cp_slowdown = _exposed_ring(lc, cc, slow)
     tp_exposed, tp_slowdown = _forward_tp(lc, cc, slow, tp_overlap)
@@ -157,7 +171,7 @@ def _layer_forward(
         "cp": cp_exposed,
         "slowdown": cp_slowdown + tp_slowdown + ep[1],
     }
-    fwd_base = sum(fwd.values())
+    fwd_base = summed(fwd)
     fwd["dp"] = np.maximum(0.0, cc.zero3.fwd - fwd_base)
     fwd["slowdown"] = fwd["slowdown"] + slow["dp"] * np.minimum(cc.zero3.fwd, lc.forward)
     return fwd
@@ -169,8 +183,8 @@ def _layer_backward(
     cc: CommCosts,
     slow: dict[str, np.ndarray],
     tp_overlap: bool,
-    layers,
-    ep: tuple,
+    layers: np.ndarray,
+    ep: Exposed,
 ) -> dict[str, np.ndarray]:
     full = full_recompute_share(batch, layers)  # full recompute repeats the forward's blocking communication
     cp_f_exposed, cp_f_slow = _exposed_ring(lc, cc, slow)
@@ -189,13 +203,15 @@ def _layer_backward(
             + full * (cp_f_slow + tp_f_slow)
         ),
     }
-    bwd_base = sum(bwd.values())
+    bwd_base = summed(bwd)
     bwd["dp"] = np.maximum(0.0, cc.zero3.bwd - bwd_base) + cc.zero3.bwd_blocking
     bwd["slowdown"] = bwd["slowdown"] + slow["dp"] * np.minimum(cc.zero3.bwd, lc.backward + recompute)
     return bwd
 
 
-def _head(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) -> tuple[dict, dict]:
+def _head(
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     # the head's weight-gradient GEMM takes as long as its forward GEMM (head_fwd also has the loss, a small share)
     head_wgrad = lc.head_fwd
     head_forward = {"compute": lc.head_fwd, "tp": cc.tp.head_fwd}
@@ -259,7 +275,7 @@ class StepModel:
         optimizer = self.optimizer_seconds(batch)
         categories["optimizer"] = optimizer
 
-        step = sum(categories.values())
+        step = summed(categories)
         tokens = job.tokens_per_step
         flops = job.model.model_flops_per_token(job.seq_len) * tokens
         memory, memory_stage = heaviest_stage_memory(job, batch)
@@ -296,7 +312,9 @@ class StepModel:
         )
         return categories
 
-    def _gradient_reduction(self, batch: LayoutBatch, ops: OpCosts, cc: CommCosts, m: np.ndarray):
+    def _gradient_reduction(
+        self, batch: LayoutBatch, ops: OpCosts, cc: CommCosts, m: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Exposed gradient reduction and the slowdown of its overlapped part: buckets become ready
         during the last backward of each stage (during every backward with ZeRO-2)."""
         v, f, b = batch.vpp, ops.f, ops.b
@@ -310,7 +328,8 @@ class StepModel:
         # last stage's forward: 2m(pv - 1)/p sends on average, each beside the next op's compute
         p, v = batch.pp, batch.vpp
         sends = np.where(p > 1, 2 * m * (p * v - 1) / p * cc.pp.p2p, 0.0)
-        return self.cluster.slowdown(cc.groups["pp"]) * np.minimum(sends, m * v * (ops.f + ops.b))
+        slowdown: np.ndarray = self.cluster.slowdown(cc.groups["pp"]) * np.minimum(sends, m * v * (ops.f + ops.b))
+        return slowdown
 
     def accumulation_seconds(self, batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
         """Unfused gradient accumulation: m - 1 adds (read 2, write 1) over the gradients the rank
