@@ -47,15 +47,19 @@ sends (not the head's loss all-reduces nor the forward collectives full recomput
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from commbench.modeling.job import DISPATCH_DTYPES, TrainingJob
+from commbench.modeling.kernels import Numbers
 from commbench.modeling.layout import LayoutBatch, layout_groups
 from commbench.modeling.limits import MAX_GPUS
 from commbench.modeling.memory import layers_per_chunk, micro_batches, stage_parameters
-from commbench.modeling.network import CollectiveCost, Placement, busbw_factor, price
+from commbench.modeling.models import ModelSpec, MoESpec
+from commbench.modeling.network import CollectiveCost, Group, Placement, busbw_factor, price
 from commbench.modeling.routing import domain_load, expert_load
 
 
@@ -71,7 +75,7 @@ class Traffic:
     def __add__(self, other: Traffic) -> Traffic:
         return Traffic(self.seconds + other.seconds, self.sent + other.sent)
 
-    def __rmul__(self, count) -> Traffic:
+    def __rmul__(self, count: Numbers) -> Traffic:
         return Traffic(count * self.seconds, count * self.sent)
 
     @staticmethod
@@ -97,14 +101,15 @@ class _Pricing:
     @property
     def layer_passes(self) -> np.ndarray:
         """Forward layer passes per step (the backward has as many)."""
-        return self.micro_batches * self.layers
+        passes: np.ndarray = self.micro_batches * self.layers
+        return passes
 
-    def collective(self, op: str, size, group: str) -> Traffic:
+    def collective(self, op: str, size: Numbers, group: str) -> Traffic:
         members = self.groups[group][0]
         sent = np.where(members > 1, busbw_factor(op, members) * size, 0.0)
         return Traffic(price(self.cost, op, size, self.groups[group]), sent)
 
-    def over_replicas(self, op: str, dense_bytes, expert_bytes) -> Traffic:
+    def over_replicas(self, op: str, dense_bytes: Numbers, expert_bytes: Numbers) -> Traffic:
         """One collective among the ranks holding the same weights: the dense share over the data x
         context parallel group, the experts' share over their expert-data-parallel group."""
         return self.collective(op, dense_bytes, "dp") + self.collective(op, expert_bytes, "edp")
@@ -147,7 +152,7 @@ class ExpertParallelCosts:
     uniform_fwd: np.ndarray  # what fwd would be with a perfectly even router
     imbalance: np.ndarray  # expected max / mean bytes received per EP rank under the job's routing
     hideable: np.ndarray | None = None  # whether 1F1B A2A overlap can hide it (two micro-batches in flight)
-    parts: dict | None = None  # per MoE layer per micro-batch: bytes and seconds of dispatch and combine
+    parts: dict[str, Any] | None = None  # per MoE layer per micro-batch: bytes and seconds of dispatch and combine
 
     @property
     def skew_share(self) -> np.ndarray:
@@ -178,7 +183,8 @@ class DataParallelCosts:
     @property
     def reduction(self) -> np.ndarray:
         """Seconds of one whole gradient reduction."""
-        return self.bucket * self.buckets
+        seconds: np.ndarray = self.bucket * self.buckets
+        return seconds
 
 
 @dataclass
@@ -235,7 +241,7 @@ def communication(job: TrainingJob, batch: LayoutBatch, cost: CollectiveCost, nv
     )
 
 
-def _tp_blocks(model) -> float:
+def _tp_blocks(model: ModelSpec) -> float:
     """TP-split blocks per layer, averaged over layers: attention, and the MLP where it is a TP MLP
     (dense layers, and MoE layers with shared experts; routed experts gather over ETP instead)."""
     if not model.moe:
@@ -324,14 +330,14 @@ def expert_parallel(p: _Pricing) -> ExpertParallelCosts:
     )
 
 
-def _tiers(p: _Pricing, group: str, sent) -> dict:
+def _tiers(p: _Pricing, group: str, sent: np.ndarray) -> dict[str, np.ndarray]:
     """Bytes one rank sends inside its NVLink domain and across domains in an even exchange over the group."""
     size, per_node, _ = p.groups[group]
     peers = np.maximum(size - 1, 1)
     return {"intra_domain_bytes": sent * (per_node - 1) / peers, "inter_domain_bytes": sent * (size - per_node) / peers}
 
 
-def _exchange(p: _Pricing, op: str, size, group: str) -> dict:
+def _exchange(p: _Pricing, op: str, size: Numbers, group: str) -> dict[str, Any]:
     traffic = p.collective(op, size, group)
     return {
         "op": op,
@@ -354,7 +360,9 @@ class _Loads:
     link: np.ndarray
 
 
-def uneven_all_to_all_seconds(cost: CollectiveCost, copies, hottest, link, group) -> np.ndarray:
+def uneven_all_to_all_seconds(
+    cost: CollectiveCost, copies: Numbers, hottest: np.ndarray, link: np.ndarray, group: Group
+) -> np.ndarray:
     """Seconds of an EP all_to_allv of `copies` bytes per rank under an even router, its hottest rank
     and busiest NIC carrying `hottest` and `link` times their even share, on `group` (size,
     ranks_per_domain, domains arrays). From a measured all_to_allv curve of the routing at the
@@ -377,7 +385,7 @@ def uneven_all_to_all_seconds(cost: CollectiveCost, copies, hottest, link, group
     return np.where(composed, np.maximum(inter, intra), direct)
 
 
-def _uneven_exchange(p: _Pricing, copies, loads: _Loads) -> dict:
+def _uneven_exchange(p: _Pricing, copies: Numbers, loads: _Loads) -> dict[str, Any]:
     """An EP all_to_allv at the hottest rank's bytes, timed by uneven_all_to_all_seconds."""
     exchange = _exchange(p, "all_to_allv", copies * loads.hottest, "ep")
     exchange["seconds"] = uneven_all_to_all_seconds(p.cost, copies, loads.hottest, loads.link, p.groups["ep"])
@@ -385,7 +393,9 @@ def _uneven_exchange(p: _Pricing, copies, loads: _Loads) -> dict:
     return exchange
 
 
-def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> dict:
+def _alltoall_dispatch(
+    p: _Pricing, moe: MoESpec, tokens: Numbers, dispatch_scale: float, loads: _Loads
+) -> dict[str, Any]:
     """All-to-all over EP of the k copies (under an uneven load the busiest receiver or domain sets
     the pace: _uneven_exchange), then all-gather over ETP of what arrived; combine the reverse."""
     uneven = p.job.routing != "uniform" or p.job.capacity_factor is not None
@@ -410,7 +420,9 @@ def _alltoall_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) 
     }
 
 
-def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> dict:
+def _allgather_dispatch(
+    p: _Pricing, moe: MoESpec, tokens: Numbers, dispatch_scale: float, loads: _Loads
+) -> dict[str, Any]:
     """Every rank gathers the tokens of its ETP x EP group and reduce-scatters the outputs:
     no per-copy traffic, so top-k and routing skew do not change its bytes."""
     gathered = p.batch.ep * p.batch.etp * tokens
@@ -424,7 +436,7 @@ def _allgather_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads)
     }
 
 
-def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> dict:
+def _flex_dispatch(p: _Pricing, moe: MoESpec, tokens: Numbers, dispatch_scale: float, loads: _Loads) -> dict[str, Any]:
     """DeepEP over the ETP x EP group (top-k expanded etp times): a token crosses the network once
     per other NVLink domain holding one of its experts, (N-1)(1-(1-1/N)^k) on average over N domains
     with experts spread evenly, and is fanned out over NVLink inside each; one fused kernel
@@ -440,7 +452,7 @@ def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> d
     nodes_group = (np.where(nodes > 1, nodes, 1), np.ones_like(nodes), nodes)
     domain_group = (per_node, per_node, np.ones_like(nodes))
 
-    def tiers(element_scale):
+    def tiers(element_scale: Numbers) -> dict[str, Any]:
         across = remote * kept * tokens * element_scale * domain_scale
         inside = copies * tokens * element_scale * scale
         inter = price(
@@ -468,7 +480,13 @@ def _flex_dispatch(p: _Pricing, moe, tokens, dispatch_scale, loads: _Loads) -> d
     }
 
 
-_DISPATCHERS = {"alltoall": _alltoall_dispatch, "allgather": _allgather_dispatch, "flex": _flex_dispatch}
+# a dispatcher's exchange: (pricing, MoE, tokens, dispatch scale, loads) -> its parts
+Dispatcher = Callable[[_Pricing, MoESpec, Numbers, float, _Loads], dict[str, Any]]
+_DISPATCHERS: dict[str, Dispatcher] = {
+    "alltoall": _alltoall_dispatch,
+    "allgather": _allgather_dispatch,
+    "flex": _flex_dispatch,
+}
 
 
 def zero3_sharding(p: _Pricing) -> Zero3Costs:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commbench.data.bandwidth_table import BandwidthTable, Entry
 from commbench.modeling.network import CollectiveCost, Placement, busbw_factor, hierarchical_time
@@ -65,7 +66,8 @@ class MeasuredNetwork:
             placement = table.placement(scope, group_size)
             if placement is not None:
                 same = [e for e in items if (e.op, e.scope, e.group_size) == (op, scope, group_size)]
-                curves[(op, *placement)] = max(same, key=lambda e: e.fit.busbw_gbps)  # as table.entry: the fastest
+                key = (op, *placement)
+                curves[key] = max(same, key=lambda e: e.fit.busbw_gbps)  # as table.entry: the fastest
         return curves
 
     def describe(self) -> str:
@@ -76,7 +78,9 @@ class MeasuredNetwork:
     def has_curve(self, op: str, placement: Placement) -> bool:
         return (op, placement.ranks_per_node, placement.nodes) in self.curves
 
-    def time_s(self, op, size_bytes, group_size, placement):
+    def time_s(
+        self, op: str, size_bytes: float | np.ndarray, group_size: int, placement: Placement
+    ) -> float | np.ndarray:
         if group_size <= 1:
             return np.zeros_like(np.asarray(size_bytes, dtype=float))
         if op == "sendrecv":  # a ring of sendrecvs is paced by its slowest hop: within a node or between two
@@ -112,7 +116,7 @@ class MeasuredNetwork:
         parts = [f"{how}: {', '.join(by_how[how])}" for how in order if how in by_how]
         return f"bandwidth from {self.source}: " + ("; ".join(parts) if parts else "no collective was priced")
 
-    def _phase(self, op: str, size, n: int, tier: str):
+    def _phase(self, op: str, size: np.ndarray, n: int, tier: str) -> float | np.ndarray:
         placement = Placement(n, 1) if tier == "intra" else Placement(1, n)
         return self.time_s(op, size, n, placement)
 
@@ -127,7 +131,7 @@ class MeasuredNetwork:
         return have_intra and have_inter
 
     @staticmethod
-    def _seconds(entry: Entry, size_bytes) -> np.ndarray:
+    def _seconds(entry: Entry, size_bytes: ArrayLike) -> np.ndarray:
         return np.asarray(entry.time_us(size_bytes)) * 1e-6
 
     def _nearest(self, op: str, placement: Placement) -> tuple[int, Entry] | None:

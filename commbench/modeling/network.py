@@ -145,9 +145,11 @@ class PresetNetwork:
         return hierarchical_time(self.flat, op, np.asarray(size_bytes, dtype=float), placement)
 
 
-def price(
-    cost: CollectiveCost, op: str, size_bytes: float | np.ndarray, group: tuple[np.ndarray, np.ndarray, np.ndarray]
-) -> np.ndarray:
+# a group per layout: (size, ranks_per_domain, domains) arrays, as layout.layout_groups gives them
+Group = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def price(cost: CollectiveCost, op: str, size_bytes: float | np.ndarray, group: Group) -> np.ndarray:
     """Vectorised pricing over layouts: one cost call per distinct (group size, placement).
 
     group is (size, ranks_per_node, nodes) arrays as layout.layout_groups returns them; a

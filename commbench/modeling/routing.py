@@ -71,6 +71,24 @@ class Routing:
         """The name the bandwidth table keys curves by: the text, a file by its name only."""
         return f"file:{Path(self.text[5:]).name}" if self.kind == "file" else self.text
 
+    @property
+    def file_counts(self) -> np.ndarray | None:
+        """A file's counts; None for the other kinds."""
+        return self.counts if self.kind == "file" else None
+
+    @property
+    def matrix(self) -> np.ndarray | None:
+        """A file's 2-D counts (source rank x destination rank or x expert); None otherwise."""
+        counts = self.file_counts
+        return counts if counts is not None and counts.ndim == 2 else None
+
+    @property
+    def parameter(self) -> float:
+        """zipf's S or dirichlet's ALPHA (parse_routing sets it for both)."""
+        if self.value is None:
+            raise ValueError(f"routing {self.text!r} has no parameter")
+        return self.value
+
 
 def parse_routing(text: str) -> Routing:
     """uniform | zipf:S | dirichlet:ALPHA | file:PATH, or a UsageError naming what is wrong."""
@@ -135,7 +153,7 @@ class MoeShape:
     capacity_factor: float | None = None  # None: dropless
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("tokens", "hidden", "elt_bytes", "top_k", "experts", "ranks"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
@@ -164,53 +182,56 @@ def expert_owner(experts: int, ranks: int, placement: str = "block") -> np.ndarr
 
 def expert_popularity(routing: Routing, experts: int, seed: int = 0) -> np.ndarray:
     """p_e, summing to 1 (a file's per-expert counts normalised)."""
+    counts = routing.file_counts
     if routing.kind == "zipf":
-        weights = (np.arange(experts) + 1.0) ** -routing.value
+        weights = (np.arange(experts) + 1.0) ** -routing.parameter
     elif routing.kind == "dirichlet":
-        weights = np.random.default_rng(seed).dirichlet(np.full(experts, routing.value))
-    elif routing.kind == "file" and routing.counts.ndim == 1:
-        if routing.counts.size != experts:
-            raise UsageError(f"--routing {routing.text}: {routing.counts.size} expert counts for {experts} experts")
-        weights = routing.counts
+        weights = np.random.default_rng(seed).dirichlet(np.full(experts, routing.parameter))
+    elif counts is not None and counts.ndim == 1:
+        if counts.size != experts:
+            raise UsageError(f"--routing {routing.text}: {counts.size} expert counts for {experts} experts")
+        weights = counts
     else:
         weights = np.ones(experts)
     total = weights.sum()
     if not total > 0:
         raise UsageError(f"--routing {routing.text}: every expert count is zero")
-    return weights / total
+    popularity: np.ndarray = weights / total
+    return popularity
 
 
 def token_matrix(routing: Routing, shape: MoeShape) -> np.ndarray:
     """Token copies sent from each source rank (row) to each destination rank (column), int64."""
     owner = expert_owner(shape.experts, shape.ranks, shape.placement)
-    if routing.kind == "file" and routing.counts.ndim == 2:
-        per_expert = _file_matrix(routing, shape)
+    matrix = routing.matrix
+    if matrix is not None:
+        per_expert = _file_matrix(matrix, routing.text, shape)
         if per_expert is None:  # already source rank x destination rank
-            return _scaled_rows(routing.counts, shape.tokens * shape.top_k)
+            return _scaled_rows(matrix, shape.tokens * shape.top_k)
     else:
         per_expert = _sampled(routing, shape)
     return _cap_and_place(per_expert, owner, shape)
 
 
-def _file_matrix(routing: Routing, shape: MoeShape) -> np.ndarray | None:
-    """A file's n x E matrix scaled to the tokens; None for an n x n matrix (checked here too)."""
-    counts, n = routing.counts, shape.ranks
+def _file_matrix(counts: np.ndarray, text: str, shape: MoeShape) -> np.ndarray | None:
+    """A file's n x E matrix (--routing `text`) scaled to the tokens; None for an n x n matrix
+    (checked here too)."""
+    n = shape.ranks
     if counts.shape not in ((n, n), (n, shape.experts)):
         raise UsageError(
-            f"--routing {routing.text}: a {counts.shape[0]}x{counts.shape[1]} matrix, expected "
+            f"--routing {text}: a {counts.shape[0]}x{counts.shape[1]} matrix, expected "
             f"{n}x{n} (source x destination rank) or {n}x{shape.experts} (source rank x expert)"
         )
     sums = counts.sum(axis=1)
     if not np.allclose(sums, sums[0]) or sums[0] <= 0:
         bad = int(np.argmax(np.abs(sums - sums[0])))
         raise UsageError(
-            f"--routing {routing.text}: row {bad} routes {sums[bad]:g} token copies, row 0 {sums[0]:g}: "
+            f"--routing {text}: row {bad} routes {sums[bad]:g} token copies, row 0 {sums[0]:g}: "
             "every source rank routes the same tokens x top-k"
         )
     if abs(sums[0] / shape.top_k - round(sums[0] / shape.top_k)) > 1e-9:
         raise UsageError(
-            f"--routing {routing.text}: rows route {sums[0]:g} token copies, not a whole number of "
-            f"tokens x top-k {shape.top_k}"
+            f"--routing {text}: rows route {sums[0]:g} token copies, not a whole number of tokens x top-k {shape.top_k}"
         )
     if counts.shape == (n, n) and n != shape.experts:
         return None
@@ -220,7 +241,7 @@ def _file_matrix(routing: Routing, shape: MoeShape) -> np.ndarray | None:
 def _scaled_rows(counts: np.ndarray, copies: int) -> np.ndarray:
     """Each row scaled to `copies` whole copies, largest remainders rounded up."""
     exact = counts / counts.sum(axis=1, keepdims=True) * copies
-    whole = np.floor(exact).astype(np.int64)
+    whole: np.ndarray = np.floor(exact).astype(np.int64)
     short = copies - whole.sum(axis=1)
     order = np.argsort(-(exact - whole), axis=1, kind="stable")
     for row, missing in enumerate(short):
@@ -270,15 +291,13 @@ def received(matrix: np.ndarray, token_bytes: int) -> Received:
 
 def expected_shares(routing: Routing, experts: int, ranks: int, placement: str = "block", seed: int = 0) -> np.ndarray:
     """The share of all token copies each rank is expected to receive (dropless routing)."""
-    if (
-        routing.kind == "file"
-        and routing.counts.ndim == 2
-        and routing.counts.shape == (ranks, ranks) != (ranks, experts)
-    ):
-        into = routing.counts.sum(axis=0)
-        return into / into.sum()
-    if routing.kind == "file" and routing.counts.ndim == 2:
-        popularity = routing.counts.sum(axis=0) / routing.counts.sum()
+    matrix = routing.matrix
+    if matrix is not None and matrix.shape == (ranks, ranks) != (ranks, experts):
+        into = matrix.sum(axis=0)
+        shares: np.ndarray = into / into.sum()
+        return shares
+    if matrix is not None:
+        popularity = matrix.sum(axis=0) / matrix.sum()
     else:
         popularity = expert_popularity(routing, experts, seed)
     return np.bincount(expert_owner(experts, ranks, placement), weights=popularity, minlength=ranks)
@@ -310,17 +329,10 @@ class ExpertLoad:
 def _rank_shares(routing: Routing, experts: int, ranks: int, capacity: float | None, padded: bool) -> np.ndarray | None:
     """Each EP rank's expected share of all token copies after the capacity cap (None for a
     rank x rank file: no per-expert view, so no cap either)."""
-    if (
-        routing.kind == "file"
-        and routing.counts.ndim == 2
-        and routing.counts.shape == (ranks, ranks) != (ranks, experts)
-    ):
+    matrix = routing.matrix
+    if matrix is not None and matrix.shape == (ranks, ranks) != (ranks, experts):
         return None
-    popularity = (
-        routing.counts.sum(axis=0) / routing.counts.sum()
-        if routing.kind == "file" and routing.counts.ndim == 2
-        else expert_popularity(routing, experts)
-    )
+    popularity = matrix.sum(axis=0) / matrix.sum() if matrix is not None else expert_popularity(routing, experts)
     if capacity is not None:
         popularity = np.full(experts, capacity / experts) if padded else np.minimum(popularity, capacity / experts)
     return np.bincount(expert_owner(experts, ranks), weights=popularity, minlength=ranks)
