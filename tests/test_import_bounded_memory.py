@@ -14,6 +14,7 @@ import tracemalloc
 from pathlib import Path
 
 from commbench.data.nccl_tests import parse_file, write_run
+from commbench.data.safe_read import MAX_LINE_BYTES
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nccl_tests" / "synthetic_all_reduce_perf_h100x8.log"
 # the compact columns: two measurements of about 80 bytes a row, plus the arrays' spare room
@@ -48,3 +49,14 @@ def test_import_memory_grows_by_the_rows_values_only(tmp_path):
     assert per_row < ROW_BYTES, f"{per_row:.0f} bytes a row (peaks {peaks}): the import holds whole rows again"
     written = [len((run / "records.jsonl").read_text().splitlines()) for run in (tmp_path / "out").iterdir()]
     assert sorted(written) == [2 * small, 2 * big]  # both imports whole: every row's two records
+
+
+def test_a_line_over_the_length_limit_is_skipped_and_named(tmp_path):
+    """The log is streamed under safe_read's line limit: a longer line is never held, and the run says so."""
+    lines = FIXTURE.read_text().splitlines(keepends=True)
+    lines.insert(3, "x" * (MAX_LINE_BYTES + 10) + "\n")
+    log = tmp_path / "long.log"
+    log.write_text("".join(lines))
+    (run,) = parse_file(log)
+    assert len(run.records) == 50
+    assert "long.log line 4: skipped (longer than 4 MiB)" in run.info.warnings

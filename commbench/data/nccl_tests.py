@@ -158,7 +158,7 @@ def parse_file(path: str | Path, op: str | None = None) -> list[ImportedRun]:
     # lines do; a line over safe_read's length limit is skipped and reported
     skipped = LineReport()
     lines = iter_text_lines(path, LOG_FILE, skipped, replace_undecodable=True)
-    return _parse_lines(lines, str(path), op, hint, skipped.warnings(path.name))
+    return _parse_lines(lines, str(path), op, hint, skipped)
 
 
 def _first_character(path: Path) -> str:
@@ -188,7 +188,7 @@ def parse_text(
 
 
 def _parse_lines(
-    lines: Iterator[TextLine], source: str, op: str | None, file_hint: str | None, skipped: Sequence[str] = ()
+    lines: Iterator[TextLine], source: str, op: str | None, file_hint: str | None, skipped: LineReport | None = None
 ) -> list[ImportedRun]:
     runs = read_runs(lines, source)
     if not any(facts.measurements or facts.unreadable_rows or facts.iters is not None for facts in runs):
@@ -199,7 +199,8 @@ def _parse_lines(
     for facts in runs:
         if not facts.measurements and facts.iters is not None:
             with_rows[-1].warnings.append(_no_rows_message(facts))
-    with_rows[-1].warnings.extend(skipped)
+    if skipped is not None:  # read once the lines are: what the stream skipped
+        with_rows[-1].warnings.extend(skipped.warnings(Path(source).name))
     return [_assemble(facts, op, file_hint) for facts in with_rows]
 
 
