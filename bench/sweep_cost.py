@@ -1,15 +1,18 @@
 """Sweep cost: the default adaptive sweep against fixed nccl-tests defaults (20 iterations, 1 warm-up).
 
 Both sweeps cover the five default ops, 8 B - 64 MiB, 2 gloo ranks. Each is run REPEATS times,
-alternating, so both see the same machine. Reported: median wall time of each, and the
-run-to-run spread at large sizes (>= 4 MiB): for each row, (max - min) / median of the reported
-time across repeats, then the median over rows. Goal: adaptive wall time <= half of fixed, at
-equal or better spread.
+alternating, who goes first alternating too, so both see the same machine. Reported: each
+repeat's wall-time ratio (adaptive / the fixed sweep beside it), the median of those, the median
+wall time of each, and the run-to-run spread at large sizes (>= 4 MiB): for each row,
+(max - min) / median of the reported time across repeats, then the median over rows. Goal
+(issue 31): adaptive wall time <= half of fixed, at equal or better spread; the last line is the
+verdict.
 
-    python bench/sweep_cost.py [--repeats 3] [--max-bytes 64M]
+    python bench/sweep_cost.py [--repeats 3] [--max-bytes 64M]     # about 3 min on a quiet machine
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -21,6 +24,8 @@ from pathlib import Path
 from commbench.data.rundir import list_runs, load_run
 
 MODES = {"adaptive (default)": [], "fixed -n 20 -w 1": ["-n", "20", "-w", "1"]}
+GOAL_RATIO = 0.5
+LARGE = 4 << 20
 
 
 def one_sweep(extra: list[str], max_bytes: str, out: Path) -> float:
@@ -55,25 +60,43 @@ def large_size_spread(run_dirs: list[Path], min_size: int) -> float:
     return statistics.median(spreads) if spreads else float("nan")  # one repeat: no spread to show
 
 
+def verdict(ratio: float, spreads: dict[str, float]) -> str:
+    adaptive, fixed = (spreads[mode] for mode in MODES)
+    cheap, steady = ratio <= GOAL_RATIO, adaptive <= fixed
+    outcome = "PASS" if cheap and steady else "FAIL" if adaptive == adaptive else "NOT SHOWN (one repeat: no spread)"
+    return (
+        f"VERDICT sweep_cost: adaptive / fixed wall time {ratio:.2f} (goal <= {GOAL_RATIO}), spread >= 4 MiB "
+        f"{adaptive:.1%} vs fixed {fixed:.1%} (goal: no worse) -> {outcome}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-bytes", default="64M")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {args.repeats} repeats", flush=True)
     walls, dirs = defaultdict(list), defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
-            for mode, extra in MODES.items():
-                out = Path(tmp) / f"{repeat}-{len(extra)}"
-                walls[mode].append(one_sweep(extra, args.max_bytes, out))
+            order = list(MODES) if repeat % 2 == 0 else list(MODES)[::-1]
+            for mode in order:
+                out = Path(tmp) / f"{repeat}-{len(MODES[mode])}"
+                walls[mode].append(one_sweep(MODES[mode], args.max_bytes, out))
                 dirs[mode].extend(list_runs(out))
-                print(f"repeat {repeat + 1}: {mode}: {walls[mode][-1]:.1f} s", flush=True)
+                print(
+                    f"repeat {repeat + 1}: {mode}: {walls[mode][-1]:.1f} s, load {os.getloadavg()[0]:.1f}", flush=True
+                )
         print(f"\n{'mode':<20}  {'wall (s), median':>16}  {'spread >= 4 MiB':>16}")
+        spreads = {mode: large_size_spread(dirs[mode], LARGE) for mode in MODES}
         for mode in MODES:
-            spread = large_size_spread(dirs[mode], 4 << 20)
-            print(f"{mode:<20}  {statistics.median(walls[mode]):16.1f}  {spread:15.1%}")
-    adaptive, fixed = (statistics.median(walls[m]) for m in MODES)
-    print(f"\nadaptive / fixed wall time: {adaptive / fixed:.2f} (goal <= 0.50)")
+            print(f"{mode:<20}  {statistics.median(walls[mode]):16.1f}  {spreads[mode]:15.1%}")
+    ratios = [a / f for a, f in zip(*(walls[mode] for mode in MODES))]
+    print(f"\nadaptive / fixed wall time per repeat: {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(verdict(statistics.median(ratios), spreads))
 
 
 if __name__ == "__main__":

@@ -125,18 +125,34 @@ def pattern(rank: int, numel: int, dtype: torch.dtype, device, start: int = 0) -
 
 
 def pattern_sum(ranks: int, numel: int, dtype, device, start: int = 0) -> torch.Tensor:
-    """Sum over ranks 0..ranks-1 of pattern(r)[start:start+numel]. Ranks whose shift 7r mod 13 is the
-    same contribute the same slice, so this is at most 13 multiply-adds, however many ranks."""
+    """Sum over ranks 0..ranks-1 of pattern(r)[start:start+numel]. Every pattern cycles with PERIOD,
+    so the sum does too: one period is summed (ranks whose shift 7r mod 13 is the same contribute
+    alike) and the result is a view of a cached tensor repeating it, so checking a row costs no
+    arithmetic over its elements."""
+    held = _SUM_BASES.get((dtype, str(device)))
+    if held is None or held[0] != ranks or held[1].numel() < start + numel:
+        held = _SUM_BASES[(dtype, str(device))] = (ranks, _sum_base(ranks, start + numel, dtype, device))
+    return held[1][start : start + numel]
+
+
+# (dtype, device) -> (ranks, pattern_sum's period repeated, grown like _BASES): one group size at a
+# time (a sweep goes scope by scope), so a device never holds one such tensor per group size
+_SUM_BASES: dict = {}
+
+
+def _sum_base(ranks: int, length: int, dtype, device) -> torch.Tensor:
     import torch
 
     accumulate = (
         torch.int64 if not dtype.is_floating_point else (torch.float64 if dtype == torch.float64 else torch.float32)
     )
-    total = torch.zeros(numel, dtype=accumulate, device=device)
+    one_period = torch.zeros(PERIOD, dtype=accumulate)
     for shift in range(min(ranks, PERIOD)):
         owners = len(range(shift, ranks, PERIOD))  # ranks r with r mod 13 == shift
-        total += owners * pattern(shift, numel, accumulate, device, start)
-    return total.to(dtype)
+        one_period += owners * pattern(shift, PERIOD, accumulate, "cpu")
+    size = 1 << max(length - 1, 1).bit_length()
+    repeats = -(-size // PERIOD)
+    return one_period.to(dtype).to(device).repeat(repeats)[:size]
 
 
 def same_count(count: int, n: int, elt_size: int) -> Counts:

@@ -160,7 +160,9 @@ _EXACT_UP_TO = {torch.float64: 2**53, torch.float32: 2**24, torch.float16: 2**11
 def count_wrong(result: torch.Tensor, expected: torch.Tensor, group_size: int) -> int:
     largest = (PERIOD - 1) * group_size  # the largest value a sum of known inputs can reach
     if not result.dtype.is_floating_point or largest <= _EXACT_UP_TO[result.dtype]:
-        return int((result != expected).sum().item())  # NaN != NaN: a NaN counts as wrong
+        if torch.equal(result, expected):  # one pass, no temporaries: the answer nearly every row
+            return 0
+        return int(torch.count_nonzero(result != expected).item())  # NaN != NaN: a NaN counts as wrong
     # beyond the mantissa the collective's summation order rounds differently from ours
     tolerance = expected.float().abs() * torch.finfo(result.dtype).eps * group_size
     ok = (result.float() - expected.float()).abs() <= tolerance
