@@ -9,8 +9,10 @@ commit and the container heading are in the row). Separate from bench/scorecard.
 engineer's file): same calibration rule, own source.
 
 Calibration rule (bench/RESULTS-published.md): within the source, rows ordered by (gpus, id) and
-numbered from 0; odd positions calibrate, even are held out. Nothing of the step model is fitted
-to any of these rows; the calibration half only fits the constant-MFU baseline beside it.
+numbered from 0; odd positions calibrate, even are held out. The calibration half fits the
+constant-MFU baseline beside the model and two figures of the model, the host's exposed MoE work
+per layer and per local expert (MoEExecution.host_layer_s, host_expert_s; bench/fit_moe_host.py
+lists its rows); nothing is fitted to the held-out half.
 
 Each row is priced at its own layout by build_planner(PlanSpec(...)).evaluate_layout. What the
 tables do not say is assumed and listed in ASSUMED: etp=1 (Bridge's MoE recipes for fine-grained
@@ -41,10 +43,18 @@ SOURCE = (
     "commit of their history (mirror at 067f987df0, 2026-08-22)"
 )
 HARDWARE = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
+# Which rows ran as one full-iteration CUDA graph, from Megatron-Bridge's own recipes at each
+# container's performance-summary commit: none before 26.06 (scripts/performance/configs/*_workload_base_configs.py
+# at c0b9a0003, cfeddcd94, 74695a06d, 21d102f5e: MoE rows capture at most attn/moe_router/
+# moe_preprocess, the dispatcher and experts stay eager); from 26.06 (63b08b397; perf_recipes at
+# 381d0b825 and 4ab94dfad) the MXFP8 recipes of DeepSeek-V3, Qwen3 and GPT-OSS on GB200, GB300 and
+# B300 set cuda_graph_impl="full_iteration"; BF16 and FP8 recipes and H100/B200 never do.
+GRAPHED_FROM, GRAPHED_SYSTEMS = (26, 6), ("DGX-GB200", "DGX-GB300", "DGX-B300")
 PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
 ASSUMED = (
     "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; alltoall dispatcher, no MoE "
-    "overlap; FP8 = current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72"
+    "overlap; FP8 = current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72; a full-iteration "
+    "CUDA graph where the row's recipe sets one (GRAPHED_FROM), else the host's MoE work exposed"
 )
 
 
@@ -81,7 +91,14 @@ def spec_of(row: dict) -> PlanSpec:
         compute_precision=PRECISION[row["precision"]],
         execution="megatron-core",
         routing="uniform",
+        cuda_graph=full_iteration_graph(row),
     )
+
+
+def full_iteration_graph(row: dict) -> bool:
+    """Whether the row's recipe runs the step as one CUDA graph (see GRAPHED_FROM)."""
+    version = tuple(int(part) for part in row["container"].split(".")[:2])
+    return row["precision"] == "MXFP8" and row["system"] in GRAPHED_SYSTEMS and version >= GRAPHED_FROM
 
 
 def layout_of(row: dict) -> Layout:
@@ -148,7 +165,9 @@ def report(records: list[dict], mfu: float) -> str:
         "",
         f"Source: {SOURCE}. Command: `python bench/scorecard_moe.py`. Rows are published measurements "
         f"(tokens/s/GPU turned into seconds per step through the row's global batch and sequence); "
-        f"the model is frozen for them (nothing fitted); assumed where the tables are silent: {ASSUMED}.",
+        f"the model's two host figures (MoE host work per layer and per local expert) are fitted on the calibration "
+        f"half only (`python bench/fit_moe_host.py`), nothing on the held-out half; assumed where the tables are "
+        f"silent: {ASSUMED}.",
         "",
         f"Constant-MFU baseline: MFU {mfu:.1%} (median of the calibration half's published MFUs, "
         f"PaLM FLOPs over each preset's BF16 peak).",

@@ -131,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--moe-overlap", choices=MOE_OVERLAPS)
     _spec_option(parser, "--capacity-factor", type=float)
     _spec_option(parser, "--pad-to-capacity", action="store_true")
+    _spec_option(parser, "--cuda-graph", action="store_true")
     parser.add_argument(
         "--layout",
         help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '

@@ -374,6 +374,11 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_b
     logits = n * model.vocab / t  # on this rank, per micro-batch
     loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
     fwd_kernels, bwd_kernels = framework_costs(model, execution, proc, n)
+    if moe_parts is not None:  # the host's exposed work of the MoE layers (moe.py), beside the kernels'
+        moe_share = model.moe_layers / model.layers
+        fwd_kernels = fwd_kernels + moe_share * moe_parts.host[0]
+        if bwd_kernels is not None:
+            bwd_kernels = bwd_kernels + moe_share * moe_parts.host[1]
     fwd_quantise, bwd_quantise = quantise_seconds(job, batch, proc, n, micro_batches)
     layer = LayerCompute(
         fwd_gemm=linear_fwd,

@@ -205,6 +205,15 @@ DISPATCHERS = ("alltoall", "allgather", "flex")
 DISPATCH_DTYPES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / 128}  # fp8: one byte per element + an fp32 scale per 128
 
 
+# The host's exposed work per MoE layer forward without a full-iteration CUDA graph (MoEExecution):
+# FITTED on the calibration half of bench/RESULTS-moe.md only (bench/fit_moe_host.py lists the rows
+# and the figures), the cause from public sources: Megatron-Core's MoE guide names the CPU-overhead
+# bottleneck and CUDA graphs as its cure, and Megatron-Bridge's recipes switched the MXFP8 MoE runs on
+# GB200/GB300 to full-iteration graphs in 26.06, where the published steps fall to the model's GPU time.
+MOE_HOST_LAYER_S = 0.55e-3
+MOE_HOST_EXPERT_S = 62.5e-6
+
+
 @dataclass(frozen=True)
 class MoEExecution:
     """How the MoE layers run: execution choices of Megatron-Core's MoE stack, one per job.
@@ -231,6 +240,14 @@ class MoEExecution:
     capacity_factor, pad_to_capacity
         --moe-expert-capacity-factor (None: dropless; else the model preset's) and
         --moe-pad-expert-input-to-capacity (every expert computes its full capacity).
+    cuda_graph
+        --cuda-graph-impl full_iteration: the whole step is replayed from one CUDA graph (its MoE
+        layers made static for it), so the host neither launches their kernels nor waits on them.
+        False: Megatron-Core's dropless dispatchers copy the tokens-per-expert counts to the host
+        every MoE layer (the grouped GEMM's split sizes live there), so the GPU cannot run ahead of
+        the host and the layer's host work shows on the step: host_layer_s per MoE layer plus
+        host_expert_s per local expert (the grouped GEMM launches one GEMM, and under a quantised
+        recipe its casts, per expert), per forward, the backward twice that like its kernels.
     """
 
     dispatcher: str = "alltoall"
@@ -239,6 +256,9 @@ class MoEExecution:
     a2a_overlap: bool = False
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    cuda_graph: bool = False
+    host_layer_s: float = MOE_HOST_LAYER_S
+    host_expert_s: float = MOE_HOST_EXPERT_S
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,11 @@ sequence parallelism). With E experts, top-k, ep and etp the folded expert grid:
                 back (read + write of the received tokens each way): HBM traffic
   shared        always-on shared experts: a tensor-parallel MLP over the n tokens of the TP group,
                 width f_shared/tp, like a dense MLP
-The backward is twice the GEMMs and BACKWARD_ELEMENTWISE_FACTOR x the traffic, as the dense layer's.
+  host          without a full-iteration CUDA graph the dispatcher's host synchronisation on the
+                token counts exposes the host's work for the layer: a fixed part and one per local
+                expert (MoEExecution.cuda_graph, host_layer_s, host_expert_s)
+The backward is twice the GEMMs and BACKWARD_ELEMENTWISE_FACTOR x the traffic (and the host's work),
+as the dense layer's.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class MoECompute:
     permute: Pair  # permute + unpermute, both sorts
     experts: Pair  # the grouped GEMM of the local experts
     shared: Pair
+    host: Pair  # the host's exposed work without a CUDA graph (MoEExecution)
     local_experts: np.ndarray
     tokens_per_expert: np.ndarray  # mean over experts (after drops), per micro-batch
     pacing_tokens_per_expert: np.ndarray  # on the busiest rank: the grouped GEMM's M
@@ -92,6 +97,7 @@ class MoECompute:
                 "pacing_load_over_even": float(self.load.hottest[i]),
             },
             "shared_experts": pair(self.shared),
+            "host_sync": pair(self.host),
             "dropped_token_share": float(self.load.dropped[i]),
         }
 
@@ -123,6 +129,8 @@ def moe_compute(
     bandwidth = proc.elementwise_bandwidth
     score_traffic = local * moe.num_experts * ROUTER_SCORE_BYTES / bandwidth
     received = local_experts * pacing
+    options = job.moe_execution
+    host = 0.0 if options.cuda_graph else options.host_layer_s + options.host_expert_s * local_experts
     permute = job.activation_bytes * h * (2 * (1 + moe.top_k * load.kept) * local + 4 * received) / bandwidth
     zeros = np.zeros(len(batch))
 
@@ -135,6 +143,7 @@ def moe_compute(
         permute=pair(permute, BACKWARD_TRAFFIC * permute),
         experts=pair(*experts),
         shared=pair(*shared),
+        host=pair(host, BACKWARD_TRAFFIC * host),
         local_experts=local_experts + zeros,
         tokens_per_expert=even * load.kept + zeros,
         pacing_tokens_per_expert=pacing + zeros,

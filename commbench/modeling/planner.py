@@ -353,6 +353,10 @@ class Planner:
                     "a2a_overlap_1f1b": options.a2a_overlap,
                     "capacity_factor": self.job.capacity_factor,
                     "pad_to_capacity": options.pad_to_capacity,
+                    "cuda_graph": options.cuda_graph,
+                    "host_s_per_moe_layer": 0.0
+                    if options.cuda_graph
+                    else {"fixed": options.host_layer_s, "per_local_expert": options.host_expert_s},
                 },
                 "placement": expert_placement(batch, self.cluster, i),
             }

@@ -117,6 +117,11 @@ class PlanSpec:
     pad_to_capacity: bool = _with_default(
         "with --capacity-factor: every expert computes its full capacity (--moe-pad-expert-input-to-capacity)", False
     )
+    cuda_graph: bool = _with_default(
+        "the step runs as one full-iteration CUDA graph (--cuda-graph-impl full_iteration): no host cost of the "
+        "MoE layers; without it the dispatcher's per-layer host synchronisation exposes the host's work",
+        False,
+    )
 
     def __post_init__(self) -> None:
         # bounded, not only positive: a global batch of 1e11 would be simulated micro-batch by micro-batch
@@ -175,6 +180,8 @@ class PlanSpec:
                 f"{option('capacity_factor')} must be a number above 0 and at most "
                 f"{MAX_CAPACITY_FACTOR:g}, not {factor!r}"
             )
+        if self.cuda_graph not in (True, False):
+            raise UsageError(f"{option('cuda_graph')} is on or off, not {self.cuda_graph!r}")
         if self.pad_to_capacity and factor is None:
             raise UsageError(f"{option('pad_to_capacity')} needs {option('capacity_factor')}")
 
@@ -187,6 +194,7 @@ class PlanSpec:
             a2a_overlap=self.moe_overlap in ("1f1b-a2a", "both"),
             capacity_factor=self.capacity_factor,
             pad_to_capacity=self.pad_to_capacity,
+            cuda_graph=self.cuda_graph,
         )
 
     @staticmethod

@@ -67,6 +67,7 @@ SPEC_CONTROLS = {
     "plan-moe-overlap": "moe_overlap",
     "plan-capacity-factor": "capacity_factor",
     "plan-pad-to-capacity": "pad_to_capacity",
+    "plan-cuda-graph": "cuda_graph",
 }
 LAYOUT_CONTROL = "plan-layout"  # evaluate one layout instead of ranking, as `commbench plan --layout` does
 
@@ -187,6 +188,15 @@ def _moe_controls() -> list:
                 clearable=False,
             ),
         ),
+        _control(
+            "full-iteration CUDA graph",
+            _choice(
+                "plan-cuda-graph",
+                [{"label": "no", "value": False}, {"label": "yes", "value": True}],
+                PlanSpec.default("cuda_graph"),
+                clearable=False,
+            ),
+        ),
     ]
 
 
@@ -279,7 +289,7 @@ def _request(*values) -> PlanRequest:
     chosen["routing"] = _chosen_routing(chosen["routing"])
     chosen["compute_precision"] = chosen["compute_precision"] or PlanSpec.default("compute_precision")
     chosen["fp8_param_gather"] = bool(chosen["fp8_param_gather"])  # the checklist's ["on"] or []
-    for name in ("dispatcher", "dispatch_dtype", "moe_overlap", "pad_to_capacity"):  # a cleared choice: the default
+    for name in ("dispatcher", "dispatch_dtype", "moe_overlap", "pad_to_capacity", "cuda_graph"):  # cleared: default
         chosen[name] = PlanSpec.default(name) if chosen[name] is None else chosen[name]
     return PlanRequest(PlanSpec(**chosen), tuple(stamps), (layout_text or "").strip() or None)
 
