@@ -33,15 +33,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.modeling.hardware import Processor
-from commbench.modeling.job import TrainingJob
+from commbench.modeling.job import Execution, TrainingJob
 from commbench.modeling.kernels import (
     FLASH_BACKWARD_FLOPS,
     UNFUSED_SCORE_BYTES_BACKWARD,
     UNFUSED_SCORE_BYTES_FORWARD,
+    Numbers,
+    Pair,
     gemm_forward_backward,
     gemm_seconds,
 )
 from commbench.modeling.layout import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE, LayoutBatch
+from commbench.modeling.models import ModelSpec
 from commbench.modeling.moe import MoECompute, moe_compute
 from commbench.modeling.recipes import cast_bytes_per_element
 
@@ -84,31 +87,37 @@ class LayerCompute:
     fwd_quantise: np.ndarray | float = 0.0
     bwd_quantise: np.ndarray | float = 0.0
     # shares of the forward that Megatron's selective --recompute-modules repeat (recompute_shares)
-    shares: dict = field(default_factory=dict)
+    shares: dict[str, float | np.ndarray] = field(default_factory=dict)
     moe: MoECompute | None = None  # one MoE layer's parts (router, permute, grouped GEMM, shared experts)
 
     @property
     def forward(self) -> np.ndarray:
-        return self.fwd_gemm + self.fwd_attention + self.fwd_elementwise + self.fwd_kernels + self.fwd_quantise
+        seconds: np.ndarray = (
+            self.fwd_gemm + self.fwd_attention + self.fwd_elementwise + self.fwd_kernels + self.fwd_quantise
+        )
+        return seconds
 
     @property
     def backward(self) -> np.ndarray:
+        seconds: np.ndarray
         if self.bwd_kernels is not None:
-            return (
+            seconds = (
                 self.bwd_gemm
                 + self.bwd_attention
                 + BACKWARD_ELEMENTWISE_FACTOR * self.fwd_elementwise
                 + self.bwd_kernels
                 + self.bwd_quantise
             )
-        return (
-            self.bwd_gemm
-            + self.bwd_attention
-            + self.bwd_quantise
-            + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels)
-        )
+        else:
+            seconds = (
+                self.bwd_gemm
+                + self.bwd_attention
+                + self.bwd_quantise
+                + BACKWARD_ELEMENTWISE_FACTOR * (self.fwd_elementwise + self.fwd_kernels)
+            )
+        return seconds
 
-    def recompute(self, batch: LayoutBatch, chunk_layers) -> np.ndarray:
+    def recompute(self, batch: LayoutBatch, chunk_layers: np.ndarray) -> np.ndarray:
         """Extra forward work done in backward per layer: the modules selective recompute names
         (core_attn: the attention core; mlp: the MLP's GEMMs; layernorm: the norms' passes; moe_act:
         the experts' activation function; mla_up_proj: MLA's up-projections), or the whole layer
@@ -130,7 +139,7 @@ class LayerCompute:
         )
 
 
-def full_recompute_share(batch: LayoutBatch, chunk_layers) -> np.ndarray:
+def full_recompute_share(batch: LayoutBatch, chunk_layers: np.ndarray) -> np.ndarray:
     """Share of a chunk's layers full recompute repeats: all (uniform), or Megatron's block method's
     recompute_layers of them; 0 without full recompute."""
     block = np.where(
@@ -139,13 +148,15 @@ def full_recompute_share(batch: LayoutBatch, chunk_layers) -> np.ndarray:
     return np.where(batch.recompute == FULL_RECOMPUTE, block, 0.0)
 
 
-def recompute_shares(job: TrainingJob, batch: LayoutBatch, hidden_passes: float, mlp_width) -> dict:
+def recompute_shares(
+    job: TrainingJob, batch: LayoutBatch, hidden_passes: float, mlp_width: Numbers
+) -> dict[str, float | np.ndarray]:
     """Shares of a layer's forward GEMM time (by FLOPs, i.e. by the weights a token multiplies) and
     elementwise time (by bytes, as elementwise_bytes counts them) that each recompute module repeats."""
     model, t = job.model, batch.tp
     h = model.hidden
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
-    mlp = model.mlp_params(model.ffn_hidden) * model.dense_layers
+    mlp: float = model.mlp_params(model.ffn_hidden) * model.dense_layers
     if model.moe:
         moe = model.moe
         mlp = mlp + model.moe_layers * (
@@ -168,22 +179,32 @@ def recompute_shares(job: TrainingJob, batch: LayoutBatch, hidden_passes: float,
 
 
 def elementwise_bytes(
-    activation_bytes, hidden, qkv_width, mlp_width, tokens, tp, replicated=1.0, hidden_passes: float = 14.0
-):
+    activation_bytes: float,
+    hidden: int,
+    qkv_width: int,
+    mlp_width: Numbers,
+    tokens: Numbers,
+    tp: Numbers,
+    replicated: Numbers = 1.0,
+    hidden_passes: float = 14.0,
+) -> Numbers:
     """Forward memory traffic of one layer's elementwise work: norms, dropout and residual adds
     (`hidden_passes` reads and writes of the hidden state: 14 when each is its own kernel, 10 with
     dropout and residual add fused beside the norm), rotary on q and k, the activation function over
     the MLP width (mlp_width already divided by tp). The backward moves twice this."""
-    return activation_bytes * tokens * (hidden_passes * hidden * replicated + 2 * qkv_width / tp + mlp_width)
+    traffic: Numbers = (
+        activation_bytes * tokens * (hidden_passes * hidden * replicated + 2 * qkv_width / tp + mlp_width)
+    )
+    return traffic
 
 
-def _linear(proc: Processor, tokens, n, k, count: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def _linear(proc: Processor, tokens: Numbers, n: Numbers, k: Numbers, count: float = 1.0) -> Pair:
     """(forward, backward) seconds of `count` linear layers of tokens x k -> tokens x n."""
     forward, backward = gemm_forward_backward(proc, tokens, n, k)
     return count * forward, count * backward
 
 
-def _attention_projections(model, proc: Processor, n, t) -> tuple[np.ndarray, np.ndarray]:
+def _attention_projections(model: ModelSpec, proc: Processor, n: Numbers, t: np.ndarray) -> Pair:
     """Input projections (split over TP, plus MLA's whole down-projections) and the output projection."""
     h = model.hidden
     output = model.attention_out_dim * h
@@ -192,10 +213,20 @@ def _attention_projections(model, proc: Processor, n, t) -> tuple[np.ndarray, np
     parts = [_linear(proc, n, split_inputs / h / t, h), _linear(proc, n, h, output / h / t)]
     if replicated:
         parts.append(_linear(proc, n, replicated / h, h))
-    return sum(f for f, _ in parts), sum(b for _, b in parts)
+    forward, backward = parts[0]
+    for f, b in parts[1:]:
+        forward, backward = forward + f, backward + b
+    return forward, backward
 
 
-def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, router_proc: Processor | None = None):
+# a layer's linear GEMMs: (forward, backward) seconds, the MLP's activation width per token (/tp),
+# the MoE layers' other HBM traffic in seconds, and the MoE parts (None for a dense model)
+LinearParts = tuple[np.ndarray, np.ndarray, Numbers, Numbers, MoECompute | None]
+
+
+def _mlp(
+    job: TrainingJob, batch: LayoutBatch, proc: Processor, n: Numbers, router_proc: Processor | None = None
+) -> LinearParts:
     """(forward, backward) GEMM seconds, the activation width (per token, /tp), the MoE layers'
     other HBM traffic (router scores, permutes) in seconds, and the MoE parts (None for a dense
     model) of one layer's MLP, averaged over dense and MoE layers; the router runs on `router_proc`
@@ -221,12 +252,12 @@ def _mlp(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, router_proc: 
     )
 
 
-def _mlp_block(proc: Processor, tokens, h, ffn_local, up: int) -> tuple[np.ndarray, np.ndarray]:
+def _mlp_block(proc: Processor, tokens: Numbers, h: int, ffn_local: Numbers, up: int) -> Pair:
     ups, down = _linear(proc, tokens, ffn_local, h, up), _linear(proc, tokens, h, ffn_local)
     return ups[0] + down[0], ups[1] + down[1]
 
 
-def _attention_core(job: TrainingJob, batch: LayoutBatch, proc: Processor, n) -> tuple[np.ndarray, np.ndarray]:
+def _attention_core(job: TrainingJob, batch: LayoutBatch, proc: Processor, n: Numbers) -> Pair:
     """(forward, backward) seconds of the attention core on one rank, by the execution's implementation."""
     model, t = job.model, batch.tp
     implementation = job.execution.attention
@@ -263,7 +294,7 @@ def _unfused_attention(job: TrainingJob, batch: LayoutBatch, proc: Processor) ->
     )
 
 
-def kernels_per_layer(model, execution) -> float:
+def kernels_per_layer(model: ModelSpec, execution: Execution) -> float:
     """Kernels one layer's forward launches per micro-batch (the backward launches about twice as
     many): its GEMMs, the attention core's, norms, dropout and residual adds, activation, rotary."""
     gemms = 2 + (1 if model.tp_replicated_params_per_layer else 0) + model.mlp_matrices
@@ -273,7 +304,9 @@ def kernels_per_layer(model, execution) -> float:
     return gemms + attention + hidden + activation + 1
 
 
-def framework_costs(model, execution, proc: Processor, n) -> tuple[np.ndarray, np.ndarray | None]:
+def framework_costs(
+    model: ModelSpec, execution: Execution, proc: Processor, n: Numbers
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(forward, backward or None) framework seconds of one layer per micro-batch: each kernel an
     eager autograd op at the processor's measured cost where the execution runs them so, else
     kernels times the per-kernel overhead (the backward then BACKWARD_ELEMENTWISE_FACTOR times it)."""
@@ -287,7 +320,7 @@ def framework_costs(model, execution, proc: Processor, n) -> tuple[np.ndarray, n
     return np.broadcast_to(kernels * proc.kernel_overhead_s, np.shape(n)).astype(float), None
 
 
-def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n):
+def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n: Numbers) -> LinearParts:
     """(forward, backward) seconds of a layer's linear GEMMs, its MLP activation width, the MoE
     layers' other traffic and parts (see _mlp), in the job's compute precision: the recipe's share
     of BF16 layers at the BF16 rate, the rest quantised."""
@@ -305,7 +338,7 @@ def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n):
     return attention_fwd + mlp_fwd, attention_bwd + mlp_bwd, mlp_width, moe_traffic, moe_parts
 
 
-def quantised_operands(job: TrainingJob, batch: LayoutBatch, n) -> tuple:
+def quantised_operands(job: TrainingJob, batch: LayoutBatch, n: Numbers) -> tuple[Numbers, Numbers, Numbers]:
     """Elements of one layer's quantised GEMM operands on one rank per micro-batch, averaged over
     dense and MoE layers: (activations x, output gradients dy, weights). The inputs of the fused
     QKV and gate/up GEMMs are cast once; MLA's down-projections and the router stay in BF16."""
@@ -336,7 +369,9 @@ def quantised_operands(job: TrainingJob, batch: LayoutBatch, n) -> tuple:
     return x_attention + x_mlp, dy_attention + dy_mlp, weights
 
 
-def quantise_seconds(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, micro_batches) -> tuple:
+def quantise_seconds(
+    job: TrainingJob, batch: LayoutBatch, proc: Processor, n: Numbers, micro_batches: Numbers
+) -> tuple[Numbers, Numbers]:
     """(forward, backward) seconds per layer per micro-batch of the recipe's casts: activations
     every micro-batch, weights once per step (cached over its micro-batches), output gradients in
     backward, NVFP4's Hadamard transform of the weight gradient's inputs (see recipes.py)."""
@@ -351,7 +386,7 @@ def quantise_seconds(job: TrainingJob, batch: LayoutBatch, proc: Processor, n, m
     return forward, backward
 
 
-def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_batches=1) -> LayerCompute:
+def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_batches: Numbers = 1) -> LayerCompute:
     model, execution = job.model, job.execution
     proc = proc.for_execution(execution.name).for_dtype(job.precision.compute_dtype)
     h, t = model.hidden, batch.tp
@@ -363,7 +398,7 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_b
         mlp_width = mlp_width + 2 * (model.mlp_matrices - 1) * model.ffn_hidden / t
     core_fwd, core_bwd = _attention_core(job, batch, proc, n)
     hidden_passes = 10.0 if execution.fused_norm_residual else 14.0
-    elementwise = (
+    elementwise = np.asarray(  # an array already (n is one per layout); asarray tells mypy so
         elementwise_bytes(
             job.activation_bytes, h, model.q_dim + model.kv_dim, mlp_width, n, t, replicated, hidden_passes
         )

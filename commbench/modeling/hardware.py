@@ -78,6 +78,7 @@ import json
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -86,7 +87,14 @@ from commbench.dtypes import SURFACE_DTYPES
 from commbench.errors import UsageError
 from commbench.scopes import NODE_TIERS
 
+if TYPE_CHECKING:  # recipes imports this module's Processor
+    from commbench.modeling.recipes import ComputeRecipe
+
 PRESET_DIR = Path(__file__).parent / "presets"
+
+
+# gemm_surface: per dtype, (M, N, K, fraction of peak) points
+Surface = tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ class Processor:
     # the kernel-by-kernel figures (see the schema above); None / empty: not described
     sm_count: int | None = None
     gemm_tile: tuple[int, int] | None = None
-    gemm_surface: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()
+    gemm_surface: Surface = ()
     attention_rates: tuple[tuple[str, float, float], ...] = ()  # (implementation, forward, backward)
     kernel_overhead_s: float = 0.0
     autograd_op_s: tuple[float, float] = (0.0, 0.0)  # (forward, backward) of one eager autograd op
@@ -117,20 +125,23 @@ class Processor:
     peak_flops_fp4: float | None = None  # dense FP4 tensor-core FLOP/s; None: no FP4
     power_w: float | None = None  # maximum thermal design power
     compute_capability: str | None = None  # CUDA compute capability; None: not a CUDA GPU, or not described
-    sources: dict = field(default_factory=dict, compare=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def for_dtype(self, dtype: str) -> Processor:
         """This processor pricing GEMMs in `dtype`."""
         return self if dtype == self.gemm_dtype else replace(self, gemm_dtype=dtype)
 
-    def for_recipe(self, recipe) -> Processor:
+    def for_recipe(self, recipe: ComputeRecipe) -> Processor:
         """This processor running GEMMs quantised by `recipe` (commbench.modeling.recipes): at the
         peak of the recipe's format, priced from that format's surface points where measured."""
         if not recipe.quantised:
             return self
         from commbench.modeling.recipes import processor_peak
 
-        return replace(self, peak_flops=processor_peak(self, recipe), gemm_dtype=recipe.peak)
+        peak = processor_peak(self, recipe)
+        if peak is None:  # checked_recipe refuses such a recipe before a processor is priced with it
+            raise UsageError(f"{self.name} has no {recipe.peak} peak for {recipe.name}")
+        return replace(self, peak_flops=peak, gemm_dtype=recipe.peak)
 
     def for_execution(self, execution: str) -> Processor:
         """This processor as the named execution's stack sees it (execution_gemm_efficiency)."""
@@ -184,7 +195,7 @@ class Network:
     efficiency: float  # busbw / link rate reached by large collectives
     latency: float  # seconds added to every collective on this network
     links_per_node: int | None = None
-    sources: dict = field(default_factory=dict, compare=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def ranks_per_link(self, gpus_per_host: int) -> int:
         """GPUs of a host that share one of its links (1 with a NIC per GPU or per-GPU bandwidth)."""
@@ -205,7 +216,7 @@ class System:
     inter: Network  # the scale-out network between domains
     nvlink_domain: int = 0  # GPUs in one NVLink domain, a whole number of hosts; 0: the host
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.nvlink_domain == 0:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_host)
         if self.nvlink_domain < self.gpus_per_host or self.nvlink_domain % self.gpus_per_host:
@@ -233,18 +244,20 @@ class System:
         return replace(self, processor=processor, name=f"{self.name} with {processor.name}")
 
 
-def _read(kind: str, name: str) -> dict:
+def _read(kind: str, name: str) -> dict[str, Any]:
     # the name picks one of the preset files; it never becomes a path of its own (a long or odd one
     # would make the file system, not this message, answer)
     names = preset_names(kind)
     if name.lower() not in names:
         raise UsageError(f"unknown {kind} {name!r}: presets are {', '.join(names)}")
-    return json.loads((PRESET_DIR / f"{kind}-{name.lower()}.json").read_text(encoding="utf-8"))
+    preset: dict[str, Any] = json.loads((PRESET_DIR / f"{kind}-{name.lower()}.json").read_text(encoding="utf-8"))
+    return preset
 
 
-def _values(raw: dict) -> tuple[dict, dict]:
+def _values(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Split {"x": {"value": v, "source": s}} into ({"x": v}, {"x": s}); plain entries pass through."""
-    values, sources = {}, {}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for key, entry in raw.items():
         if isinstance(entry, dict) and "value" in entry:
             values[key], sources[key] = entry["value"], entry.get("source", "")
@@ -286,7 +299,7 @@ def _preset_processor(name: str) -> Processor:
     return processor_from_json(_read("processor", name))
 
 
-def processor_from_json(raw: dict) -> Processor:
+def processor_from_json(raw: dict[str, Any]) -> Processor:
     values, sources = _values(raw)
     return Processor(
         name=values["name"],
@@ -307,19 +320,21 @@ def processor_from_json(raw: dict) -> Processor:
             (str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
             for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())
         ),
-        **{name: _optional_positive(values, name) for name in ("peak_flops_fp8", "peak_flops_fp4", "power_w")},
+        peak_flops_fp8=_optional_positive(values, "peak_flops_fp8"),
+        peak_flops_fp4=_optional_positive(values, "peak_flops_fp4"),
+        power_w=_optional_positive(values, "power_w"),
         compute_capability=str(values["compute_capability"]) if values.get("compute_capability") else None,
         sources=sources,
     )
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name} must be a positive integer, not {value!r}")
     return int(value)
 
 
-def _optional_positive(values: dict, name: str) -> float | None:
+def _optional_positive(values: dict[str, Any], name: str) -> float | None:
     if values.get(name) is None:
         return None
     value = float(values[name])
@@ -328,45 +343,41 @@ def _optional_positive(values: dict, name: str) -> float | None:
     return value
 
 
-def _non_negative(value, name: str) -> float:
-    value = float(value)
-    if not value >= 0 or value == float("inf"):  # also refuses nan
-        raise ValueError(f"{name} must be a finite number >= 0, not {value}")
-    return value
+def _non_negative(value: Any, name: str) -> float:
+    number = float(value)
+    if not number >= 0 or number == float("inf"):  # also refuses nan
+        raise ValueError(f"{name} must be a finite number >= 0, not {number}")
+    return number
 
 
-def _autograd_op(value: dict) -> tuple[float, float]:
+def _autograd_op(value: dict[str, Any]) -> tuple[float, float]:
     return (
         _non_negative(value["forward"], "autograd_op_s.forward"),
         _non_negative(value["backward"], "autograd_op_s.backward"),
     )
 
 
-def _gemm_tile(value) -> tuple[int, int]:
+def _gemm_tile(value: Any) -> tuple[int, int]:
     tile_m, tile_n = value
     return _positive_int(tile_m, "gemm_tile[0]"), _positive_int(tile_n, "gemm_tile[1]")
 
 
-def _gemm_surface(value: dict) -> tuple:
+def _gemm_surface(value: dict[str, Any]) -> Surface:
     surface = []
     for dtype, points in sorted(value.items()):
         if dtype not in SURFACE_DTYPES:
             raise ValueError(f"gemm_surface dtype {dtype!r} is not one of {', '.join(SURFACE_DTYPES)}")
         rows = []
         for m, n, k, fraction in points:
-            rows.append(
-                (
-                    *(float(_positive_int(d, "gemm_surface shape")) for d in (m, n, k)),
-                    _fraction(fraction, "gemm_surface fraction"),
-                )
-            )
+            m_, n_, k_ = (float(_positive_int(d, "gemm_surface shape")) for d in (m, n, k))
+            rows.append((m_, n_, k_, _fraction(fraction, "gemm_surface fraction")))
         if not rows:
             raise ValueError(f"gemm_surface[{dtype!r}] has no points")
         surface.append((dtype, tuple(rows)))
     return tuple(surface)
 
 
-def _attention_rates(value: dict) -> tuple:
+def _attention_rates(value: dict[str, Any]) -> tuple[tuple[str, float, float], ...]:
     return tuple(
         (
             str(name),
@@ -377,11 +388,11 @@ def _attention_rates(value: dict) -> tuple:
     )
 
 
-def _fraction(value, name: str) -> float:
-    value = float(value)
-    if not 0 < value <= 1:  # also refuses nan
-        raise ValueError(f"{name} must be in (0, 1], not {value}")
-    return value
+def _fraction(value: Any, name: str) -> float:
+    number = float(value)
+    if not 0 < number <= 1:  # also refuses nan
+        raise ValueError(f"{name} must be in (0, 1], not {number}")
+    return number
 
 
 @cache
