@@ -37,7 +37,7 @@ from commbench.errors import UsageError
 from commbench.modeling.hardware import load_system
 from commbench.modeling.job import EXECUTIONS
 from commbench.modeling.layout import Layout
-from commbench.modeling.recipes import RECIPES
+from commbench.modeling.recipes import RECIPES, processor_peak
 from commbench.modeling.spec import PlanSpec, build_planner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +60,11 @@ EXECUTION_CHOICES = {
 # predicted by the model frozen then; the refit of 2026-12-01 (stop 22) fits their calibration half
 # like every source's, and the report still lists them apart, with the older sources' figures without them
 ADDED_AFTER_FIT = ("dgxc-benchmarking",)
-# sources entered after the refit: predicted by the model frozen then, never fitted to (neither half,
-# nor the baseline); their held-out half counts in the held-out figures as the rule assigns it
-MEGATRON_BRIDGE_VERSIONS = tuple(
-    f"megatron-bridge-{v}" for v in ("25.09", "25.11-corrected", "26.02", "26.02.01", "26.04", "26.04.01", "26.06")
-)
-NEVER_FITTED = ("flash-attention-2", "megatron-bridge-perf-summary", *MEGATRON_BRIDGE_VERSIONS)
+# sources entered after the refit, predicted by the model frozen then, never fitted to (neither half, nor the
+# baseline); their held-out half counts in the held-out figures as the rule assigns it. The Megatron-Bridge
+# sources (megatron-bridge-perf-summary and megatron-bridge-<container>) left this list with issue 25's fit of
+# the quantised GEMM factors (bench/fit_compute.py stage 3), as declared before their rows were predicted
+NEVER_FITTED = ("flash-attention-2",)
 INT_COLUMNS = (
     "gpu_memory_gb",
     "gpus_per_node",
@@ -282,8 +281,15 @@ def peak_flops(row: dict) -> float:
     return load_system(HARDWARE[row["gpu"]]).processor.peak_flops
 
 
+def baseline_peak(row: dict) -> float:
+    """The peak the baseline's one MFU is a fraction of: the processor's peak in the format the row's GEMMs
+    run in (BF16; FP8 for FP8 and MXFP8 recipes; FP4 for NVFP4), so FP8 rows are not held to the BF16 peak."""
+    processor = load_system(HARDWARE[row["gpu"]]).processor
+    return processor_peak(processor, RECIPES[compute_precision_of(row)]) or processor.peak_flops
+
+
 def implied_mfu(row: dict, step_s: float) -> float:
-    return megatron2024_flops(row) / (row["gpus"] * peak_flops(row) * step_s)
+    return megatron2024_flops(row) / (row["gpus"] * baseline_peak(row) * step_s)
 
 
 def fit_baseline_mfu(rows: list[dict], published: dict[str, float]) -> float:
@@ -379,7 +385,7 @@ def score(rows: list[dict]) -> tuple[list[dict], float]:
     for row in rows:
         prediction = predictions[row["id"]]
         pub = published[row["id"]]
-        base = megatron2024_flops(row) / (row["gpus"] * peak_flops(row) * mfu)
+        base = megatron2024_flops(row) / (row["gpus"] * baseline_peak(row) * mfu)
         records.append(
             {
                 "id": row["id"],
@@ -509,14 +515,16 @@ def report(records: list[dict], mfu: float, plot_name: str, command: str) -> str
         "Error = predicted / published - 1 on seconds per optimizer step: **negative means the model is too "
         "fast** (optimistic). Cells: MAPE / mean signed error (rows).",
         "",
-        f"Hardware presets: A100 rows on `dgx-a100`, H100 rows on `dgx-h100` (preset networks, not the "
-        f"sources' fabrics). Execution presets used: {', '.join(executions)}"
+        "Hardware presets: "
+        + ", ".join(f"{gpu} rows on `{preset}`" for gpu, preset in HARDWARE.items())
+        + f" (preset networks, not the sources' fabrics). Execution presets used: {', '.join(executions)}"
         + (
             f"; {stand_ins} rows name an execution class commbench has no preset for, and say which preset stood in."
             if stand_ins
             else "."
         ),
-        f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak x {mfu:.1%}); "
+        f"Baseline: step = model FLOPs (Megatron's count, `megatron2024`) / (GPUs x preset peak in the row's GEMM "
+        f"format (BF16, FP8, FP4) x {mfu:.1%}); "
         f"that one MFU is the geometric mean of the implied MFU of the calibration half (the rows the model's "
         f"figures are fitted on, plus the Llama 3 one; not {', '.join(NEVER_FITTED)}), the only figure fitted here.",
         "",

@@ -100,30 +100,31 @@ def test_megatrons_cross_entropy_is_priced_as_its_separate_passes_over_fp32_logi
 
 
 # FP8 and Blackwell: the FP8 rankings against the best published FP8 run on the same GPU
-# (Megatron-Bridge 25.11, FP8 current scaling and MXFP8, MFU over the BF16 peak as for every row).
+# (Megatron-Bridge 25.09-26.06, FP8 current scaling and MXFP8, MFU over the BF16 peak as for every row),
+# and the NVFP4 rankings against the best NVFP4 run (GB200, GB300).
 FP8_GPU_OF = {"dgx-h100": "H100", "dgx-b200": "B200", "gb200-nvl72": "GB200", "gb300-nvl72": "GB300"}
 FP8_JOBS = [("llama3-8b", 8, 128, 8192), ("llama3-70b", 64, 128, 8192)]
-# the frozen model prices FP8 on Blackwell 20-35% too fast (bench/RESULTS-published.md, scorecard:
-# nothing is fitted to the Megatron-Bridge rows), so its best rankings there beat what NVIDIA published
-BLACKWELL_TOO_FAST = "frozen model: Blackwell FP8 priced 20-35% faster than Megatron-Bridge 25.11 measured"
+# Since issue 25's fit (bench/fit_compute.py stage 3: the quantised GEMM factors, fitted on the Megatron-Bridge
+# calibration half) no FP8 ranking on Blackwell beats the best published FP8 run on its GPU; with the fitted
+# factors removed (the frozen model) every Blackwell case but GB300's 8B fails: the model priced Blackwell FP8
+# 20-35% faster than NVIDIA measured
 
 
 def _fp8_cases():
-    for system, gpu in FP8_GPU_OF.items():
+    for system in FP8_GPU_OF:
         for job in FP8_JOBS:
-            # GB300's 8B ranking is under the bound since the 26.x rows (70B FSDP at 5,248 tokens/s) raised it
-            too_fast = gpu != "H100" and (gpu, job[0]) != ("GB300", "llama3-8b")
-            marks = [pytest.mark.xfail(strict=True, reason=BLACKWELL_TOO_FAST)] if too_fast else []
-            yield pytest.param(system, job, marks=marks, id=f"{system}-fp8-current-{job[0]}-{job[1]}gpus")
+            yield pytest.param(system, job, "fp8-current", id=f"{system}-fp8-current-{job[0]}-{job[1]}gpus")
+    for system in ("gb200-nvl72", "gb300-nvl72"):
+        yield pytest.param(system, FP8_JOBS[1], "nvfp4", id=f"{system}-nvfp4-llama3-70b-64gpus")
 
 
-@pytest.mark.parametrize("system, job", list(_fp8_cases()))
-def test_no_fp8_ranking_beats_the_best_published_fp8_mfu(system, job):
-    bound, row = published_best_mfu("fp8-current")[FP8_GPU_OF[system]]
-    best = MFU_SANITY.best_ranking(system, "megatron-core", job, compute="fp8-current")
+@pytest.mark.parametrize("system, job, compute", list(_fp8_cases()))
+def test_no_fp8_ranking_beats_the_best_published_fp8_mfu(system, job, compute):
+    bound, row = published_best_mfu(compute)[FP8_GPU_OF[system]]
+    best = MFU_SANITY.best_ranking(system, "megatron-core", job, compute=compute)
     assert best is not None
     assert best.mfu <= bound, (
-        f"{job} on {system} (fp8-current): {best.layout} at MFU {best.mfu:.2%} > {bound:.2%} published ({row})"
+        f"{job} on {system} ({compute}): {best.layout} at MFU {best.mfu:.2%} > {bound:.2%} published ({row})"
     )
 
 

@@ -177,3 +177,30 @@ def test_the_dashboard_evaluates_one_layout_as_plan_layout_does():
     assert too_big.fitting == 0 and any(w.startswith("does not fit: each GPU needs") for w in too_big.warnings)
     with pytest.raises(UsageError, match="uses 4 GPUs"):
         PlanCache().view(PlanRequest(spec, layout="tp=2,dp=2"))
+
+
+@pytest.mark.parametrize(
+    "framework, execution",
+    [
+        ("Megatron-LM (2021)", "megatron-2021"),  # the scorecard's 2021 README rows
+        ("Megatron-DeepSpeed (BLOOM)", "megatron-2021"),
+        ("NeMo 22.09", "megatron-2021"),
+        ("NeMo 24.09 on Megatron-Core", "megatron-core"),
+        ("NeMo 25.11 (Megatron-Bridge on Megatron-Core, Transformer Engine)", "megatron-core"),
+        ("Megatron-LM 2024", "megatron-core"),
+        ("torchtitan", "torch-fsdp"),
+        ("MosaicML LLM Foundry", "torch-fsdp"),
+        ("DeepSpeed ZeRO-3", "deepspeed"),
+    ],
+)
+def test_a_named_framework_picks_the_execution_and_says_so(framework, execution):
+    spec = plan.spec_from_args(parse("--framework", framework))
+    assert spec.execution == execution
+    assert spec.execution_source().startswith(f"picked from --framework {framework!r}")
+
+
+def test_an_explicit_execution_wins_over_the_framework_and_an_unknown_framework_is_refused():
+    spec = PlanSpec(**BASIC, framework="NeMo 25.11", execution="torch-fsdp")
+    assert spec.execution == "torch-fsdp" and spec.execution_source() is None
+    with pytest.raises(UsageError, match="cannot tell the execution preset from --framework 'JAX'"):
+        PlanSpec(**BASIC, framework="JAX")

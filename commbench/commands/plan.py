@@ -45,8 +45,9 @@ Which execution preset fits which framework and year (the scorecard's rows use t
   DeepSpeed ZeRO-2/3 on models without Megatron's fused kernels              deepspeed
   PyTorch FSDP/FSDP2 on GPUs (torchtitan, MosaicML LLM Foundry)                torch-fsdp
   torch eager on CPU/gloo (commbench's validation GPT)                         torch-eager
-The planner cannot tell the framework from its inputs: say it with --execution (the default,
-megatron, is megatron-core). Older Megatron runs priced as megatron-core come out too fast.
+Say it with --execution (the default, megatron, is megatron-core), or name the framework and version
+with --framework ("NeMo 25.11", "Megatron-LM 2021", "torchtitan"): the planner then picks the
+preset by this table and says so. Older Megatron runs priced as megatron-core come out too fast.
 
 Compute precision (--compute-precision) is the GEMMs' number format by Transformer Engine recipe;
 --precision is the bytes kept per parameter (16, 12, 18, fp32). FP8 recipes need FP8 tensor cores
@@ -122,6 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--compute-precision", choices=tuple(RECIPES))
     _spec_option(parser, "--fp8-param-gather", action="store_true")
     _spec_option(parser, "--execution", choices=tuple(EXECUTIONS))
+    _spec_option(parser, "--framework", metavar="TEXT")
     _spec_option(parser, "--slowdown", type=float)
     _spec_option(parser, "--overlap-run", metavar="RUN_DIR")
     _spec_option(parser, "--top", type=int)
@@ -197,6 +199,7 @@ def main(args) -> int:
     spec = spec_from_args(args)
     planner = build_planner(spec)
     args.ep_routing = dict(zip(("routing", "source"), routing_of(spec, planner.job.model.name)))
+    args.execution_source = spec.execution_source()
     planner = _named(planner, args.name)
     if args.layout:
         return _one_layout(planner, args)
@@ -213,6 +216,7 @@ def main(args) -> int:
                     "network": planner.cluster.cost.describe(),
                     "slowdown": _slowdown_figures(planner),
                     "execution": planner.job.execution.name,
+                    "execution_picked_from": args.execution_source,
                     "execution_assumes": planner.job.execution.assumes,
                     "compute": compute_figures(planner),
                     "screened": ranking.screened,
@@ -229,7 +233,7 @@ def main(args) -> int:
             )
         )
         return 0
-    _print_ranking(planner, ranking, warnings)
+    _print_ranking(planner, ranking, warnings, args.execution_source)
     _print_ep_skew(planner, args, ranking.ranked)
     return 0
 
@@ -254,6 +258,7 @@ def _one_layout(planner, args) -> int:
                     "network": planner.cluster.cost.describe(),
                     "slowdown": _slowdown_figures(planner),
                     "execution": planner.job.execution.name,
+                    "execution_picked_from": args.execution_source,
                     "compute": compute_figures(planner),
                     "warnings": warnings,
                     "bandwidth_pricing": pricing_summary(planner),
@@ -263,7 +268,7 @@ def _one_layout(planner, args) -> int:
             )
         )
     else:
-        _print_header(planner, warnings)
+        _print_header(planner, warnings, args.execution_source)
         _print_results([result], title=f"Layout {layout}")
         _print_breakdown(result)
         _print_stages(result)
@@ -310,7 +315,7 @@ def _print_ep_skew(planner, args, results) -> None:
         )
 
 
-def _print_header(planner, warnings) -> None:
+def _print_header(planner, warnings, execution_source: str | None = None) -> None:
     from commbench import terminal
 
     console = terminal.console()
@@ -325,7 +330,7 @@ def _print_header(planner, warnings) -> None:
         f"compute precision: {compute.name} ({compute.te_recipe}); BF16: {', '.join(compute.bf16_parts())}"
         + ("; parameters gathered quantised" if planner.job.quantised_param_gather else "")
     )
-    console.print(f"execution: {planner.job.execution.name}")
+    console.print(f"execution: {planner.job.execution.name}" + (f" ({execution_source})" if execution_source else ""))
     system = planner.cluster.system
     console.print(
         f"cluster: {planner.cluster.gpus} x {system.processor.name}, {system.gpus_per_host} per host, "
@@ -436,11 +441,11 @@ def _print_breakdown(result) -> None:
     terminal.console().print(table)
 
 
-def _print_ranking(planner, ranking, warnings) -> None:
+def _print_ranking(planner, ranking, warnings, execution_source: str | None = None) -> None:
     from commbench import terminal
     from commbench.modeling.planner import explain
 
-    _print_header(planner, warnings)
+    _print_header(planner, warnings, execution_source)
     _print_results(
         ranking.ranked,
         title=f"Top {len(ranking.ranked)} of {ranking.fitting} fitting layouts ({ranking.screened} screened)",

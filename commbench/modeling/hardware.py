@@ -58,6 +58,12 @@ the calibration half of bench/RESULTS-published.md"):
                                   on CPU) (not priced)
     optimizer_efficiency          fraction of memory bandwidth a multi-tensor Adam step's traffic
                                   reaches (1.0)
+    quantised_gemm_efficiency     {"fp8": factor, "fp4": factor}: the GEMM curve (or surface)
+                                  multiplied by it for GEMMs run in that format, over that format's
+                                  peak: how much less of its peak a quantised GEMM reaches than a
+                                  BF16 one of the BF16 peak (at twice the math rate a GEMM meets the
+                                  power limit at lower clocks, and MX/NV formats add scale handling)
+                                  (1.0: the BF16 fraction)
     execution_gemm_efficiency     {execution preset: factor}: the GEMM efficiency (curve or surface)
                                   that framework's stack reaches on this processor, as a factor of
                                   the processor's (1.0 for an execution not named)
@@ -118,6 +124,7 @@ class Processor:
     autograd_op_s: tuple[float, float] = (0.0, 0.0)  # (forward, backward) of one eager autograd op
     optimizer_efficiency: float = 1.0
     execution_gemm_efficiency: tuple[tuple[str, float], ...] = ()
+    quantised_gemm_efficiency: tuple[tuple[str, float], ...] = ()  # (format "fp8"/"fp4", factor on the curve)
     # the dtype the job's GEMMs run in, which picks the gemm_surface points they are priced from
     # (TrainingJob sets it from its precision; a bf16 job on an fp32-only surface falls back to the curve)
     gemm_dtype: str = "bf16"
@@ -141,7 +148,8 @@ class Processor:
         peak = processor_peak(self, recipe)
         if peak is None:  # checked_recipe refuses such a recipe before a processor is priced with it
             raise UsageError(f"{self.name} has no {recipe.peak} peak for {recipe.name}")
-        return replace(self, peak_flops=peak, gemm_dtype=recipe.peak)
+        quantised = replace(self, peak_flops=peak, gemm_dtype=recipe.peak)
+        return quantised.with_gemm_scale(dict(self.quantised_gemm_efficiency).get(recipe.peak, 1.0))
 
     def for_execution(self, execution: str) -> Processor:
         """This processor as the named execution's stack sees it (execution_gemm_efficiency)."""
@@ -320,6 +328,10 @@ def processor_from_json(raw: dict[str, Any]) -> Processor:
             (str(name), _fraction(factor, f"execution_gemm_efficiency[{name!r}]"))
             for name, factor in sorted(values.get("execution_gemm_efficiency", {}).items())
         ),
+        quantised_gemm_efficiency=tuple(
+            (str(name), _scale_factor(factor, f"quantised_gemm_efficiency[{name!r}]"))
+            for name, factor in sorted(values.get("quantised_gemm_efficiency", {}).items())
+        ),
         peak_flops_fp8=_optional_positive(values, "peak_flops_fp8"),
         peak_flops_fp4=_optional_positive(values, "peak_flops_fp4"),
         power_w=_optional_positive(values, "power_w"),
@@ -386,6 +398,14 @@ def _attention_rates(value: dict[str, Any]) -> tuple[tuple[str, float, float], .
         )
         for name, rates in sorted(value.items())
     )
+
+
+def _scale_factor(value: Any, name: str) -> float:
+    """A factor on a curve of fractions: above 0, at most 2 (the scaled curve is capped at 1 anyway)."""
+    number = float(value)
+    if not 0 < number <= 2:  # also refuses nan
+        raise ValueError(f"{name} must be in (0, 2], not {number}")
+    return number
 
 
 def _fraction(value: Any, name: str) -> float:

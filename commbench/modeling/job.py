@@ -3,8 +3,10 @@ step (which collectives it overlaps with compute) and the runtime knobs the cost
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from commbench.errors import UsageError
 from commbench.modeling.models import ModelSpec
 from commbench.modeling.recipes import RECIPES, ComputeRecipe
 
@@ -312,3 +314,36 @@ class TrainingJob:
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
+
+
+# A job description's framework (and version) -> the execution preset that prices it, first match
+# wins; the same table as `plan --help`'s "Which execution preset fits which framework and year".
+# NeMo moved its GPT models onto Megatron-Core with the 23.x containers (NeMo 1.20+); Megatron-LM's
+# own releases carry Megatron-Core from 2023 (core_r0.x); before that both ran the 2021-22 code.
+_FRAMEWORK_RULES: tuple[tuple[str, str, str], ...] = (
+    (r"torchtitan|llm[- ]?foundry|mosaic|composer|fsdp", "torch-fsdp", "a PyTorch FSDP stack"),
+    (r"megatron[- ]?deepspeed|bloom", "megatron-2021", "Megatron-DeepSpeed runs the 2021-22 Megatron kernels"),
+    (r"deepspeed", "deepspeed", "DeepSpeed ZeRO"),
+    (r"megatron[- ]?bridge|megatron[- ]?core|mcore|dgxc|dgx cloud", "megatron-core", "Megatron-Core"),
+    (r"nemo\D*(2[3-9]|[3-9]\d)\.\d", "megatron-core", "NeMo 23.x on is Megatron-Core"),
+    (
+        r"nemo\D*(1\.(1\d|20)|2[0-2])\D",
+        "megatron-2021",
+        "NeMo before its 23.x containers ran the 2021-22 Megatron code",
+    ),
+    (r"megatron(-lm)?\D*(20(19|20|21|22)|v?[1-3]\.\d)", "megatron-2021", "Megatron-LM up to 2022"),
+    (r"megatron(-lm)?\D*(20(2[3-9])|core_r|v?0\.\d)", "megatron-core", "Megatron-LM 2023 on carries Megatron-Core"),
+)
+
+
+def execution_for_framework(framework: str) -> tuple[str, str]:
+    """(execution preset, why) for a framework as a job description names it ("NeMo 25.11",
+    "Megatron-LM 2021", "torchtitan"); a UsageError where the table cannot tell."""
+    text = f" {framework.strip().lower()} "
+    for pattern, execution, why in _FRAMEWORK_RULES:
+        if re.search(pattern, text):
+            return execution, why
+    raise UsageError(
+        f"cannot tell the execution preset from --framework {framework!r}: name one with --execution "
+        f"({', '.join(n for n, e in EXECUTIONS.items() if n == e.name)})"
+    )

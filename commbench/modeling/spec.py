@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
-from commbench.modeling.job import EXECUTIONS, PRECISIONS, MoEExecution, TrainingJob
+from commbench.modeling.job import EXECUTIONS, PRECISIONS, MoEExecution, TrainingJob, execution_for_framework
 from commbench.modeling.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP, whole_number
 from commbench.modeling.recipes import RECIPES, checked_recipe
 
@@ -88,6 +88,12 @@ class PlanSpec:
         "default) is megatron-core; the list with assumptions is at the end of plan --help",
         "megatron",
     )
+    framework: str | None = _with_default(
+        "the training framework and version as the job description names it ('NeMo 25.11', 'Megatron-LM 2021', "
+        "'torchtitan', 'Megatron-DeepSpeed', ...): picks --execution by the table at the end of plan --help when "
+        "--execution is left at its default, and the plan says what it picked; a framework the table cannot place "
+        "is refused"
+    )
     slowdown: float | None = _with_default(
         f"measured compute slowdown while communication overlaps (e.g. 0.13); default {DEFAULT_SLOWDOWN_WORDS}"
     )
@@ -147,6 +153,8 @@ class PlanSpec:
                 f"{option('precision')} fp32 trains without autocast; "
                 f"{option('compute_precision')} {self.compute_precision} needs a mixed-precision variant"
             )
+        if self.framework is not None and self.execution == PlanSpec.default("execution"):
+            object.__setattr__(self, "execution", execution_for_framework(self.framework)[0])
         for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS), ("compute_precision", RECIPES)):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
@@ -159,6 +167,15 @@ class PlanSpec:
 
             parse_routing(self.routing)
         self._check_moe_choices()
+
+    def execution_source(self) -> str | None:
+        """Where --execution came from when --framework picked it (None: given, or the default)."""
+        if self.framework is None:
+            return None
+        picked, why = execution_for_framework(self.framework)
+        if picked != self.execution:
+            return None
+        return f"picked from --framework {self.framework!r}: {why}"
 
     def _check_moe_choices(self) -> None:
         from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS

@@ -56,6 +56,7 @@ SPEC_CONTROLS = {
     "plan-compute-precision": "compute_precision",
     "plan-fp8-param-gather": "fp8_param_gather",
     "plan-execution": "execution",
+    "plan-framework": "framework",
     "plan-processor": "processor",
     "plan-inter-network": "inter_network",
     "plan-slowdown": "slowdown",
@@ -148,6 +149,10 @@ def _job_controls() -> list:
         ),
         _control(
             "execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"), clearable=False)
+        ),
+        _control(
+            "framework",
+            dcc.Input(id="plan-framework", type="text", debounce=True, placeholder="e.g. NeMo 25.11 (picks execution)"),
         ),
         _control("layouts to rank", _number("plan-top", PlanSpec.default("top"))),
         _control(
@@ -281,6 +286,7 @@ def _request(*values) -> PlanRequest:
         "inter_network",
         "routing",
         "capacity_factor",
+        "framework",
     ):  # empty means the preset's (the model's for the capacity factor)
         chosen[name] = chosen[name] or None
     store = results()
