@@ -11,9 +11,15 @@ from commbench.cli import build_parser
 from commbench.commands.run import config_from_args
 from commbench.config_options import add_config_arguments, default_text, flags_of, option_fields
 from commbench.diagnose.config import DiagnoseConfig, FleetOptions
-from commbench.measure.options import RunConfig
+from commbench.measure.options import CalibrateConfig, OverlapConfig, RunConfig, is_overlap_option
 
-CONFIGS = {"run": (RunConfig,), "diagnose": (DiagnoseConfig, FleetOptions)}
+# per command, its configs and which of their fields it offers (None: every documented one)
+CONFIGS = {
+    "run": ((RunConfig, None),),
+    "diagnose": ((DiagnoseConfig, None), (FleetOptions, None)),
+    "overlap": ((OverlapConfig, is_overlap_option),),
+    "calibrate": ((CalibrateConfig, None),),
+}
 
 
 def command_help(name: str) -> str:
@@ -29,8 +35,10 @@ def _words(text: str) -> str:
 @pytest.mark.parametrize("command", sorted(CONFIGS))
 def test_every_config_field_is_in_help_with_its_default(command):
     shown = command_help(command)
-    for config in CONFIGS[command]:
+    for config, only in CONFIGS[command]:
         for f in option_fields(config):
+            if only is not None and not only(f):
+                continue
             flag = flags_of(f)[-1]
             assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", shown), (
                 f"{config.__name__}.{f.name}: {flag} not in help"
@@ -54,6 +62,24 @@ def test_the_options_of_run_cover_its_config():
 def test_run_with_no_options_is_the_config_default():
     args = build_parser(only="run").parse_args(["run"])
     assert config_from_args(args) == RunConfig().validate()
+
+
+def test_overlap_and_calibrate_with_no_options_are_their_config_defaults():
+    from commbench.commands import calibrate, overlap
+
+    args = build_parser(only="overlap").parse_args(["overlap"])
+    assert overlap.config_from_args(args) == OverlapConfig().validate()
+    assert calibrate.config_from_args(build_parser(only="calibrate").parse_args(["calibrate"])) == CalibrateConfig()
+
+
+def test_overlap_offers_its_own_defaults_and_only_its_options():
+    """overlap's help states overlap's defaults (1M..64M by 4, 10 iterations), not run's, and offers
+    none of run's pairwise or routing options."""
+    shown = command_help("overlap")
+    for text in ("smallest message size (default 1M)", "(default 4)", "per size (default 10)", "(default 1024)"):
+        assert text in shown
+    for flag in ("--pairwise", "--routing", "--scopes", "--ci-pct"):
+        assert flag not in shown
 
 
 def test_a_default_changed_in_the_config_changes_the_help():

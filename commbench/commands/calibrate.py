@@ -31,82 +31,46 @@ import socket
 import sys
 from pathlib import Path
 
+from commbench.config_options import add_config_arguments, config_values
 from commbench.data.rundir import atomic_write_text, prepare_output_folder
 from commbench.dtypes import CALIBRATED_DTYPES, CALIBRATION_DTYPES, GEMM_DTYPES
 from commbench.errors import UsageError
+from commbench.measure.options import CalibrateConfig
 from commbench.measure.progress import Progress
 
 HELP = "measure this device's GEMM, attention, elementwise, launch and optimizer rates into a processor JSON"
 
-DEVICES = ("auto", "cpu", "cuda")
 PROBE_BYTES = 64 * 1024  # more than a full grid's description takes
 LIMITS = {"gemm": (1, 65536), "seq": (16, 131072), "heads": (1, 256), "head_dim": (8, 256)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    what = parser.add_argument_group("what to measure")
-    what.add_argument("--device", choices=DEVICES, default="auto", help="cuda, cpu, or auto: the GPU if there is one")
-    what.add_argument(
-        "--dtype",
-        default=None,
-        metavar="LIST",
-        help="comma-separated GEMM dtypes: fp32, bf16, fp16 (default: bf16,fp16 on CUDA, fp32 on CPU)",
-    )
-    what.add_argument(
-        "--quick",
-        action="store_true",
-        help="a small grid (about 10 s on an idle 2-core CPU; the full grid takes minutes)",
-    )
-    what.add_argument(
-        "--gemm-dims",
-        default=None,
-        metavar="LIST",
-        help="values M, N and K each take (the grid is every combination), e.g. 256,1024,4096",
-    )
-    what.add_argument("--gemm-shapes", default=None, metavar="MxNxK,...", help="extra GEMM shapes to time")
-    what.add_argument(
-        "--attention",
-        default=None,
-        metavar="SxHxD,...",
-        help="attention shapes: sequence x heads x head dim, e.g. 2048x16x128",
-    )
-    what.add_argument("--repeats", type=int, default=None, help="timed runs per figure (its median is kept)")
-    what.add_argument("--threads", type=int, default=None, help="CPU threads torch uses (default: torch's)")
-    what.add_argument(
-        "--fp8",
-        action="store_true",
-        help="also time the GEMM grid in FP8 (torch._scaled_mm, E4M3, per-tensor scales): the processor "
-        "JSON gains peak_flops_fp8 and an fp8 gemm_surface, which price --compute-precision fp8-*",
-    )
-    what.add_argument(
-        "--peak-flops",
-        type=float,
-        default=None,
-        help="datasheet peak FLOP/s to take fractions of (default: the fastest GEMM measured)",
-    )
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, metavar="FILE|DIR", help="where to write (default processor-HOST.json)")
-    out.add_argument("--json", action="store_true", help="print the processor JSON on stdout")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    """The options of CalibrateConfig, from its field docs."""
+    add_config_arguments(parser, CalibrateConfig)
+
+
+def config_from_args(args: argparse.Namespace) -> CalibrateConfig:
+    return CalibrateConfig(**config_values(args, CalibrateConfig))
 
 
 def main(args: argparse.Namespace) -> int:
-    request = checked_request(args)
-    out = writable_output(args.out, request["host"])
+    cfg = config_from_args(args)
+    request = checked_request(cfg)
+    out = writable_output(cfg.out, request["host"])
     from commbench.measure import calibrate as measuring
 
-    if args.threads:
-        measuring.torch.set_num_threads(args.threads)
+    if cfg.threads:
+        measuring.torch.set_num_threads(cfg.threads)
     device = measuring.torch.device(request["device"])
     grid = request["grid"]
-    fp8 = getattr(args, "fp8", False)
+    fp8 = cfg.fp8
     if fp8 and (why := measuring.fp8_gemm_unavailable(device)):
         raise UsageError(f"--fp8: {why}")
-    with Progress(not args.no_progress, measuring.steps(grid, request["dtypes"], fp8), "calibrating", 36) as progress:
+    with Progress(cfg.progress, measuring.steps(grid, request["dtypes"], fp8), "calibrating", 36) as progress:
         measurements = measuring.measure(device, request["dtypes"], grid, progress.advance, fp8=fp8)
-    description = describe(measurements, measuring.device_facts(device), request["host"], args.peak_flops)
+    description = describe(measurements, measuring.device_facts(device), request["host"], cfg.peak_flops)
     atomic_write_text(out, json.dumps(description, indent=1) + "\n")  # a full disk keeps the old file whole
-    if args.json:
+    if cfg.json:
         json.dump(description, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
@@ -125,48 +89,48 @@ def describe(measurements: dict, facts: dict, host: str, peak_flops: float | Non
         raise UsageError(str(error)) from None
 
 
-def checked_request(args: argparse.Namespace) -> dict:
+def checked_request(cfg: CalibrateConfig) -> dict:
     """Everything asked, checked before any measuring starts (bad input: one line, exit 2)."""
-    changes = grid_changes(args)
-    device = resolve_device(args.device)
-    dtypes = parse_dtypes(args.dtype, device)
+    changes = grid_changes(cfg)
+    device = resolve_device(cfg.device)
+    dtypes = parse_dtypes(cfg.dtype, device)
     from dataclasses import replace
 
     from commbench.measure.calibrate import GRIDS  # torch is needed from here on anyway
 
-    grid = GRIDS[(device, "quick" if args.quick else "full")]
+    grid = GRIDS[(device, "quick" if cfg.quick else "full")]
     return {"device": device, "dtypes": dtypes, "grid": replace(grid, **changes), "host": socket.gethostname()}
 
 
-def grid_changes(args: argparse.Namespace) -> dict:
+def grid_changes(cfg: CalibrateConfig) -> dict:
     """The options checked without torch or a device (what `commbench submit` checks before queueing):
     the changes they make to the grid."""
-    if args.dtype is not None:
-        for dtype in split(args.dtype, "--dtype"):
+    if cfg.dtype is not None:
+        for dtype in split(cfg.dtype, "--dtype"):
             if dtype not in GEMM_DTYPES:
                 raise UsageError(f"--dtype {dtype!r}: unknown; choose from {', '.join(GEMM_DTYPES)}")
     changes = {}
-    if args.gemm_dims:
+    if cfg.gemm_dims:
         changes["gemm_dims"] = tuple(
             bounded(int_item(item, "--gemm-dims"), "gemm", "--gemm-dims")
-            for item in split(args.gemm_dims, "--gemm-dims")
+            for item in split(cfg.gemm_dims, "--gemm-dims")
         )
-    if args.gemm_shapes:
+    if cfg.gemm_shapes:
         changes["gemm_shapes"] = tuple(
-            shape(item, "--gemm-shapes", ("gemm", "gemm", "gemm")) for item in split(args.gemm_shapes, "--gemm-shapes")
+            shape(item, "--gemm-shapes", ("gemm", "gemm", "gemm")) for item in split(cfg.gemm_shapes, "--gemm-shapes")
         )
-    if args.attention:
+    if cfg.attention:
         changes["attention"] = tuple(
-            shape(item, "--attention", ("seq", "heads", "head_dim")) for item in split(args.attention, "--attention")
+            shape(item, "--attention", ("seq", "heads", "head_dim")) for item in split(cfg.attention, "--attention")
         )
-    if args.repeats is not None:
-        if not 1 <= args.repeats <= 1000:
-            raise UsageError(f"--repeats must be 1 to 1000, not {args.repeats}")
-        changes["repeats"] = args.repeats
-    if args.threads is not None and not 1 <= args.threads <= 1024:
-        raise UsageError(f"--threads must be 1 to 1024, not {args.threads}")
-    if args.peak_flops is not None and not 0 < args.peak_flops < 1e19:
-        raise UsageError(f"--peak-flops must be a positive FLOP/s figure, not {args.peak_flops}")
+    if cfg.repeats is not None:
+        if not 1 <= cfg.repeats <= 1000:
+            raise UsageError(f"--repeats must be 1 to 1000, not {cfg.repeats}")
+        changes["repeats"] = cfg.repeats
+    if cfg.threads is not None and not 1 <= cfg.threads <= 1024:
+        raise UsageError(f"--threads must be 1 to 1024, not {cfg.threads}")
+    if cfg.peak_flops is not None and not 0 < cfg.peak_flops < 1e19:
+        raise UsageError(f"--peak-flops must be a positive FLOP/s figure, not {cfg.peak_flops}")
     return changes
 
 

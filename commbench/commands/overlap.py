@@ -31,77 +31,23 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.commands.run import add_where_arguments, database_arg
-from commbench.config_options import config_values, csv_list, size_arg
-from commbench.dtypes import MEASURED_DTYPES
-from commbench.measure.options import BACKENDS, OVERLAP_OPS, OverlapConfig, RunConfig
+from commbench.commands.run import add_nproc_argument, database_arg
+from commbench.config_options import add_config_arguments, config_values
+from commbench.measure.options import OverlapConfig, is_overlap_option
 from commbench.measure.worker import launch_driver
 
 HELP = "time a GEMM and a collective alone and at once: overlap achieved and mutual slowdown"
 
-_DEFAULTS = OverlapConfig()
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    what = parser.add_argument_group("what to measure")
-    what.add_argument(
-        "--ops",
-        type=csv_list(OVERLAP_OPS),
-        default=OVERLAP_OPS,
-        help=f"comma-separated ops (default: {','.join(OVERLAP_OPS)})",
-    )
-    what.add_argument(
-        "-b", "--min-bytes", type=size_arg, default=_DEFAULTS.min_bytes, help="smallest message size (default 1M)"
-    )
-    what.add_argument(
-        "-e", "--max-bytes", type=size_arg, default=_DEFAULTS.max_bytes, help="largest message size (default 64M)"
-    )
-    what.add_argument(
-        "-f",
-        "--step-factor",
-        type=int,
-        default=_DEFAULTS.step_factor,
-        help=f"multiply the size by this each step (default {_DEFAULTS.step_factor})",
-    )
-    what.add_argument(
-        "-d", "--dtype", default="float", help=f"collective element type: {', '.join(MEASURED_DTYPES)} (default float)"
-    )
-    what.add_argument(
-        "--gemm-size",
-        type=int,
-        default=_DEFAULTS.gemm_size,
-        help=f"M = N = K of the GEMM (default {_DEFAULTS.gemm_size}); bfloat16 on GPU, float32 on CPU",
-    )
-    how = parser.add_argument_group("how to measure")
-    how.add_argument(
-        "--backend", choices=BACKENDS, default="auto", help="auto: NCCL when every rank has a GPU, else gloo"
-    )
-    how.add_argument(
-        "-n",
-        "--iters",
-        type=int,
-        default=_DEFAULTS.iters,
-        help=f"timed iterations of each phase per size (default {_DEFAULTS.iters})",
-    )
-    how.add_argument(
-        "-w",
-        "--warmup",
-        type=int,
-        default=_DEFAULTS.warmup,
-        help=f"untimed iterations of both at once per size (default {_DEFAULTS.warmup})",
-    )
-    how.add_argument(
-        "--timeout",
-        type=float,
-        default=_DEFAULTS.timeout_s,
-        help="seconds before a stuck collective aborts the run (default 300)",
-    )
-    add_where_arguments(parser)
+    """The options of OverlapConfig that overlap offers, from its field docs, then --nproc."""
+    add_config_arguments(parser, OverlapConfig, only=is_overlap_option)
+    add_nproc_argument(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> OverlapConfig:
-    values = config_values(args, RunConfig)  # the options overlap shares with run, by their field names
-    values.update(db=database_arg(values["db"]), timeout_s=args.timeout, gemm_size=args.gemm_size)
+    values = config_values(args, OverlapConfig)
+    values["db"] = database_arg(values["db"])
     return OverlapConfig(**values).validate()
 
 

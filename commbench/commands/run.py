@@ -22,7 +22,7 @@ import argparse
 
 from commbench.config_options import add_config_arguments, config_values
 from commbench.data.store_location import db_path
-from commbench.measure.options import OUTPUT, RunConfig
+from commbench.measure.options import RunConfig
 from commbench.measure.worker import launch_driver
 
 HELP = "measure collectives over message sizes (nccl-tests style) and write a run directory"
@@ -41,13 +41,6 @@ def add_nproc_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="ranks to start on this machine when not under torchrun/srun (default: one per GPU, else 2)",
     )
-
-
-def add_where_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where ranks start and results land: RunConfig's output options and --nproc, for every command
-    that launches ranks with a RunConfig (overlap)."""
-    add_config_arguments(parser, RunConfig, only=lambda f: f.metadata["group"] == OUTPUT)
-    add_nproc_argument(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

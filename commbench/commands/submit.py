@@ -297,7 +297,8 @@ def checked_calibrate_args(calibrate_args: list[str]) -> tuple[str, ...]:
     from commbench.commands import calibrate as calibrate_command
 
     parsed = _parse_job_options("calibrate", calibrate_command, calibrate_args)
-    calibrate_command.grid_changes(parsed)
+    parsed.out = None  # submit's own --out: the job writes into its folder
+    calibrate_command.grid_changes(calibrate_command.config_from_args(parsed))
     return tuple(calibrate_args)
 
 

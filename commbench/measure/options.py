@@ -9,7 +9,8 @@ carries a whole GEMM), the ops are limited to the four that training overlaps, a
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import Field, asdict, dataclass, field
+from typing import Any
 
 from commbench.collectives import DEFAULT_OPS, check_op_name
 from commbench.config_options import csv_list, documented, size_arg, tokens_list
@@ -278,18 +279,51 @@ class RunConfig:
 
 
 OVERLAP_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+# the OverlapConfig fields `commbench overlap` takes from its command line, besides the output ones
+OVERLAP_OPTIONS = (
+    "ops",
+    "min_bytes",
+    "max_bytes",
+    "step_factor",
+    "dtype",
+    "gemm_size",
+    "backend",
+    "iters",
+    "warmup",
+    "timeout_s",
+)
+
+
+def is_overlap_option(f: Field[Any]) -> bool:
+    """Whether `commbench overlap` offers this OverlapConfig field as an option."""
+    return f.name in OVERLAP_OPTIONS or f.metadata.get("group") == OUTPUT
 
 
 @dataclass
 class OverlapConfig(RunConfig):
-    ops: tuple[str, ...] = OVERLAP_OPS
-    min_bytes: int = 1 << 20
-    max_bytes: int = 64 << 20
-    step_factor: int = 4
-    scopes: tuple[str, ...] | None = ("world",)
-    iters: int | None = 10
-    warmup: int | None = 2
-    gemm_size: int = 1024  # M = N = K
+    """The options of `commbench overlap`: RunConfig's, with overlap's own defaults and help where
+    they differ; OVERLAP_OPTIONS are the ones its command line offers (the rest keep their defaults)."""
+
+    ops: tuple[str, ...] = documented(
+        "comma-separated ops", OVERLAP_OPS, group=SWEEP, parse=csv_list(OVERLAP_OPS), shown=",".join
+    )
+    min_bytes: int = documented(
+        "smallest message size", 1 << 20, flags=("-b", "--min-bytes"), group=SWEEP, parse=size_arg, shown=format_size
+    )
+    max_bytes: int = documented(
+        "largest message size", 64 << 20, flags=("-e", "--max-bytes"), group=SWEEP, parse=size_arg, shown=format_size
+    )
+    step_factor: int = documented(
+        "multiply the size by this each step", 4, flags=("-f", "--step-factor"), group=SWEEP, parse=int
+    )
+    scopes: tuple[str, ...] | None = ("world",)  # not an option: overlap measures the world group only
+    iters: int | None = documented(
+        "timed iterations of each phase per size", 10, flags=("-n", "--iters"), group=TIMING, parse=int
+    )
+    warmup: int | None = documented(
+        "untimed iterations of both at once per size", 2, flags=("-w", "--warmup"), group=TIMING, parse=int
+    )
+    gemm_size: int = documented("M = N = K of the GEMM; bfloat16 on GPU, float32 on CPU", 1024, group=SWEEP, parse=int)
 
     def validate(self) -> OverlapConfig:
         super().validate()
@@ -305,3 +339,72 @@ class OverlapConfig(RunConfig):
         if self.scopes != ("world",):
             raise UsageError("overlap measures the world scope only")
         return self
+
+
+CALIBRATE_DEVICES = ("auto", "cpu", "cuda")
+# the --help sections of `commbench calibrate`
+CALIBRATE_WHAT, CALIBRATE_OUTPUT = "what to measure", "output"
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """The options of `commbench calibrate`; each field's doc is its --help. The list options stay
+    text here: commands/calibrate.py checks them against the grid's limits (off the nodes too, for
+    `commbench submit --command calibrate`)."""
+
+    device: str = documented(
+        "cuda, cpu, or auto: the GPU if there is one", "auto", group=CALIBRATE_WHAT, choices=CALIBRATE_DEVICES
+    )
+    dtype: str | None = documented(
+        "comma-separated GEMM dtypes: fp32, bf16, fp16",
+        None,
+        group=CALIBRATE_WHAT,
+        metavar="LIST",
+        shown="bf16,fp16 on CUDA, fp32 on CPU",
+    )
+    quick: bool = documented(
+        "a small grid (about 10 s on an idle 2-core CPU; the full grid takes minutes)", False, group=CALIBRATE_WHAT
+    )
+    gemm_dims: str | None = documented(
+        "values M, N and K each take (the grid is every combination), e.g. 256,1024,4096",
+        None,
+        group=CALIBRATE_WHAT,
+        metavar="LIST",
+        shown="the grid's",
+    )
+    gemm_shapes: str | None = documented(
+        "extra GEMM shapes to time", None, group=CALIBRATE_WHAT, metavar="MxNxK,...", shown="none"
+    )
+    attention: str | None = documented(
+        "attention shapes: sequence x heads x head dim, e.g. 2048x16x128",
+        None,
+        group=CALIBRATE_WHAT,
+        metavar="SxHxD,...",
+        shown="the grid's",
+    )
+    repeats: int | None = documented(
+        "timed runs per figure (its median is kept)", None, group=CALIBRATE_WHAT, parse=int, shown="the grid's"
+    )
+    threads: int | None = documented("CPU threads torch uses", None, group=CALIBRATE_WHAT, parse=int, shown="torch's")
+    fp8: bool = documented(
+        "also time the GEMM grid in FP8 (torch._scaled_mm, E4M3, per-tensor scales): the processor JSON gains "
+        "peak_flops_fp8 and an fp8 gemm_surface, which price --compute-precision fp8-*",
+        False,
+        group=CALIBRATE_WHAT,
+    )
+    peak_flops: float | None = documented(
+        "datasheet peak FLOP/s to take fractions of",
+        None,
+        group=CALIBRATE_WHAT,
+        parse=float,
+        shown="the fastest GEMM measured",
+    )
+    out: str | None = documented(
+        "where to write: a file, or a folder (FOLDER/processor-HOST.json)",
+        None,
+        group=CALIBRATE_OUTPUT,
+        metavar="FILE|DIR",
+        shown="processor-HOST.json",
+    )
+    json: bool = documented("print the processor JSON on stdout", False, group=CALIBRATE_OUTPUT)
+    progress: bool = documented("no progress bar", True, flags=("--no-progress",), group=CALIBRATE_OUTPUT)
