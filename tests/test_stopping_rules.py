@@ -182,3 +182,17 @@ def test_budget_goes_at_the_fastest_ops_pace_but_wall_time_stays_bounded():
     assert spent_budget([100.0] * 10, 10) == 1000.0
     assert spent_budget([100.0] + [10_000.0] * 9, 10) == 18_020.0  # wall time / 5 where the stalls dominate
     assert spent_budget([100.0, 120.0, 1000.0], 3) == 300.0  # one slow op: still the fastest's pace
+
+
+def test_gloo_measures_all_ranks_on_the_world_group(one_rank_group):
+    """A second gloo group over every rank sits idle while the world group carries the control
+    traffic, and on a loaded host its threads come back slow (bench/RESULTS.md, harness overhead):
+    on gloo a world-scope row runs on the world group itself."""
+    session = Session(
+        cfg=RunConfig(ops=("all_reduce",)).validate(),
+        env=RankEnv(0, 1, 0, "127.0.0.1", one_rank_group, "test"),
+        backend="gloo",
+        device=torch.device("cpu"),
+        nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])],
+    )
+    assert session.group((0,)) is dist.group.WORLD

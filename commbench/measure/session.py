@@ -60,9 +60,17 @@ class Session:
         return self.sync if self.device.type == "cuda" else None
 
     def group(self, ranks: tuple[int, ...]):
-        """The communicator under test for these ranks; every rank creates every group, in order."""
+        """The communicator under test for these ranks; every rank creates every group, in order.
+        On gloo, all the ranks are measured on the world group itself, the one a user's own loop
+        uses: a second gloo group over the same ranks brings its own threads, which sit idle
+        while the world group carries the control traffic and, on a loaded host, come back slow
+        (gloo's event loop spins while a descheduled thread holds its lock; bench/RESULTS.md)."""
         if ranks not in self.groups:
-            self.groups[ranks] = dist.new_group(list(ranks), backend=self.backend)
+            everyone = ranks == tuple(range(self.env.world_size))
+            if everyone and self.backend == "gloo":
+                self.groups[ranks] = dist.group.WORLD
+            else:
+                self.groups[ranks] = dist.new_group(list(ranks), backend=self.backend)
         return self.groups[ranks]
 
     def ranks_on_my_node(self) -> int:
