@@ -201,3 +201,15 @@ def test_elementwise_efficiency_scales_only_the_elementwise_work(tmp_path):
         path.write_text(json.dumps({**raw, "elementwise_efficiency": bad}))
         with pytest.raises(UsageError, match="elementwise_efficiency"):
             load_processor(str(path))
+
+
+def test_te_tp_overlap_hides_forward_tp_only_inside_one_nvlink_domain():
+    """Transformer Engine's TP communication overlap runs over NVLink: a TP=16 group on two DGX H100
+    hosts pays every forward TP collective whole, as without the overlap; TP=8 inside a host hides it."""
+    job = TrainingJob(PRESETS["llama3-70b"], SEQ, 64, execution=EXECUTIONS["megatron-core"])
+    blocking = replace(job, execution=replace(EXECUTIONS["megatron-core"], tp_forward_overlap=False))
+    cluster = Cluster(16, DGX, PresetNetwork(DGX), slowdown_intra=0.0, slowdown_inter=0.0)
+    batch = LayoutBatch.from_layouts([parse_layout(t, 16) for t in ("tp=16,dp=1,mbs=1", "tp=8,dp=2,mbs=1")])
+    overlapped, plain = (StepModel(j, cluster).evaluate(batch).categories["tp"] for j in (job, blocking))
+    assert overlapped[0] == pytest.approx(plain[0])  # across hosts: nothing hidden
+    assert overlapped[1] < 0.8 * plain[1]  # inside one host: the forward collectives hide behind the GEMMs

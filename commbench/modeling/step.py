@@ -100,8 +100,12 @@ def op_costs(
 ) -> OpCosts:
     slow = {name: cluster.slowdown(group) for name, group in cc.groups.items()}
     ep_fwd, ep_bwd = _exposed_ep(lc, cc, slow, moe_execution or MoEExecution(), moe_share)
-    fwd = _layer_forward(lc, cc, slow, tp_forward_overlap, ep_fwd)
-    bwd = _layer_backward(batch, lc, cc, slow, tp_forward_overlap, layers, ep_bwd)
+    # Transformer Engine's TP communication overlap (userbuffers) runs only inside one NVLink domain:
+    # a TP group across hosts on InfiniBand blocks on every layer's forward collectives
+    _, _, tp_domains = cc.groups["tp"]
+    tp_overlap = np.logical_and(tp_forward_overlap, np.asarray(tp_domains) <= 1)
+    fwd = _layer_forward(lc, cc, slow, tp_overlap, ep_fwd)
+    bwd = _layer_backward(batch, lc, cc, slow, tp_overlap, layers, ep_bwd)
     forward = {name: layers * value for name, value in fwd.items()}
     backward = {name: layers * value for name, value in bwd.items()}
     # the first layer's weights cannot be prefetched behind anything in the same op
@@ -130,13 +134,15 @@ def _exposed_ring(lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray]) 
 
 
 def _forward_tp(
-    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], overlap: bool
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], overlap: np.ndarray
 ) -> tuple[np.ndarray, float | np.ndarray]:
-    """The forward TP collectives: blocking, or (Transformer Engine's TP communication overlap)
-    hidden behind the forward GEMMs they feed, less the slowdown of the part that is hidden."""
-    if not overlap:
+    """The forward TP collectives, per layout: blocking, or where `overlap` (Transformer Engine's TP
+    communication overlap, a TP group inside one NVLink domain) hidden behind the forward GEMMs they
+    feed, less the slowdown of the part that is hidden."""
+    if not np.any(overlap):
         return cc.tp.fwd, 0.0
-    return np.maximum(0.0, cc.tp.fwd - lc.fwd_gemm), slow["tp"] * np.minimum(cc.tp.fwd, lc.fwd_gemm)
+    hidden = np.minimum(cc.tp.fwd, lc.fwd_gemm)
+    return cc.tp.fwd - np.where(overlap, hidden, 0.0), np.where(overlap, slow["tp"] * hidden, 0.0)
 
 
 def _exposed_ep(
@@ -160,7 +166,7 @@ def _exposed_ep(
 
 
 def _layer_forward(
-    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: bool, ep: Exposed
+    lc: LayerCompute, cc: CommCosts, slow: dict[str, np.ndarray], tp_overlap: np.ndarray, ep: Exposed
 ) -> dict[str, np.ndarray]:
     cp_exposed, cp_slowdown = _exposed_ring(lc, cc, slow)
     tp_exposed, tp_slowdown = _forward_tp(lc, cc, slow, tp_overlap)
@@ -182,7 +188,7 @@ def _layer_backward(
     lc: LayerCompute,
     cc: CommCosts,
     slow: dict[str, np.ndarray],
-    tp_overlap: bool,
+    tp_overlap: np.ndarray,
     layers: np.ndarray,
     ep: Exposed,
 ) -> dict[str, np.ndarray]:
