@@ -18,8 +18,8 @@ Each row is priced at its own layout by build_planner(PlanSpec(...)).evaluate_la
 tables do not say is assumed and listed in ASSUMED: etp=1 (Bridge's MoE recipes for fine-grained
 experts), the distributed optimizer (zero=1; FSDP rows zero=3), no recomputation, the alltoall
 dispatcher without overlap, FP8 on H100 as current scaling, 64 GPUs per NVL72 rack's NVLink domain
-when the GPU count is not a whole number of racks. DGX-B300 rows have no hardware preset: listed,
-not scored.
+when the GPU count is not a whole number of racks. DGX-B300 rows are priced on the dgx-b300 preset
+(added after the host figures were fitted, so those rows are out of sample in both halves).
 """
 
 from __future__ import annotations
@@ -42,14 +42,22 @@ SOURCE = (
     "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md, every "
     "commit of their history (mirror at 067f987df0, 2026-08-22)"
 )
-HARDWARE = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
+HARDWARE = {
+    "DGX-H100": "dgx-h100",
+    "DGX-B200": "dgx-b200",
+    "DGX-B300": "dgx-b300",
+    "DGX-GB200": "gb200-nvl72",
+    "DGX-GB300": "gb300-nvl72",
+}
 # Which rows ran as one full-iteration CUDA graph, from Megatron-Bridge's own recipes at each
 # container's performance-summary commit: none before 26.06 (scripts/performance/configs/*_workload_base_configs.py
 # at c0b9a0003, cfeddcd94, 74695a06d, 21d102f5e: MoE rows capture at most attn/moe_router/
-# moe_preprocess, the dispatcher and experts stay eager); from 26.06 (63b08b397; perf_recipes at
-# 381d0b825 and 4ab94dfad) the MXFP8 recipes of DeepSeek-V3, Qwen3 and GPT-OSS on GB200, GB300 and
-# B300 set cuda_graph_impl="full_iteration"; BF16 and FP8 recipes and H100/B200 never do.
-GRAPHED_FROM, GRAPHED_SYSTEMS = (26, 6), ("DGX-GB200", "DGX-GB300", "DGX-B300")
+# moe_preprocess, the dispatcher and experts stay eager); from 26.06 (63b08b397, 8f341b04f for B300;
+# perf_recipes at 381d0b825 and 4ab94dfad) the MXFP8 recipes of DeepSeek-V3, Qwen3 and GPT-OSS on
+# GB200 and GB300 set cuda_graph_impl="full_iteration", on B300 only Qwen3's (DeepSeek-V3's B300 V2 and
+# GPT-OSS's B300 MXFP8 recipes keep the partial TE graphs); BF16 and FP8 recipes and H100/B200 never do.
+GRAPHED_FROM = (26, 6)
+GRAPHED = {"DGX-GB200": None, "DGX-GB300": None, "DGX-B300": ("qwen3-235b-a22b", "qwen3-30b-a3b")}  # None: every model
 PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
 ASSUMED = (
     "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; alltoall dispatcher, no MoE "
@@ -98,7 +106,10 @@ def spec_of(row: dict) -> PlanSpec:
 def full_iteration_graph(row: dict) -> bool:
     """Whether the row's recipe runs the step as one CUDA graph (see GRAPHED_FROM)."""
     version = tuple(int(part) for part in row["container"].split(".")[:2])
-    return row["precision"] == "MXFP8" and row["system"] in GRAPHED_SYSTEMS and version >= GRAPHED_FROM
+    if row["precision"] != "MXFP8" or row["system"] not in GRAPHED or version < GRAPHED_FROM:
+        return False
+    models = GRAPHED[row["system"]]
+    return models is None or row["model"] in models
 
 
 def layout_of(row: dict) -> Layout:

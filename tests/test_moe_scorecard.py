@@ -26,14 +26,21 @@ def test_rows_split_by_position_and_cite_their_commit():
     assert all(len(r["commit"]) == 10 and r["container"] for r in rows)
 
 
-def test_a_published_row_is_priced_at_its_layout_and_b300_is_not_scored():
+def test_a_published_row_is_priced_at_its_layout_b300_on_its_preset_and_graphs_by_recipe():
     rows = SCORECARD.load_rows()
     h100 = next(r for r in rows if r["system"] == "DGX-H100" and r["model"] == "gpt-oss-120b")
     layout = SCORECARD.layout_of(h100)
     assert (layout.tp, layout.pp, layout.ep, layout.etp) == (h100["tp"], h100["pp"], h100["ep"], 1)
     assert SCORECARD.predict(h100)["step_s"] > 0
     b300 = next(r for r in rows if r["system"] == "DGX-B300")
-    assert "no hardware preset" in SCORECARD.predict(b300)["not_scored"]
+    assert SCORECARD.spec_of(b300).hardware == "dgx-b300" and SCORECARD.predict(b300)["step_s"] > 0
+    # full-iteration CUDA graphs from the 26.06 recipes on, MXFP8 on GB200/GB300 (and Qwen3 on B300)
+    graphed = {r["id"] for r in rows if SCORECARD.full_iteration_graph(r)}
+    assert "mbridge-gb200-qwen3-30b-a3b-8g-mxfp8-tp1pp1cp1ep8vp1-mbs4-gbs512-26.06" in graphed
+    assert "mbridge-gb200-qwen3-30b-a3b-8g-mxfp8-tp1pp1cp1ep8vp1-mbs4-gbs512-26.04" not in graphed
+    assert "mbridge-b300-qwen3-30b-a3b-8g-mxfp8-tp1pp1cp1ep8vp1-mbs8-gbs512-26.06" in graphed
+    assert not any(word in name for name in graphed for word in ("-bf16-", "-h100-", "-b200-"))
+    assert "mbridge-b300-deepseek-v3-256g-mxfp8-tp1pp8cp1ep8vp1-mbs2-gbs4096-26.06" not in graphed
     assert SCORECARD.published_step(h100) == h100["global_batch"] * h100["seq_len"] / (
         h100["tokens_per_s_per_gpu"] * h100["gpus"]
     )

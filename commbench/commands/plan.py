@@ -51,7 +51,7 @@ preset by this table and says so. Older Megatron runs priced as megatron-core co
 
 Compute precision (--compute-precision) is the GEMMs' number format by Transformer Engine recipe;
 --precision is the bytes kept per parameter (16, 12, 18, fp32). FP8 recipes need FP8 tensor cores
-(Hopper, Blackwell), MXFP8 and NVFP4 data-centre Blackwell (dgx-b200, gb200-nvl72, gb300-nvl72).
+(Hopper, Blackwell), MXFP8 and NVFP4 data-centre Blackwell (dgx-b200, dgx-b300, gb200-nvl72, gb300-nvl72).
 On NVL72 presets a host holds 4 GPUs and an NVLink domain 72 (--nvlink-domain): groups inside one
 domain run on NVLink even where they span hosts.
 """

@@ -49,7 +49,8 @@ class PlanSpec:
     global_batch: int = _required("sequences per optimizer step")
     seq_len: int = _required("tokens per sequence")
     hardware: str = _with_default(
-        "system preset: dgx-a100, dgx-h100, h200, dgx-b200, gb200-nvl72, gb300-nvl72 (default dgx-h100)", "dgx-h100"
+        "system preset: dgx-a100, dgx-h100, h200, dgx-b200, dgx-b300, gb200-nvl72, gb300-nvl72 (default dgx-h100)",
+        "dgx-h100",
     )
     gpus_per_node: int | None = _with_default(
         "GPUs per host, i.e. per Slurm node or compute tray (default: the "
