@@ -10,10 +10,12 @@ as objects of any kind 500 bytes to 9 KB.
 
 from __future__ import annotations
 
+import math
 import tracemalloc
 from pathlib import Path
 
 from commbench.data.nccl_tests import parse_file, write_run
+from commbench.data.nccl_tests_facts import Measurement, Measurements
 from commbench.data.safe_read import MAX_LINE_BYTES
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nccl_tests" / "synthetic_all_reduce_perf_h100x8.log"
@@ -60,3 +62,19 @@ def test_a_line_over_the_length_limit_is_skipped_and_named(tmp_path):
     (run,) = parse_file(log)
     assert len(run.records) == 50
     assert "long.log line 4: skipped (longer than 4 MiB)" in run.info.warnings
+
+
+def test_measurement_columns_give_back_what_was_appended():
+    """Measurements keeps every value as it came, those its typed arrays cannot hold included
+    (a 20-digit integer, NaN where NaN stands for None, lists), by index and by iteration."""
+    kept = [
+        Measurement(8, 2, "float", "sum", -1, False, 11.5, 0.0, 0.01, 0, "0", 19),
+        Measurement(10**19, 2, "half", "none", -(10**19), True, 1.0, 0.1, 0.2, -1, "N/A", 20, time_min=math.nan),
+        Measurement(16, 4, "float", "sum", -1, False, 2.5, 0.1, 0.2, 0, "0", 21, iters=20, time_min=3.0, cv=0.05),
+        Measurement(32, 8, "int8", "prod", 0, True, 2.5, 0.1, 0.2, 3, "3", 21, slowest_process=1, process_times=[1.0]),
+    ]
+    columns = Measurements()
+    columns.extend(kept)
+    assert [repr(m) for m in columns] == [repr(m) for m in kept] == [repr(columns[i]) for i in range(-4, 0)]
+    assert repr(list(columns.column("time_min"))) == "[None, nan, 3.0, None]"
+    assert columns.rows == 3 and columns.distinct("dtype") == {"float", "half", "int8"}

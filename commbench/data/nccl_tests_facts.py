@@ -188,7 +188,7 @@ _IN_PLACE = FIXED_FIELDS.index("in_place")
 
 
 class Measurements(Sequence[Measurement]):
-    """Every measurement of a run, one compact column per field: about 85 bytes a measurement where
+    """Every measurement of a run, one compact column per field: about 77 bytes a measurement where
     Measurement objects take about 700, so a 10^6-row log (2x10^6 measurements) is held in under
     200 MB. Indexing or iterating makes Measurement objects one at a time; `column` gives a field's
     values for a pass over all of them (the collective inference, the consistency checks).
