@@ -393,3 +393,23 @@ def test_the_slowdown_finder_finds_the_old_copies():
     assert slowdown_literals('label = "defaults: 15% intra-node, 2% inter-node"')
     assert slowdown_literals('DEFAULTS = {"intra": (True, 0.15), "inter": (False, 0.02)}')
     assert not slowdown_literals('x = 0.15\nlabel = f"{x:.0%} intra-node"')
+
+
+# the routing grammar is parsed in modeling/routing.py only; a config parses its --routing once
+# (RunConfig.routing_model, PlanSpec.routing_model) and the rest reads the parsed Routing
+ROUTING_PARSERS = {"commbench.modeling.routing", "commbench.modeling.spec", "commbench.measure.options"}
+
+
+def routing_parse_calls(source: str) -> int:
+    return sum(
+        isinstance(node, ast.Call) and ast.unparse(node.func).endswith("parse_routing")
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def test_only_the_configs_parse_a_routing_text():
+    calls = {name: routing_parse_calls(path.read_text(encoding="utf-8")) for name, path in all_modules().items()}
+    assert {name for name, count in calls.items() if count and name.startswith(("commbench", "dashboard"))} <= (
+        ROUTING_PARSERS
+    ), "parse --routing once in its config (routing_model) and pass the Routing on"
+    assert routing_parse_calls("from x import parse_routing\nr = parse_routing(cfg.routing)") == 1

@@ -103,3 +103,23 @@ def test_bad_routing_input_is_refused(tmp_path, text, counts, needle):
 def test_top_k_above_experts_is_refused():
     with pytest.raises(UsageError, match="more than the 8 experts"):
         shape(top_k=9)
+
+
+def test_a_routing_file_is_read_once_per_config(tmp_path, monkeypatch):
+    """RunConfig and PlanSpec parse --routing once and keep it: validating, checking the ranks and
+    making every row (or pricing the plan) reuse that parse, so a file: routing is read once."""
+    import commbench.modeling.routing as routing_model
+    from commbench.measure.moe import routed_rows
+    from commbench.measure.options import RunConfig
+    from commbench.modeling.spec import PlanSpec, build_planner
+
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([[4, 0, 0, 4], [0, 4, 4, 0], [2, 2, 2, 2], [8, 0, 0, 0]]))
+    reads = []
+    real = routing_model._read_counts
+    monkeypatch.setattr(routing_model, "_read_counts", lambda path: reads.append(path) or real(path))
+    cfg = RunConfig(ops=("all_to_allv",), routing=f"file:{counts}", experts=4, tokens=(8, 16, 32)).validate()
+    cfg.check_moe_ranks(4)
+    assert len(routed_rows(cfg, 4, 4)) == 3 and len(reads) == 1
+    spec = PlanSpec(model="mixtral-8x7b", gpus=8, global_batch=8, seq_len=1024, routing=f"file:{counts}")
+    assert build_planner(spec).job.routing == f"file:{counts}" and len(reads) == 2

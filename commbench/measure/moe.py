@@ -16,7 +16,7 @@ import numpy as np
 from commbench.collectives import get_collective
 from commbench.collectives.all_to_allv import routed
 from commbench.collectives.base import Counts
-from commbench.modeling.routing import Received, parse_routing, received, token_matrix
+from commbench.modeling.routing import Received, received, token_matrix
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class RoutedExchange:
 def routed_rows(cfg, n: int, elt: int) -> list[tuple]:
     """(collective, size, counts, exchange) of one row per tokens-per-rank value on groups of n
     ranks. A routing file's matrix fixes its group size: groups of another size get no rows."""
-    routing = parse_routing(cfg.routing)
-    if routing.kind == "file" and routing.counts.ndim == 2 and routing.counts.shape[0] != n:
+    routing = cfg.routing_model
+    if routing.matrix is not None and routing.matrix.shape[0] != n:
         return []
     rows = []
     for tokens in cfg.tokens_axis():

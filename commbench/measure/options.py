@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import Field, asdict, dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from commbench.collectives import DEFAULT_OPS, check_op_name
 from commbench.config_options import csv_list, documented, size_arg, tokens_list
@@ -20,6 +21,9 @@ from commbench.errors import UsageError
 from commbench.ops import MEASURED_OPS
 from commbench.scopes import SWEPT_SCOPES, describe
 from commbench.units import format_size
+
+if TYPE_CHECKING:  # the routing model pulls in numpy; `commbench run --help` need not
+    from commbench.modeling.routing import MoeShape, Routing
 
 BACKENDS = ("auto", "nccl", "gloo")
 
@@ -221,14 +225,21 @@ class RunConfig:
                     raise UsageError(f"unknown scope {scope!r}; choose from {', '.join(SWEPT_SCOPES)}")
         # the routing options are checked even when all_to_allv is not asked for: a typo in them
         # is still a typo, and refusing it costs nothing while measuring for minutes without them does
+        _ = self.routing_model
         self.moe_shape(tokens=1, ranks=1)
         return self
 
-    def moe_shape(self, tokens: int, ranks: int):
-        """The routing model's inputs for one all_to_allv row (UsageError if they cannot be)."""
-        from commbench.modeling.routing import MoeShape, parse_routing
+    @cached_property
+    def routing_model(self) -> Routing:
+        """--routing parsed, once per config (a file: routing is read once, not once per row)."""
+        from commbench.modeling.routing import parse_routing
 
-        parse_routing(self.routing)
+        return parse_routing(self.routing)
+
+    def moe_shape(self, tokens: int, ranks: int) -> MoeShape:
+        """The routing model's inputs for one all_to_allv row (UsageError if they cannot be)."""
+        from commbench.modeling.routing import MoeShape
+
         if self.tokens is not None and (not self.tokens or min(self.tokens) < 1):
             raise UsageError("--tokens must list whole numbers of at least 1")
         return MoeShape(
@@ -247,9 +258,9 @@ class RunConfig:
         """all_to_allv on the world group: experts to place, and a routing file's matrix of that size."""
         if "all_to_allv" not in self.ops:
             return
-        from commbench.modeling.routing import parse_routing, token_matrix
+        from commbench.modeling.routing import token_matrix
 
-        token_matrix(parse_routing(self.routing), self.moe_shape(tokens=1, ranks=world_size))
+        token_matrix(self.routing_model, self.moe_shape(tokens=1, ranks=world_size))
 
     def tokens_axis(self) -> list[int]:
         """all_to_allv's tokens per rank: --tokens, else one per byte size (a rank's uniform send bytes)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, Field, dataclass, field, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UsageError
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # the planner pulls in numpy and the step model; `commbench -
     from commbench.modeling.hardware import System
     from commbench.modeling.network import CollectiveCost
     from commbench.modeling.planner import Planner
+    from commbench.modeling.routing import Routing
 
 # compute 10x slower while communication overlaps it is a broken measurement, not a slowdown
 MAX_SLOWDOWN = 10.0
@@ -163,10 +165,7 @@ class PlanSpec:
             raise UsageError(f"give {option('slowdown')} or {option('overlap_run')}, not both")
         if self.slowdown is not None:
             checked_slowdown(self.slowdown)
-        if self.routing is not None:
-            from commbench.modeling.routing import parse_routing
-
-            parse_routing(self.routing)
+        _ = self.routing_model  # --routing parsed (a routing file read) once, here, and kept
         self._check_moe_choices()
 
     def execution_source(self) -> str | None:
@@ -215,6 +214,13 @@ class PlanSpec:
             cuda_graph=self.cuda_graph,
         )
 
+    @cached_property
+    def routing_model(self) -> Routing | None:
+        """--routing parsed, once per spec (a file: routing is read once); None when not given."""
+        from commbench.modeling.routing import parse_routing
+
+        return None if self.routing is None else parse_routing(self.routing)
+
     @staticmethod
     def doc(name: str) -> str:
         """What a field means, as `commbench plan --help` and the dashboard's planner page say it."""
@@ -257,15 +263,15 @@ def build_planner(spec: PlanSpec) -> Planner:
 
     system = _system(spec)
     model = load_model(spec.model)
-    routing = routing_of(spec, model.name)[0]
-    cluster = Cluster(spec.gpus, system, _collective_cost(spec, system, routing), **_slowdown_figures(spec))
+    routing = _routing_model(spec, model.name)
+    cluster = Cluster(spec.gpus, system, _collective_cost(spec, system, routing.key), **_slowdown_figures(spec))
     job = TrainingJob(
         model,
         spec.seq_len,
         spec.global_batch,
         PRECISIONS[spec.precision],
         execution=EXECUTIONS[spec.execution],
-        routing=routing,
+        routing=routing.text,
         compute=checked_recipe(spec.compute_precision, system.processor),
         quantised_param_gather=spec.fp8_param_gather,
         moe_execution=spec.moe_execution(),
@@ -293,16 +299,23 @@ def _system(spec: PlanSpec) -> System:
 
 def routing_of(spec: PlanSpec, model_name: str) -> tuple[str, str]:
     """The router skew EP is priced with, and where it comes from."""
-    from commbench.modeling.routing import DEFAULT_SKEW, parse_routing
+    from commbench.modeling.routing import DEFAULT_SKEW
 
-    if spec.routing is not None:
-        return parse_routing(spec.routing).text, "given (--routing)"
+    if spec.routing_model is not None:
+        return spec.routing_model.text, "given (--routing)"
     if model_name in DEFAULT_SKEW:
         return DEFAULT_SKEW[model_name]
     return "uniform", "default: no skew known for this model"
 
 
-def _collective_cost(spec: PlanSpec, system: System, routing: str) -> CollectiveCost:
+def _routing_model(spec: PlanSpec, model_name: str) -> Routing:
+    """routing_of's skew as a parsed Routing (the spec's own parse where --routing was given)."""
+    from commbench.modeling.routing import parse_routing
+
+    return spec.routing_model or parse_routing(routing_of(spec, model_name)[0])
+
+
+def _collective_cost(spec: PlanSpec, system: System, routing_key: str) -> CollectiveCost:
     """The preset's documented figures, or a measured run's table falling back on them."""
     from commbench.modeling.network import PresetNetwork
 
@@ -310,9 +323,8 @@ def _collective_cost(spec: PlanSpec, system: System, routing: str) -> Collective
     if not spec.bandwidth:
         return preset
     from commbench.modeling.measured import MeasuredNetwork
-    from commbench.modeling.routing import parse_routing
 
-    return MeasuredNetwork(spec.bandwidth, fallback=preset, routing=parse_routing(routing).key)
+    return MeasuredNetwork(spec.bandwidth, fallback=preset, routing=routing_key)
 
 
 def _slowdown_figures(spec: PlanSpec) -> dict[str, float]:
