@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -43,6 +44,37 @@ def message_figure(text: str, title: str | None = None) -> go.Figure:
         title=title, xaxis={"visible": False}, yaxis={"visible": False}, height=260, template="plotly_white"
     )
     return figure
+
+
+def add_timeline_bars(
+    figure: go.Figure,
+    bars: list[dict],
+    lane: Callable[[dict], str],
+    per_unit_us: float,
+    hover: Callable[[dict], Any],
+    hovertemplate: str,
+) -> None:
+    """One horizontal bar trace per category, coloured as CATEGORY_COLOURS says: each bar from its
+    start_us over its dur_us (divided by per_unit_us: 1e3 draws milliseconds), on the row `lane`
+    names, with `hover`'s value as its customdata."""
+
+    def scaled(value: float) -> float:
+        return value if per_unit_us == 1.0 else value / per_unit_us
+
+    for category in sorted({bar["category"] for bar in bars}):
+        chosen = [bar for bar in bars if bar["category"] == category]
+        figure.add_trace(
+            go.Bar(
+                orientation="h",
+                name=category,
+                base=[scaled(bar["start_us"]) for bar in chosen],
+                x=[scaled(bar["dur_us"]) for bar in chosen],
+                y=[lane(bar) for bar in chosen],
+                marker={"color": CATEGORY_COLOURS.get(category, "#7f7f7f"), "line": {"width": 0}},
+                customdata=[hover(bar) for bar in chosen],
+                hovertemplate=hovertemplate,
+            )
+        )
 
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")

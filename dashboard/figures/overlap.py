@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.common import CATEGORY_COLOURS, PALETTE, message_figure, size_ticks
+from dashboard.figures.common import PALETTE, add_timeline_bars, message_figure, size_ticks
 
 # Bars drawn at most; beyond it the longest bars of the window are kept (a browser stays smooth
 # with a few thousand SVG bars, not with the 50,000 an analysis may hold).
@@ -52,21 +52,15 @@ def timeline_figure(bars: list[dict], window: tuple[float, float] | None = None)
         return message_figure("No timeline events for this choice.")
     lanes = sorted({(bar["rank"], bar["lane"]) for bar in bars})
     figure = go.Figure()
-    for category in sorted({bar["category"] for bar in bars}):
-        chosen = [bar for bar in bars if bar["category"] == category]
-        figure.add_trace(
-            go.Bar(
-                orientation="h",
-                name=category,
-                base=[bar["start_us"] for bar in chosen],
-                x=[bar["dur_us"] for bar in chosen],
-                y=[_lane_name(bar["rank"], bar["lane"]) for bar in chosen],
-                marker={"color": CATEGORY_COLOURS.get(category, "#7f7f7f"), "line": {"width": 0}},
-                customdata=[[bar["name"], bar["start_us"] + bar["dur_us"]] for bar in chosen],
-                hovertemplate="%{customdata[0]}<br>start %{base:,.3f} us, end %{customdata[1]:,.3f} us"
-                "<br>duration %{x:,.3f} us<extra>%{fullData.name}</extra>",
-            )
-        )
+    add_timeline_bars(
+        figure,
+        bars,
+        lane=lambda bar: _lane_name(bar["rank"], bar["lane"]),
+        per_unit_us=1.0,
+        hover=lambda bar: [bar["name"], bar["start_us"] + bar["dur_us"]],
+        hovertemplate="%{customdata[0]}<br>start %{base:,.3f} us, end %{customdata[1]:,.3f} us"
+        "<br>duration %{x:,.3f} us<extra>%{fullData.name}</extra>",
+    )
     figure.update_layout(
         template="plotly_white",
         barmode="overlay",

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from commbench.modeling.ledger import LEDGER_ITEMS
 from commbench.modeling.schedule import StepResult
-from dashboard.figures.common import CATEGORY_COLOURS, message_figure
+from dashboard.figures.common import CATEGORY_COLOURS, add_timeline_bars, message_figure
 from dashboard.figures.overlap import MAX_BARS
 
 GB = 1e9
@@ -96,16 +96,8 @@ def memory_figure(results: list[dict], capacity_bytes: float) -> go.Figure:
                 hovertemplate="%{x} %{customdata}<br>" + item + ": %{y:.2f} GB<extra></extra>",
             )
         )
-    figure.add_hline(
-        y=capacity_bytes / GB,
-        line_dash="dash",
-        line_color="red",
-        annotation_text=f"capacity {capacity_bytes / GB:.0f} GB",
-        annotation_position="top left",
-    )
+    _stacked_against_capacity(figure, capacity_bytes, "capacity")
     figure.update_layout(
-        template="plotly_white",
-        barmode="stack",
         title="memory per GPU",
         xaxis={"title": "layout (rank in the table)"},
         yaxis={"title": "GB"},
@@ -114,6 +106,18 @@ def memory_figure(results: list[dict], capacity_bytes: float) -> go.Figure:
         margin={"t": 40},
     )
     return figure
+
+
+def _stacked_against_capacity(figure: go.Figure, capacity_bytes: float, what: str) -> None:
+    """The memory figures' common frame: bars stacked, and the device's memory as a red dashed line."""
+    figure.add_hline(
+        y=capacity_bytes / GB,
+        line_dash="dash",
+        line_color="red",
+        annotation_text=f"{what} {capacity_bytes / GB:.0f} GB",
+        annotation_position="top left",
+    )
+    figure.update_layout(template="plotly_white", barmode="stack")
 
 
 def stage_memory_figure(result: dict, capacity_bytes: float) -> go.Figure:
@@ -138,16 +142,8 @@ def stage_memory_figure(result: dict, capacity_bytes: float) -> go.Figure:
                 hovertemplate="%{x}<br>" + item + ": %{y:.2f} GB (peak at %{customdata})<extra></extra>",
             )
         )
-    figure.add_hline(
-        y=capacity_bytes / GB,
-        line_dash="dash",
-        line_color="red",
-        annotation_text=f"device {capacity_bytes / GB:.0f} GB",
-        annotation_position="top left",
-    )
+    _stacked_against_capacity(figure, capacity_bytes, "device")
     figure.update_layout(
-        template="plotly_white",
-        barmode="stack",
         title=f"memory per pipeline stage of {result['layout']} (planner's ledger, predicted)",
         xaxis={"title": "pipeline stage"},
         yaxis={"title": "GB per GPU"},
@@ -168,20 +164,14 @@ def step_timeline_figure(timeline: list[dict], title: str) -> go.Figure:
         note = f"{len(timeline)} events: the {MAX_BARS} longest are drawn"
     streams = sorted({bar["stream"] for bar in timeline})
     figure = go.Figure()
-    for category in sorted({bar["category"] for bar in bars}):
-        chosen = [bar for bar in bars if bar["category"] == category]
-        figure.add_trace(
-            go.Bar(
-                orientation="h",
-                name=category,
-                base=[bar["start_us"] / 1e3 for bar in chosen],
-                x=[bar["dur_us"] / 1e3 for bar in chosen],
-                y=[bar["stream"] for bar in chosen],
-                marker={"color": CATEGORY_COLOURS.get(category, "#7f7f7f"), "line": {"width": 0}},
-                customdata=[bar["name"] for bar in chosen],
-                hovertemplate="%{customdata}<br>start %{base:,.3f} ms, duration %{x:,.3f} ms<extra>%{fullData.name}</extra>",
-            )
-        )
+    add_timeline_bars(
+        figure,
+        bars,
+        lane=lambda bar: bar["stream"],
+        per_unit_us=1e3,
+        hover=lambda bar: bar["name"],
+        hovertemplate="%{customdata}<br>start %{base:,.3f} ms, duration %{x:,.3f} ms<extra>%{fullData.name}</extra>",
+    )
     figure.update_layout(
         template="plotly_white",
         barmode="overlay",
