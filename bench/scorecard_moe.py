@@ -37,6 +37,7 @@ from commbench.modeling.spec import PlanSpec, build_planner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "published" / "moe_runs.csv"
+RECIPES = ROOT / "bench" / "published" / "moe_recipes.csv"  # each row's recipe (bench/moe_recipes.py)
 RESULTS = ROOT / "bench" / "RESULTS-moe.md"
 SOURCE = (
     "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md, every "
@@ -60,15 +61,23 @@ GRAPHED_FROM = (26, 6)
 GRAPHED = {"DGX-GB200": None, "DGX-GB300": None, "DGX-B300": ("qwen3-235b-a22b", "qwen3-30b-a3b")}  # None: every model
 PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
 ASSUMED = (
-    "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; alltoall dispatcher, no MoE "
-    "overlap; FP8 = current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72; a full-iteration "
-    "CUDA graph where the row's recipe sets one (GRAPHED_FROM), else the host's MoE work exposed"
+    "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; the dispatcher (flex where "
+    "the recipe names a DeepEP or HybridEP backend, else alltoall) and 1F1B A2A overlap from the row's "
+    "recipe (bench/published/moe_recipes.csv), alltoall without overlap where no recipe matched; FP8 = "
+    "current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72; a full-iteration CUDA "
+    "graph where the row's recipe sets one (GRAPHED_FROM), else the host's MoE work exposed"
 )
 
 
-def load_rows(path: Path = RUNS) -> list[dict]:
+def load_rows(path: Path = RUNS, recipes: Path = RECIPES) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
+    with open(recipes, newline="", encoding="utf-8") as handle:
+        recipe = {r["id"]: r for r in csv.DictReader(handle)}
+    for row in rows:
+        found = recipe.get(row["id"], {})
+        row["dispatcher"] = "flex" if found.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep") else "alltoall"
+        row["moe_overlap"] = "1f1b-a2a" if found.get("moe_a2a_overlap") == "1" else "none"
     for row in rows:
         for name in ("gpus", "global_batch", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "ep"):
             row[name] = int(row[name])
@@ -99,6 +108,8 @@ def spec_of(row: dict) -> PlanSpec:
         compute_precision=PRECISION[row["precision"]],
         execution="megatron-core",
         routing="uniform",
+        dispatcher=row["dispatcher"],
+        moe_overlap=row["moe_overlap"],
         cuda_graph=full_iteration_graph(row),
     )
 

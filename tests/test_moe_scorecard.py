@@ -1,6 +1,7 @@
 """bench/scorecard_moe.py: the MoE rows split by the scorecard's position rule, each with its source
 commit, priced at their own layout (a row without a hardware preset is listed, not scored)."""
 
+import csv
 import importlib.util
 from pathlib import Path
 
@@ -44,3 +45,20 @@ def test_a_published_row_is_priced_at_its_layout_b300_on_its_preset_and_graphs_b
     assert SCORECARD.published_step(h100) == h100["global_batch"] * h100["seq_len"] / (
         h100["tokens_per_s_per_gpu"] * h100["gpus"]
     )
+
+
+def test_every_row_reads_its_recipe_and_a_deepep_recipe_prices_flex():
+    rows = SCORECARD.load_rows()
+    with open(SCORECARD.RECIPES, newline="", encoding="utf-8") as handle:
+        recipes = {r["id"]: r for r in csv.DictReader(handle)}
+    assert set(recipes) == {r["id"] for r in rows}
+    h100 = next(
+        r for r in rows if r["id"] == "mbridge-h100-qwen3-235b-a22b-256g-fp8-tp2pp8cp1ep32vp4-mbs1-gbs8192-26.02"
+    )
+    assert (
+        recipes[h100["id"]]["moe_flex_dispatcher_backend"] == "deepep" and recipes[h100["id"]]["moe_a2a_overlap"] == "1"
+    )
+    spec = SCORECARD.spec_of(h100)
+    assert (spec.dispatcher, spec.moe_overlap) == ("flex", "1f1b-a2a")
+    unmatched = [r for r in rows if not recipes[r["id"]]["config"]]
+    assert all(SCORECARD.spec_of(r).dispatcher == "alltoall" for r in unmatched)
