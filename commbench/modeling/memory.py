@@ -54,8 +54,10 @@ A quantised compute precision (job.compute, commbench.modeling.recipes) adds and
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commbench.modeling.job import Precision, TrainingJob
 from commbench.modeling.layout import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE, LayoutBatch
@@ -72,6 +74,7 @@ from commbench.modeling.ledger import (
     PEAK_MOMENTS,
     TE_WORKSPACE,
 )
+from commbench.modeling.models import ModelSpec
 from commbench.modeling.routing import expert_load
 
 # The seeds put static state at "16-20 B/param": the 16 itemised below plus headroom they do not
@@ -79,7 +82,7 @@ from commbench.modeling.routing import expert_load
 SEED_UPPER_BYTES_PER_PARAM = 20
 
 
-def static_ledger(params: float, precision: Precision) -> dict:
+def static_ledger(params: float, precision: Precision) -> dict[str, Any]:
     """The seed-style ledger for `params` parameters, unsharded: bytes per item and per parameter."""
     p = precision
     items = {
@@ -106,10 +109,11 @@ def min_gpus_to_hold(total_bytes: float, gpu_memory_bytes: float) -> int:
 
 def micro_batches(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     """Micro-batches per pipeline per step: global batch / (micro-batch * data parallel)."""
-    return job.global_batch // (batch.mbs * batch.dp)
+    result: np.ndarray = job.global_batch // (batch.mbs * batch.dp)
+    return result
 
 
-def stage_layers(job: TrainingJob, batch: LayoutBatch, stage) -> np.ndarray:
+def stage_layers(job: TrainingJob, batch: LayoutBatch, stage: ArrayLike) -> np.ndarray:
     """Transformer layers on pipeline stage `stage` (an array, one per layout), as Megatron-Core
     splits them (get_num_layers_to_build). An even split that does not divide gives the first
     stages one layer more (Megatron refuses it; the planner prices it paced by the larger stage)."""
@@ -138,10 +142,11 @@ def layers_per_chunk(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     if batch.stage_counts is not None:  # an explicit layout: its largest stage and its largest chunk
         busiest = np.where(batch.pp_layout_chunk > 0, batch.stage_counts.max(axis=1), busiest)
         return np.where(batch.pp_layout_chunk > 0, batch.pp_layout_chunk, -(-busiest // batch.vpp))
-    return -(-busiest // batch.vpp)
+    result: np.ndarray = -(-busiest // batch.vpp)
+    return result
 
 
-def _stage_parameters(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[np.ndarray, np.ndarray]:
+def _stage_parameters(job: TrainingJob, batch: LayoutBatch, stage: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     model = job.model
     stage = np.asarray(stage)
     layers = stage_layers(job, batch, stage)
@@ -159,7 +164,9 @@ def _stage_parameters(job: TrainingJob, batch: LayoutBatch, stage) -> tuple[np.n
     return dense, expert
 
 
-def stage_parameters(job: TrainingJob, batch: LayoutBatch, stage=None) -> tuple[np.ndarray, np.ndarray]:
+def stage_parameters(
+    job: TrainingJob, batch: LayoutBatch, stage: ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters on one rank of pipeline stage `stage`, after TP and EP splits;
     stage None: the stage holding the most (first, second or last)."""
     if stage is not None:
@@ -174,7 +181,8 @@ def stage_parameters(job: TrainingJob, batch: LayoutBatch, stage=None) -> tuple[
 
 def expert_data_parallel(batch: LayoutBatch) -> np.ndarray:
     """Ranks holding the same expert shard: tp*cp*dp / (ep*etp) (parallel folding)."""
-    return batch.tp * batch.cp * batch.dp // (batch.ep * batch.etp)
+    result: np.ndarray = batch.tp * batch.cp * batch.dp // (batch.ep * batch.etp)
+    return result
 
 
 def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: np.ndarray) -> np.ndarray:
@@ -212,7 +220,8 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     mask = np.where(recompute == SELECTIVE_RECOMPUTE, batch.recompute_mask, 0)
     selective = kept + dropped[0] - sum((mask >> bit & 1) * part for bit, part in enumerate(dropped))
     layer_input = 2 * wide * sbh * replicated
-    return np.where(recompute == FULL_RECOMPUTE, layer_input, selective)
+    result: np.ndarray = np.where(recompute == FULL_RECOMPUTE, layer_input, selective)
+    return result
 
 
 def _expert_activation_width(job: TrainingJob) -> float:
@@ -230,12 +239,15 @@ def _unfused_attention(job: TrainingJob) -> bool:
     return not job.flash_attention or job.execution.attention == "unfused"
 
 
-def _score_bytes(job: TrainingJob, batch: LayoutBatch, bytes_per_score) -> np.ndarray:
+def _score_bytes(job: TrainingJob, batch: LayoutBatch, bytes_per_score: float) -> np.ndarray:
     """Bytes of one layer's attention scores for one micro-batch on one rank, at `bytes_per_score`."""
-    return bytes_per_score * job.model.heads * (job.seq_len / batch.cp) * job.seq_len * batch.mbs / batch.tp
+    result: np.ndarray = (
+        bytes_per_score * job.model.heads * (job.seq_len / batch.cp) * job.seq_len * batch.mbs / batch.tp
+    )
+    return result
 
 
-def _latent_width(model) -> int:
+def _latent_width(model: ModelSpec) -> int:
     """MLA's latents (queries', keys' and values' compressed widths): kept whole on every TP rank."""
     mla = model.mla
     return mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim if mla else 0
@@ -246,17 +258,19 @@ def vpp_group(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
     return np.where(batch.vpp_group > 0, batch.vpp_group, batch.pp)
 
 
-def in_flight_chunks(batch: LayoutBatch, m: np.ndarray, stage) -> np.ndarray:
+def in_flight_chunks(batch: LayoutBatch, m: np.ndarray, stage: ArrayLike) -> np.ndarray:
     """Model-chunk forwards whose activations stage `stage` holds at its peak (Megatron-Core's
     warm-up count plus the one steady-state forward, capped at all m*v of them)."""
     p, v, stage = batch.pp, batch.vpp, np.asarray(stage)
     warmup = np.where(v > 1, 2 * (p - stage - 1) + (v - 1) * vpp_group(batch, m), p - stage - 1)
-    return np.minimum(warmup + 1, m * v)
+    result: np.ndarray = np.minimum(warmup + 1, m * v)
+    return result
 
 
 def in_flight_micro_batches(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
     """Micro-batches' worth of activations the first pipeline stage holds at its peak."""
-    return in_flight_chunks(batch, m, 0) / batch.vpp
+    result: np.ndarray = in_flight_chunks(batch, m, 0) / batch.vpp
+    return result
 
 
 def per_layout_terms(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
@@ -288,11 +302,12 @@ def moe_dispatch_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     local = batch.mbs * job.seq_len / (batch.cp * batch.tp)
     copies = model.moe.top_k * job.expert_load * local
     sent, received = copies * load.kept, copies * batch.etp * load.hottest
-    return 2.0 * job.activation_bytes * model.hidden * (sent + received)
+    result: np.ndarray = 2.0 * job.activation_bytes * model.hidden * (sent + received)
+    return result
 
 
 def stage_memory(
-    job: TrainingJob, batch: LayoutBatch, stage, terms: dict | None = None
+    job: TrainingJob, batch: LayoutBatch, stage: ArrayLike, terms: dict[str, np.ndarray] | None = None
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Stage `stage`'s ledger (bytes per item at the allocator's peak, 'allocator_peak',
     'outside_allocator', 'total') and the index into PEAK_MOMENTS of when that peak happens.
@@ -304,7 +319,7 @@ def stage_memory(
     dp_group = batch.dp * batch.cp
     expert_group = expert_data_parallel(batch)
 
-    def sharded(nbytes: int, from_stage: int) -> np.ndarray:
+    def sharded(nbytes: float, from_stage: int) -> np.ndarray:
         shard = batch.zero >= from_stage
         return nbytes * (dense / np.where(shard, dp_group, 1) + expert / np.where(shard, expert_group, 1))
 
@@ -332,7 +347,7 @@ def stage_memory(
     return _at_peak(job, batch, items, chunks < m * batch.vpp)
 
 
-def quantised_weight_bytes(job: TrainingJob, batch: LayoutBatch, n_layers) -> np.ndarray:
+def quantised_weight_bytes(job: TrainingJob, batch: LayoutBatch, n_layers: np.ndarray) -> np.ndarray:
     """Bytes of the recipe's cached quantised weight copies on one rank (0 in bf16)."""
     recipe = job.compute
     if not recipe.quantised:
@@ -342,7 +357,8 @@ def quantised_weight_bytes(job: TrainingJob, batch: LayoutBatch, n_layers) -> np
     weights_per_layer = quantised_operands(job, batch, 1.0)[2]
     held = np.where(batch.zero == 3, np.minimum(2, n_layers), n_layers)  # ZeRO-3: this layer and the prefetched one
     copies = 1 if job.quantised_param_gather else 2
-    return held * weights_per_layer * (1 - recipe.bf16_layer_share) * copies * recipe.element_bytes
+    result: np.ndarray = held * weights_per_layer * (1 - recipe.bf16_layer_share) * copies * recipe.element_bytes
+    return result
 
 
 def quantised_activation_saving(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
@@ -356,13 +372,14 @@ def quantised_activation_saving(job: TrainingJob, batch: LayoutBatch) -> np.ndar
     model, t = job.model, batch.tp
     tokens = batch.mbs * job.seq_len / batch.cp
     replicated = np.where(batch.seq_parallel, 1.0 / t, 1.0)
-    down_input = model.ffn_hidden
+    down_input: float = model.ffn_hidden
     if model.moe:
         moe = model.moe
         routed = moe.top_k * job.expert_load * moe.expert_ffn_hidden + moe.shared_ffn_hidden
         down_input = (model.dense_layers * model.ffn_hidden + model.moe_layers * routed) / model.layers
     elements = tokens * (2 * model.hidden * replicated + (model.attention_out_dim + down_input) / t)
-    return (1 - recipe.bf16_layer_share) * narrower * elements
+    result: np.ndarray = (1 - recipe.bf16_layer_share) * narrower * elements
+    return result
 
 
 def logits_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
@@ -370,13 +387,15 @@ def logits_bytes(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     1/t with sequence parallelism) and its logits in the activation dtype plus their fp32 copy."""
     tokens = batch.mbs * job.seq_len / batch.cp
     head_input = tokens * job.model.hidden * job.activation_bytes * np.where(batch.seq_parallel, 1.0 / batch.tp, 1.0)
-    return head_input + tokens * job.model.vocab / batch.tp * (job.activation_bytes + 4)
+    result: np.ndarray = head_input + tokens * job.model.vocab / batch.tp * (job.activation_bytes + 4)
+    return result
 
 
 def _attention_workspace(job: TrainingJob, batch: LayoutBatch) -> np.ndarray:
     if _unfused_attention(job):
         return _score_bytes(job, batch, job.activation_bytes)
-    return 4.0 * batch.mbs * job.seq_len / batch.cp * job.model.q_dim / batch.tp
+    result: np.ndarray = 4.0 * batch.mbs * job.seq_len / batch.cp * job.model.q_dim / batch.tp
+    return result
 
 
 def _gemm_workspace(job: TrainingJob) -> float:
@@ -385,7 +404,7 @@ def _gemm_workspace(job: TrainingJob) -> float:
     return CUBLAS_WORKSPACE + (TE_WORKSPACE if job.execution.name == "megatron-core" else 0.0)
 
 
-def _grad_buckets(job: TrainingJob, batch: LayoutBatch, dense, expert) -> np.ndarray:
+def _grad_buckets(job: TrainingJob, batch: LayoutBatch, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
     grads = (dense + expert) * job.precision.grad_bytes
     replicated = (batch.dp * batch.cp > 1) & (batch.zero < 3)
     if job.execution.grad_buffer == "contiguous":
@@ -395,14 +414,18 @@ def _grad_buckets(job: TrainingJob, batch: LayoutBatch, dense, expert) -> np.nda
     return np.where(batch.dp * batch.cp > 1, 2 * np.minimum(job.bucket_bytes, grads), 0.0)
 
 
-def _param_gather(job: TrainingJob, batch: LayoutBatch, dense, expert, layers) -> np.ndarray:
+def _param_gather(
+    job: TrainingJob, batch: LayoutBatch, dense: np.ndarray, expert: np.ndarray, layers: np.ndarray
+) -> np.ndarray:
     prec = job.precision
     layer_params = (dense + expert) / np.maximum(layers, 1)
     gathered = layer_params * (2 * job.gathered_param_bytes + prec.grad_bytes)
     return np.where(batch.zero == 3, gathered, 0.0)
 
 
-def _at_peak(job: TrainingJob, batch: LayoutBatch, items: dict[str, np.ndarray], ran_backward: np.ndarray):
+def _at_peak(
+    job: TrainingJob, batch: LayoutBatch, items: dict[str, np.ndarray], ran_backward: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The allocator's peak: the larger of the activation peak and the optimizer step, with the
     items held at that moment, and what lives outside the allocator beside it."""
     persistent = job.execution.grad_buffer == "contiguous"
@@ -416,12 +439,12 @@ def _at_peak(job: TrainingJob, batch: LayoutBatch, items: dict[str, np.ndarray],
     ledger = {name: np.where(moment == 1, at_step[name], at_activations[name]) for name in items}
     ledger["allocator_peak"] = np.maximum(activation_peak, step_peak)
     ledger.update(_outside_allocator(job, batch, ledger["allocator_peak"]))
-    ledger["outside_allocator"] = sum(ledger[name] for name in OUTSIDE_ITEMS)
+    ledger["outside_allocator"] = cast(np.ndarray, sum(ledger[name] for name in OUTSIDE_ITEMS))  # never empty
     ledger["total"] = ledger["allocator_peak"] + ledger["outside_allocator"]
     return ledger, moment
 
 
-def _outside_allocator(job: TrainingJob, batch: LayoutBatch, allocator_peak) -> dict[str, np.ndarray]:
+def _outside_allocator(job: TrainingJob, batch: LayoutBatch, allocator_peak: np.ndarray) -> dict[str, np.ndarray]:
     n = len(batch)
     if not job.on_gpu:
         return {name: np.zeros(n) for name in OUTSIDE_ITEMS}
