@@ -155,6 +155,10 @@ def test_plan_json_names_precision_recipe_and_bf16_layers():
     assert compute["bf16_layer_share"] == pytest.approx(10 / 62) and "arXiv:2509.25149" in compute["bf16_layer_source"]
     assert compute["gemm_peak_flops"] == 9e15 and compute["fp8_param_gather"] is True
     assert compute["bytes_per_param_variant"].startswith("bf16 mixed precision")
+    # B200 has an FP8 factor fitted on the scorecard's calibration half, none for FP4: it says so
+    assert compute["quantised_gemm_efficiency"] == 1.0 and compute["quantised_gemm_efficiency_source"].startswith(
+        "not fitted"
+    )
 
 
 @pytest.mark.parametrize(

@@ -289,7 +289,25 @@ def compute_figures(planner) -> dict:
         "gathered_param_bytes": job.gathered_param_bytes,
         "gemm_peak_flops": processor.for_recipe(job.compute).peak_flops,
         "bf16_peak_flops": processor.peak_flops,
+        **_quantised_gemm_factor(processor, job.compute),
         "bytes_per_param_variant": job.precision.name,
+    }
+
+
+def _quantised_gemm_factor(processor, recipe) -> dict:
+    """The factor on the GEMM curve in the recipe's format and where it came from (fitted on the
+    scorecard's calibration half, or 1.0 where no row in that format on that GPU was there to fit)."""
+    if not recipe.quantised:
+        return {"quantised_gemm_efficiency": None, "quantised_gemm_efficiency_source": None}
+    factors = dict(processor.quantised_gemm_efficiency)
+    if recipe.peak not in factors:
+        return {
+            "quantised_gemm_efficiency": 1.0,
+            "quantised_gemm_efficiency_source": f"not fitted: no {recipe.peak} factor in the processor's description",
+        }
+    return {
+        "quantised_gemm_efficiency": factors[recipe.peak],
+        "quantised_gemm_efficiency_source": processor.sources.get("quantised_gemm_efficiency", ""),
     }
 
 
