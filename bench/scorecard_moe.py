@@ -61,11 +61,12 @@ GRAPHED_FROM = (26, 6)
 GRAPHED = {"DGX-GB200": None, "DGX-GB300": None, "DGX-B300": ("qwen3-235b-a22b", "qwen3-30b-a3b")}  # None: every model
 PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
 ASSUMED = (
-    "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; recompute none; the dispatcher (flex where "
-    "the recipe names a DeepEP or HybridEP backend, else alltoall) and 1F1B A2A overlap from the row's "
-    "recipe (bench/published/moe_recipes.csv), alltoall without overlap where no recipe matched; FP8 = "
-    "current scaling; NVL72 domain of 64 GPUs when gpus is not a multiple of 72; a full-iteration CUDA "
-    "graph where the row's recipe sets one (GRAPHED_FROM), else the host's MoE work exposed"
+    "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; selective recompute of the modules the row's "
+    "recipe names (none where it names none); the dispatcher (flex where the recipe names a DeepEP or "
+    "HybridEP backend, else alltoall) and 1F1B A2A overlap from the recipe (bench/published/moe_recipes.csv), "
+    "alltoall without overlap or recompute where no recipe matched; FP8 = current scaling; NVL72 domain of 64 "
+    "GPUs when gpus is not a multiple of 72; a full-iteration CUDA graph where the row's recipe sets one "
+    "(GRAPHED_FROM), else the host's MoE work exposed"
 )
 
 
@@ -78,6 +79,7 @@ def load_rows(path: Path = RUNS, recipes: Path = RECIPES) -> list[dict]:
         found = recipe.get(row["id"], {})
         row["dispatcher"] = "flex" if found.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep") else "alltoall"
         row["moe_overlap"] = "1f1b-a2a" if found.get("moe_a2a_overlap") == "1" else "none"
+        row["recompute_modules"] = "+".join((found.get("recompute_modules") or "").split())
     for row in rows:
         for name in ("gpus", "global_batch", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "ep"):
             row[name] = int(row[name])
@@ -135,6 +137,8 @@ def layout_of(row: dict) -> Layout:
         etp=1,
         zero=3 if row["fsdp"] else 1,
         mbs=row["mbs"],
+        recompute="selective" if row["recompute_modules"] else "none",
+        recompute_modules=row["recompute_modules"],
     )
 
 
