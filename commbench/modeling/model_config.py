@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, overload
 
 from commbench.data.safe_read import CONFIG, load_json
 from commbench.errors import UsageError
@@ -51,7 +52,7 @@ class Family:
     learned_positions: bool = False  # a position table of max_position_embeddings x hidden
     lm_head_bias: bool = False
     qk_norm: bool = False  # a norm over head_dim on queries and on keys
-    defaults: tuple = ()  # (key, value) of the config class's other size defaults
+    defaults: tuple[tuple[str, int], ...] = ()  # (key, value) of the config class's other size defaults
 
 
 _LLAMA_SIZES = (
@@ -61,7 +62,7 @@ _LLAMA_SIZES = (
     ("num_attention_heads", 32),
     ("vocab_size", 32000),
 )
-_PLAIN_ALL_BIASES = dict(layernorm=True, qkv_bias=True, out_bias=True, mlp_bias=True)
+_PLAIN_ALL_BIASES: dict[str, Any] = dict(layernorm=True, qkv_bias=True, out_bias=True, mlp_bias=True)
 
 FAMILY_DEFAULTS: dict[str, Family] = {
     "llama": Family(defaults=_LLAMA_SIZES),
@@ -116,11 +117,11 @@ def read_config(path: str | Path, name: str | None = None) -> ModelSpec:
     return spec_from_config(cfg, name or folder or path.stem, source=str(path))
 
 
-def spec_from_config(cfg: dict, name: str, source: str | None = None) -> ModelSpec:
+def spec_from_config(cfg: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
     source = source or name
     notes = []
     if isinstance(cfg.get("text_config"), dict):
-        vision = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else {}
+        vision: dict[str, Any] = cfg["vision_config"] if isinstance(cfg.get("vision_config"), dict) else {}
         notes.append(
             f"vision tower ({vision.get('model_type', 'vision_config')}) and projector not modelled: "
             f"planning the language model of {name} only"
@@ -132,7 +133,7 @@ def spec_from_config(cfg: dict, name: str, source: str | None = None) -> ModelSp
     return _Reader(cfg, name, source, notes).spec()
 
 
-def refuse_unmodelled(cfg: dict, name: str) -> None:
+def refuse_unmodelled(cfg: dict[str, Any], name: str) -> None:
     """One clear line for architectures whose layers are not attention + MLP."""
     model_type = str(cfg.get("model_type", "")).lower()
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
@@ -155,7 +156,7 @@ def refuse_unmodelled(cfg: dict, name: str) -> None:
         raise UsageError(f"{name}: encoder-decoder models (model_type {model_type or '?'}) are not modelled")
 
 
-def _linear_attention_layers(cfg: dict) -> int:
+def _linear_attention_layers(cfg: dict[str, Any]) -> int:
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list):
         return sum(kind == "linear_attention" for kind in layer_types)
@@ -166,24 +167,32 @@ def _linear_attention_layers(cfg: dict) -> int:
 class _Reader:
     """Reads one (text) config; every size passes the limits of commbench.modeling.limits."""
 
-    def __init__(self, cfg: dict, name: str, source: str, notes: list[str]):
+    def __init__(self, cfg: dict[str, Any], name: str, source: str, notes: list[str]) -> None:
         self.model_type = str(cfg.get("model_type", "")).lower()
         self.family = FAMILY_DEFAULTS.get(self.model_type, UNKNOWN_FAMILY)
         self.cfg = {**dict(self.family.defaults), **{k: v for k, v in cfg.items() if v is not None}}
         self.name, self.source, self.notes = name, source, notes
 
-    def first(self, *keys):
+    def first(self, *keys: str) -> tuple[str, Any] | tuple[None, None]:
         """(key, value) of the first key present with a value, or (None, None)."""
         for key in keys:
             if key in self.cfg:
                 return key, self.cfg[key]
         return None, None
 
-    def size(self, *keys, high: int, low: int = 1, default: int | None = None) -> int | None:
+    @overload
+    def size(self, *keys: str, high: int, low: int = 1, default: int) -> int: ...
+    @overload
+    def size(self, *keys: str, high: int, low: int = 1, default: None = None) -> int | None: ...
+    def size(self, *keys: str, high: int, low: int = 1, default: int | None = None) -> int | None:
         key, value = self.first(*keys)
         return default if key is None else whole_number(f"{self.source}: {key}", value, low, high)
 
-    def flag(self, *keys, default: bool) -> bool:
+    def present(self, key: str, high: int, low: int = 1) -> int:
+        """A size the caller has seen in the config (`key in self.cfg`)."""
+        return whole_number(f"{self.source}: {key}", self.cfg[key], low, high)
+
+    def flag(self, *keys: str, default: bool) -> bool:
         key, value = self.first(*keys)
         return default if key is None else bool(value)
 
@@ -193,7 +202,7 @@ class _Reader:
         layers = self.size("num_hidden_layers", "n_layer", "num_layers", high=MAX_LAYERS)
         heads = self.size("num_attention_heads", "n_head", high=MAX_HEADS)
         vocab = self.size("padded_vocab_size", "vocab_size", high=MAX_VOCAB)
-        if None in (hidden, layers, heads, vocab):
+        if hidden is None or layers is None or heads is None or vocab is None:
             kind = f" (model_type {self.model_type})" if self.model_type else ""
             raise UsageError(
                 f"{self.source}{kind}: needs hidden_size, num_hidden_layers, num_attention_heads and "
@@ -268,7 +277,7 @@ class _Reader:
             "n_inner",
             "ffn_dim",
         )
-        width = self.size(key, high=MAX_FFN) if key else 4 * hidden  # GPT-2 style: n_inner null means 4h
+        width = self.present(key, high=MAX_FFN) if key else 4 * hidden  # GPT-2 style: n_inner null means 4h
         if self.model_type == "qwen" and key == "intermediate_size":
             width //= 2  # Qwen v1 declares the two SwiGLU branches together (w1 and w2 are each half of it)
         return width
@@ -276,13 +285,15 @@ class _Reader:
     def mla(self) -> MLASpec | None:
         if self.cfg.get("kv_lora_rank") is None:
             return None
-        return MLASpec(
+        # a missing size stays None here: MLASpec refuses it, naming it
+        sizes: dict[str, Any] = dict(
             kv_lora_rank=self.size("kv_lora_rank", high=MAX_FFN),
             qk_nope_head_dim=self.size("qk_nope_head_dim", high=MAX_HEAD_DIM),
             qk_rope_head_dim=self.size("qk_rope_head_dim", low=0, high=MAX_HEAD_DIM),
             v_head_dim=self.size("v_head_dim", high=MAX_HEAD_DIM),
             q_lora_rank=self.size("q_lora_rank", low=0, high=MAX_FFN, default=0),
         )
+        return MLASpec(**sizes)
 
     def moe(self, hidden: int, layers: int) -> MoESpec | None:
         experts = self.size(
@@ -326,7 +337,7 @@ class _Reader:
         # a set: a list's membership test in the loop took 21 s for a config listing 200k layers
         only_dense = {i for i in dense_listed if isinstance(i, int)} if isinstance(dense_listed, list) else set()
         if "moe_layer_freq" in self.cfg:
-            freq = self.size("moe_layer_freq", high=layers)
+            freq = self.present("moe_layer_freq", high=layers)
             return sum(1 for i in range(first, layers) if i % freq == 0 and i not in only_dense)
         step = self.size("decoder_sparse_step", "interleave_moe_layer_step", high=layers, default=1)
         return sum(1 for i in range(first, layers) if (i + 1) % step == 0 and i not in only_dense)
@@ -344,13 +355,15 @@ class _Reader:
         if self.model_type == "gemma2":
             return window, (layers + 1) // 2
         if "sliding_window_pattern" in self.cfg:
-            pattern = self.size("sliding_window_pattern", high=layers)
+            pattern = self.present("sliding_window_pattern", high=layers)
             return window, layers - layers // pattern
         if "max_window_layers" in self.cfg:
-            return window, max(0, layers - self.size("max_window_layers", low=0, high=MAX_LAYERS))
+            return window, max(0, layers - self.present("max_window_layers", low=0, high=MAX_LAYERS))
         return window, layers
 
-    def layer_extras(self, hidden, q_width, kv_width, ffn, gated, head_dim, mla) -> int:
+    def layer_extras(
+        self, hidden: int, q_width: int, kv_width: int, ffn: int, gated: bool, head_dim: int, mla: MLASpec | None
+    ) -> int:
         """Norm weights (and LayerNorm biases) and linear biases of one layer."""
         fam, all_bias = self.family, self.flag("use_bias", "bias", default=False)
         norm = hidden * (2 if fam.layernorm or not self.flag("rmsnorm", default=True) else 1)
