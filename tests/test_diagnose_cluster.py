@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from cluster.emulated import EmulatedCluster, wait_procs
+from cluster.emulated import EmulatedCluster, torchrun_command, wait_procs
 from cluster.fixtures import require_cluster
 
 from tests.conftest import REPO
@@ -186,29 +186,9 @@ def test_under_torchrun_with_two_ranks_per_node_each_node_is_one_rank_and_every_
     c = emulated_cluster
     procs = [
         c.node(i).popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "3",
-                "--nproc-per-node",
-                "2",
-                "--node-rank",
-                str(i),
-                "--master-addr",
-                c.addr(0),
-                "--master-port",
-                "29621",
-                "-m",
-                "commbench",
-                "diagnose",
-                "--size",
-                "4M",
-                "--iters",
-                "3",
-                "--json",
-            ],
+            torchrun_command(
+                c, i, 29621, ["-m", "commbench", "diagnose", "--size", "4M", "--iters", "3", "--json"], nproc_per_node=2
+            ),
             env={"GLOO_SOCKET_IFNAME": "eth0"},
             cwd=REPO,
             stdout=subprocess.PIPE,

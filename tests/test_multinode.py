@@ -5,10 +5,9 @@ Needs root; skips with the reason otherwise.
 """
 
 import subprocess
-import sys
 
 import pytest
-from cluster.emulated import tcp_goodput_ceiling_gbps, wait_procs
+from cluster.emulated import tcp_goodput_ceiling_gbps, torchrun_command, wait_procs
 
 from commbench.data.rundir import list_runs, load_run
 from tests.conftest import REPO
@@ -20,28 +19,8 @@ def torchrun_per_node(cluster, ranks_per_node, args, out, port=29611, timeout=60
     """One torchrun per node, c10d store on node 0, gloo over each node's eth0."""
     procs = []
     for i in range(len(cluster.nodes)):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(len(cluster.nodes)),
-            "--nproc-per-node",
-            str(ranks_per_node),
-            "--node-rank",
-            str(i),
-            "--master-addr",
-            cluster.addr(0),
-            "--master-port",
-            str(port),
-            "-m",
-            "commbench",
-            "run",
-            "--out",
-            str(out),
-            "--no-progress",
-            *args,
-        ]
+        program = ["-m", "commbench", "run", "--out", str(out), "--no-progress", *args]
+        cmd = torchrun_command(cluster, i, port, program, nproc_per_node=ranks_per_node)
         procs.append(
             cluster.node(i).popen(
                 cmd,

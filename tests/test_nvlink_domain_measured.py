@@ -9,11 +9,10 @@ The emulated links between hosts of one "domain" are the same shaped links as be
 this checks the bookkeeping (who is in which domain, which rows price which group), not NVLink's speed."""
 
 import subprocess
-import sys
 
 import numpy as np
 import pytest
-from cluster.emulated import wait_procs
+from cluster.emulated import torchrun_command, wait_procs
 
 from commbench.data.bandwidth_table import BandwidthTable
 from commbench.data.rundir import list_runs, load_run
@@ -31,33 +30,26 @@ DOMAINS = ("rack-a", "rack-a", "rack-b", "rack-b")
 def _sweep(cluster, out, port=29671):
     procs = []
     for i, domain in enumerate(DOMAINS):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "4",
-            "--nproc-per-node",
-            "2",
-            "--node-rank",
-            str(i),
-            "--master-addr",
-            cluster.addr(0),
-            "--master-port",
-            str(port),
-            "-m",
-            "commbench",
-            "run",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--ops",
-            "all_reduce,all_gather,reduce_scatter",
-            "-b",
-            "64K",
-            "-e",
-            "1M",
-        ]
+        cmd = torchrun_command(
+            cluster,
+            i,
+            port,
+            [
+                "-m",
+                "commbench",
+                "run",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--ops",
+                "all_reduce,all_gather,reduce_scatter",
+                "-b",
+                "64K",
+                "-e",
+                "1M",
+            ],
+            nproc_per_node=2,
+        )
         procs.append(
             cluster.node(i).popen(
                 cmd,
