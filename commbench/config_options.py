@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import MISSING, Field, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from commbench.errors import UsageError
 from commbench.units import parse_size
+
+T = TypeVar("T")
 
 # ---- parsers of option text (argparse's `type`): a bad value is one line and exit 2
 
@@ -37,12 +39,17 @@ def csv_list(choices: tuple[str, ...] | None) -> Callable[[str], tuple[str, ...]
     return parse
 
 
-def size_arg(text: str) -> int:
-    """A byte size: 8, 1K, 64M (binary)."""
+def as_argument(check: Callable[[str], T], text: str) -> T:
+    """check(text) for argparse's `type`: a UsageError becomes argparse's one line and exit 2."""
     try:
-        return parse_size(text)
+        return check(text)
     except UsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def size_arg(text: str) -> int:
+    """A byte size: 8, 1K, 64M (binary)."""
+    return as_argument(parse_size, text)
 
 
 def tokens_list(text: str) -> tuple[int, ...]:

@@ -7,7 +7,6 @@ previous complete file or the new complete file, even if the writer is killed mi
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import io
@@ -28,6 +27,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
+from commbench.config_options import as_argument
 from commbench.data.safe_read import (
     DOCUMENT,
     RECORDS,
@@ -70,10 +70,7 @@ def check_run_id(run_id: str) -> str:
 
 def run_id_argument(text: str) -> str:
     """argparse type for --run-id: one line and exit 2 on a bad id, before anything starts."""
-    try:
-        return check_run_id(text)
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return as_argument(check_run_id, text)
 
 
 def utc_now() -> str:
