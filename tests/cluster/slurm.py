@@ -42,6 +42,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from commbench.measure.slurm import TERMINAL_STATES  # the job states after which Slurm runs nothing more
+
 from .emulated import EmulatedCluster, _killpg
 
 SLURM_TOOLS = (
@@ -57,19 +59,6 @@ SLURM_TOOLS = (
     "scontrol",
     "scancel",
 )
-TERMINAL_STATES = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "REVOKED",
-    "SPECIAL_EXIT",
-}
 
 
 class SlurmError(RuntimeError):
