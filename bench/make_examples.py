@@ -123,7 +123,7 @@ def make_trace(example: Example, scratch: Path) -> Path:
 
 def make_on_cluster(example: Example, scratch: Path) -> Path:
     sys.path.insert(0, str(REPO / "tests"))
-    from cluster.emulated import EmulatedCluster, wait_procs
+    from cluster.emulated import EmulatedCluster, torchrun_command, wait_procs
 
     spec = example.cluster
     with EmulatedCluster(**spec.shape) as cluster:
@@ -131,20 +131,7 @@ def make_on_cluster(example: Example, scratch: Path) -> Path:
             cluster.shape(spec.degrade["node"], **{k: v for k, v in spec.degrade.items() if k != "node"})
         procs = []
         for i in range(len(cluster.nodes)):
-            torchrun = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                str(len(cluster.nodes)),
-                "--nproc-per-node",
-                str(spec.ranks_per_node),
-                "--node-rank",
-                str(i),
-                "--master-addr",
-                cluster.addr(0),
-                "--master-port",
-                str(TORCHRUN_PORT),
+            program = [
                 "-m",
                 "commbench",
                 *example.command,
@@ -154,6 +141,7 @@ def make_on_cluster(example: Example, scratch: Path) -> Path:
                 str(scratch),
                 "--no-progress",
             ]
+            torchrun = torchrun_command(cluster, i, TORCHRUN_PORT, program, nproc_per_node=spec.ranks_per_node)
             procs.append(
                 cluster.node(i).popen(
                     torchrun,
