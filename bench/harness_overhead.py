@@ -134,15 +134,23 @@ def spawn(target, *args) -> dict:
     return dict(out)
 
 
-def cli_sweep() -> dict:
-    """`commbench run` at its defaults; rank 0's records, keyed like the raw loop's."""
+def cli_sweep(attempts: int = 2) -> dict:
+    """`commbench run` at its defaults; rank 0's records, keyed like the raw loop's. A run that
+    fails is said so and run again once, so one failure does not cost the whole bench."""
     command = [sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "8", "-e", "64K"]
-    with tempfile.TemporaryDirectory() as tmp:
-        command += ["--ops", "all_reduce", "--out", tmp, "--no-progress"]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        (records_file,) = Path(tmp).glob("*/records.jsonl")
-        records = [json.loads(line) for line in records_file.read_text().splitlines()]
-    return {(r["size_bytes"], "in-place" if r["in_place"] else "out-of-place"): r["time_us"] for r in records}
+    for attempt in range(1, attempts + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run(
+                [*command, "--ops", "all_reduce", "--out", tmp, "--no-progress"], stdout=subprocess.DEVNULL
+            )
+            if done.returncode == 0:
+                (records_file,) = Path(tmp).glob("*/records.jsonl")
+                records = [json.loads(line) for line in records_file.read_text().splitlines()]
+                return {
+                    (r["size_bytes"], "in-place" if r["in_place"] else "out-of-place"): r["time_us"] for r in records
+                }
+        print(f"commbench run failed (exit {done.returncode}), attempt {attempt} of {attempts}", flush=True)
+    raise SystemExit(f"commbench run failed {attempts} times; see its errors above")
 
 
 def cli_rounds(rounds: int) -> dict:
