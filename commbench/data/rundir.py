@@ -169,6 +169,7 @@ class RunWriter:
         self.samples: list[str] = []  # samples.jsonl lines, one per record that kept its samples
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
         self._streamed = False  # write_all_records wrote the records files: they are not held here
+        self._forget_rendered()
         try:
             self.write_info()
             self._write_records()
@@ -195,6 +196,7 @@ class RunWriter:
         """Replace every record (e.g. to add flags computed once all rows are in)."""
         with self._lock:
             self.records = list(records)
+            self._forget_rendered()
             self._write_records()
 
     def write_all_records(self, records: Iterable[Record], extra: Sequence[str] | None = None) -> None:
@@ -225,11 +227,29 @@ class RunWriter:
     def _write_records(self, durable: bool = False) -> None:
         if self._streamed:
             raise ValueError("this writer's records were written by write_all_records and are not kept")
-        lines = "".join(json.dumps(rec) + "\n" for rec in self.records)
+        lines, table = self._rendered()
         atomic_write_text(self.path / RECORDS_JSONL, lines, durable)
-        atomic_write_text(self.path / RECORDS_CSV, records_to_csv(self.records), durable)
+        atomic_write_text(self.path / RECORDS_CSV, table, durable)
         if self.samples:
             atomic_write_text(self.path / SAMPLES_JSONL, "".join(self.samples), durable)
+
+    def _forget_rendered(self) -> None:
+        self._json_lines: list[str] = []  # records.jsonl's line of each record in self.records, in order
+        self._csv_rows: list[str] = []  # records.csv's rows of those records, in chunks
+        self._csv_extra: list[str] = []  # the columns beyond RECORD_FIELDS those rows were made with
+
+    def _rendered(self) -> tuple[str, str]:
+        """records.jsonl's and records.csv's text. A sweep rewrites both after every row, so each
+        record is rendered once, when it arrives, not on every rewrite (which grew as the square of
+        the rows); all rows again only when a record brings a column records.csv did not have."""
+        new = self.records[len(self._json_lines) :]
+        self._json_lines += [json.dumps(rec) + "\n" for rec in new]
+        extra = sorted(set(self._csv_extra) | ({key for rec in new for key in rec} - set(RECORD_FIELDS)))
+        if extra != self._csv_extra:
+            self._csv_extra, self._csv_rows, new = extra, [], self.records
+        header = next(_csv_chunks([], extra))
+        self._csv_rows.append("".join(_csv_chunks(new, extra))[len(header) :])
+        return "".join(self._json_lines), header + "".join(self._csv_rows)
 
     def finish(self, complete: bool, reason: str | None = None) -> None:
         with self._lock:
