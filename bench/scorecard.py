@@ -64,7 +64,8 @@ ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 # baseline); their held-out half counts in the held-out figures as the rule assigns it. The Megatron-Bridge
 # sources (megatron-bridge-perf-summary and megatron-bridge-<container>) left this list with issue 25's fit of
 # the quantised GEMM factors (bench/fit_compute.py stage 3), as declared before their rows were predicted
-NEVER_FITTED = ("flash-attention-2",)
+# torchtitan-fp8 and nemo-24.07-perf-summary (issue 25, stop 3): entered frozen, never fitted to
+NEVER_FITTED = ("flash-attention-2", "torchtitan-fp8", "nemo-24.07-perf-summary")
 INT_COLUMNS = (
     "gpu_memory_gb",
     "gpus_per_node",
