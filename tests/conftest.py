@@ -66,6 +66,26 @@ def pytest_make_collect_report(collector):
         _fail_in_ci(report, collector.nodeid)
 
 
+# Modules whose tests mostly wait (emulated clusters, Slurm, a browser) start first: the README's
+# test command spreads whole modules over pytest-xdist workers (--dist loadfile, so a module's
+# shared cluster stays one), and a long module begun last would run alone at the end.
+_WAITING_MARKS = ("slow", "slurm", "cluster", "browser")
+
+
+def _module_rank(items) -> int:
+    marks = {mark.name for item in items for mark in item.iter_markers()}
+    return next((rank for rank, name in enumerate(_WAITING_MARKS) if name in marks), len(_WAITING_MARKS))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Order whole modules (each module's tests stay together and in their written order)."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ordered = sorted(modules.values(), key=_module_rank)
+    items[:] = [item for module in ordered for item in module]
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`commbench ARGS` in a fresh interpreter, as a user would run it."""
     return subprocess.run(
