@@ -272,7 +272,8 @@ def test_overlap_page_trace_timeline_and_overlap_run(duo):
 
 
 def _option_labels(duo, dropdown: str) -> list[str]:
-    duo.find_element(dropdown).click()
+    # the page's layout arrives after its container: under load the dropdown can be a moment late
+    duo.wait_for_element(dropdown, timeout=WAIT_S).click()
     options = [o.text for o in duo.find_elements(".dash-dropdown-option")]
     duo.find_element(dropdown).click()  # close it again
     return options
