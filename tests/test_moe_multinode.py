@@ -19,6 +19,7 @@ ARGS = ["--ops", "all_to_allv", "--hidden", "1024", "--tokens", "512,1024", "-n"
 SCOPES = {"uniform": "world,inter", "zipf:1.2": "inter"}
 
 
+@pytest.mark.alone  # a skew penalty measured against a uniform exchange
 def test_all_to_allv_over_emulated_inter_node_links(emulated_cluster, tmp_path):
     rows = {}
     for routing in ("uniform", "zipf:1.2"):

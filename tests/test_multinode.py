@@ -34,6 +34,7 @@ def torchrun_per_node(cluster, ranks_per_node, args, out, port=29611, timeout=60
     return wait_procs(procs, timeout)
 
 
+@pytest.mark.alone  # intra (CPU-bound loopback) > 2x inter fails beside busy workers
 def test_two_nodes_two_ranks_scopes_and_link_limit(emulated_cluster, tmp_path):
     results = torchrun_per_node(emulated_cluster, 2, ["--ops", "all_reduce", "-b", "16M", "-e", "64M"], tmp_path)
     assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
@@ -120,6 +121,7 @@ def test_node_losing_its_link_ends_the_run_and_names_it(emulated_cluster, tmp_pa
 # 200 Mbit/s: the shaper's token bucket (2 ms of traffic) is then well below the smallest size
 # predicted; at 1 Gbit/s its 256 KB burst lets sizes near it pass faster than the line rate, a
 # step no real link has and no latency-bandwidth model follows
+@pytest.mark.alone  # 10% predictions of measured times
 @pytest.mark.parametrize("emulated_cluster", [dict(nodes=2, rate="200mbit")], indirect=True)
 def test_fitted_table_predicts_sizes_left_out_of_the_fit(emulated_cluster, tmp_path):
     """One rank per node over the shaped link: fit every other size, predict the others within 10%.
