@@ -97,8 +97,20 @@ def check_times(log: Path) -> tuple[list[float], float]:
     return started, max(end - start for start, end in zip(started, ended))
 
 
-def stop_health_checks() -> None:
+def stop_health_checks(sc) -> None:
+    """No new check does anything; wait out the checks already running (one that started just before
+    may still drain a node on a loaded host), then undo what they drained, so the next test starts
+    with every node up."""
     HC_ARGS.unlink(missing_ok=True)
+
+    def none_running() -> bool:
+        logs = [log.read_text() for log in HC_DIR.glob("health-*.log")]
+        return all(text.count("# check started") == text.count("# check ended") for text in logs)
+
+    wait_for("the health checks already running to end", none_running, 3 * INTERVAL + 60)
+    for node, reason in reasons(sc).items():
+        if reason.startswith("commbench: health"):
+            sc.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True)
 
 
 def test_diagnose_drains_the_slow_node_and_the_health_check_resumes_it_drains_and_spares(slurm_cluster, tmp_path):
@@ -207,10 +219,10 @@ def test_diagnose_drains_the_slow_node_and_the_health_check_resumes_it_drains_an
         )
         assert reasons(sc) == {names[ADMIN]: "admin: bad DIMM, ticket 4411"}
     finally:
-        stop_health_checks()
-        sc.run(["scontrol", "update", f"NodeName={names[ADMIN]}", "State=RESUME"])
         for i in (SLOW, LATER):
             sc.ec.shape(i, rate="1gbit")
+        stop_health_checks(sc)
+        sc.run(["scontrol", "update", f"NodeName={names[ADMIN]}", "State=RESUME"])
     verbs = [(row["node"], row["verb"], row["source"]) for row in store.read_actions(db)]
     assert (names[SLOW], "resume", "health") in verbs and (names[LATER], "drain", "health") in verbs
     assert all(node != names[ADMIN] for node, _, _ in verbs)
@@ -228,6 +240,7 @@ def fake_run(tmp_path: Path, example: str, hosts: list[str]) -> Path:
 
 def test_the_cap_refuses_three_of_four_and_check_resumes_only_commbench_drains(slurm_cluster, tmp_path):
     sc = slurm_cluster
+    assert reasons(sc) == {}, "a node is still drained from an earlier test"
     env = {**sc.env, "PYTHONPATH": str(REPO), "COMMBENCH_DB": str(tmp_path / "store.duckdb")}
     run = fake_run(tmp_path, "example-cpu-2rank", sc.ec.names[:3])  # fails against dgx-h100 on all three
     p = subprocess.run(
