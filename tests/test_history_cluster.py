@@ -72,6 +72,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, cwd=REPO)
 
 
+@pytest.mark.alone  # check grades intra (CPU-bound loopback) rows, which move beside busy workers
 def test_rate_drop_found_by_history_compare_and_check(emulated_cluster, tmp_path):
     out, db = tmp_path / "runs", tmp_path / "fleet.duckdb"
     for number in range(1, 21):

@@ -80,6 +80,7 @@ def test_submit_diagnose_wait_names_the_slow_node_in_the_exclude_list(slurm_clus
 
 @pytest.mark.cluster
 @pytest.mark.slurm
+@pytest.mark.alone  # slurmctld must see the cut node die before srun's steps end on their own
 def test_a_node_cut_off_mid_diagnosis_is_named_and_the_failed_job_still_shows_the_diagnosis(
     slurm_cluster_factory, tmp_path
 ):
