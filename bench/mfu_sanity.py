@@ -109,7 +109,10 @@ def rankings(systems: list[str], executions: list[str], rows: list[dict], jobs: 
     ]
     for system in systems:
         gpu = next(g for g, s in HARDWARE.items() if s == system)
-        bound = max(published_mfu(r) for r in rows if r["gpu"] == gpu and compute_precision_of(r) == "bf16")
+        bf16 = [published_mfu(r) for r in rows if r["gpu"] == gpu and compute_precision_of(r) == "bf16"]
+        if not bf16:  # no BF16 run published on this GPU (H200: FP8 rows only): no bound to rank against
+            continue
+        bound = max(bf16)
         for execution in executions:
             for job in jobs:
                 best = best_ranking(system, execution, job)

@@ -45,7 +45,14 @@ RUNS = ROOT / "bench" / "published" / "runs.csv"
 RESULTS = ROOT / "bench" / "RESULTS-published.md"
 PLOT = ROOT / "bench" / "published" / "predicted-vs-published.png"
 MARKER = "<!-- scorecard results: everything below is written by bench/scorecard.py -->"
-HARDWARE = {"A100": "dgx-a100", "H100": "dgx-h100", "B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+HARDWARE = {
+    "A100": "dgx-a100",
+    "H100": "dgx-h100",
+    "H200": "h200",  # the MLPerf v5.0 H200 rows (Nebius), issue 25 stop 4
+    "B200": "dgx-b200",
+    "GB200": "gb200-nvl72",
+    "GB300": "gb300-nvl72",
+}
 # the execution class a row names -> commbench execution presets to try, closest first (a row
 # priced by a stand-in says so)
 EXECUTION_CHOICES = {
@@ -65,7 +72,9 @@ ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 # sources (megatron-bridge-perf-summary and megatron-bridge-<container>) left this list with issue 25's fit of
 # the quantised GEMM factors (bench/fit_compute.py stage 3), as declared before their rows were predicted
 # torchtitan-fp8 and nemo-24.07-perf-summary (issue 25, stop 3): entered frozen, never fitted to
-NEVER_FITTED = ("flash-attention-2", "torchtitan-fp8", "nemo-24.07-perf-summary")
+# the MLPerf Training sources (issue 25, stop 4: bench/mlperf_rows.py): entered frozen, never fitted to
+MLPERF_SOURCES = tuple(f"mlperf-training-v{r}" for r in ("4.0", "4.1", "5.0", "5.1"))
+NEVER_FITTED = ("flash-attention-2", "torchtitan-fp8", "nemo-24.07-perf-summary", *MLPERF_SOURCES)
 INT_COLUMNS = (
     "gpu_memory_gb",
     "gpus_per_node",

@@ -83,7 +83,7 @@ METRICS = {  # published figure -> plausible range in its unit
     "tokens_per_s_per_gpu": (1.0, 1e6),  # tokens per second per GPU
     "tflops_per_gpu": (1.0, 2_000.0),  # achieved TFLOP/s per GPU
 }
-GPUS = ("A100", "H100", "B200", "GB200", "GB300")  # one hardware preset each (bench/scorecard.py HARDWARE)
+GPUS = ("A100", "H100", "H200", "B200", "GB200", "GB300")  # one hardware preset each (bench/scorecard.py HARDWARE)
 FLOPS_CONVENTIONS = {"narayanan2021-recompute", "narayanan2021-model", "megatron2024", "palm"}
 # a source names where the figure is: a commit, a paper with its table or figure, or a URL
 LOCATOR = re.compile(r"commit [0-9a-f]{40}|Table \d+|Figure \d+|https?://\S+")
