@@ -13,7 +13,9 @@ Two ways to set them side by side, both built to survive a noisy host:
             rotates with the round, so no contender keeps the warmer slot.
   --cli     as a user sees it: `commbench run --nproc 2 -b 8 -e 64K --ops all_reduce` at its
             defaults, the raw loop in a pair of processes of its own, and that raw pair again,
-            in an order that rotates with the round.
+            in an order that rotates with the round. With --against DIR, `commbench run` from the
+            checkout DIR joins the rotation (a before/after of a change under the same load), and
+            its ratio to the raw loop, and this tree's to it, are printed beside the others.
 Per round and size the ratio is harness / raw (and raw again / raw for the control); per size the
 median over rounds. The control says how far two identical loops disagree on this machine now:
 when its own figures break the goal, the run cannot tell whether the harness meets it, and the
@@ -22,6 +24,7 @@ above 1.10, in-place and out-of-place. The last lines are one verdict per varian
 
     python bench/harness_overhead.py [--rounds 9]            # about 40 s on a quiet machine
     python bench/harness_overhead.py --cli [--rounds 6]      # about 2 min on a quiet machine
+    python bench/harness_overhead.py --cli --against /tmp/old  # /tmp/old: e.g. `git archive main | tar -x`
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ SIZES = [8 << k for k in range(14)]  # 8 B .. 64 KiB
 VARIANTS = ("in-place", "out-of-place")
 RAW_WARMUP, RAW_ITERS = 20, 200
 CONTENDERS = ("commbench", "raw", "raw again")
+AGAINST = "commbench at --against"
 GOAL_GEO, GOAL_WORST = 1.05, 1.10
 
 
@@ -134,14 +138,16 @@ def spawn(target, *args) -> dict:
     return dict(out)
 
 
-def cli_sweep(attempts: int = 2) -> dict:
-    """`commbench run` at its defaults; rank 0's records, keyed like the raw loop's. A run that
-    fails is said so and run again once, so one failure does not cost the whole bench."""
+def cli_sweep(tree: str | None = None, attempts: int = 2) -> dict:
+    """`commbench run` at its defaults (from the checkout `tree`, else as this process imports it);
+    rank 0's records, keyed like the raw loop's. A run that fails is said so and run again once,
+    so one failure does not cost the whole bench."""
     command = [sys.executable, "-m", "commbench", "run", "--nproc", "2", "-b", "8", "-e", "64K"]
+    env = dict(os.environ, PYTHONPATH=tree) if tree else None
     for attempt in range(1, attempts + 1):
         with tempfile.TemporaryDirectory() as tmp:
             done = subprocess.run(
-                [*command, "--ops", "all_reduce", "--out", tmp, "--no-progress"], stdout=subprocess.DEVNULL
+                [*command, "--ops", "all_reduce", "--out", tmp, "--no-progress"], stdout=subprocess.DEVNULL, env=env
             )
             if done.returncode == 0:
                 (records_file,) = Path(tmp).glob("*/records.jsonl")
@@ -153,12 +159,15 @@ def cli_sweep(attempts: int = 2) -> dict:
     raise SystemExit(f"commbench run failed {attempts} times; see its errors above")
 
 
-def cli_rounds(rounds: int) -> dict:
+def cli_rounds(rounds: int, against: str | None = None) -> dict:
     """As side_by_side's result, each contender a whole run of its own processes."""
     ways = {"commbench": cli_sweep, "raw": lambda: spawn(raw_only), "raw again": lambda: spawn(raw_only)}
-    results: dict = {(size, variant): {c: [] for c in CONTENDERS} for size in SIZES for variant in VARIANTS}
+    if against:
+        ways[AGAINST] = lambda: cli_sweep(against)
+    contenders = tuple(ways)
+    results: dict = {(size, variant): {c: [] for c in contenders} for size in SIZES for variant in VARIANTS}
     for round_number in range(rounds):
-        for contender in rotated(CONTENDERS, round_number):
+        for contender in rotated(contenders, round_number):
             for key, value in ways[contender]().items():
                 results[key][contender].append(value)
         print(f"round {round_number + 1} of {rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -189,18 +198,30 @@ def verdict(variant: str, ratios: list[float], control: list[float], label: str)
 
 def report(results: dict, label: str) -> list[str]:
     verdicts = []
+    against = AGAINST in results[(SIZES[0], VARIANTS[0])]
     for variant in VARIANTS:
         print(f"\n{variant} ({label})")
-        print(f"{'size (B)':>10}  {'raw (us)':>9}  {'commbench (us)':>14}  {'ratio':>6}  {'A/A':>6}")
-        ratios, controls = [], []
+        more = f"  {'--against':>9}  {'ratio':>6}  {'this/it':>7}" if against else ""
+        print(f"{'size (B)':>10}  {'raw (us)':>9}  {'commbench (us)':>14}  {'ratio':>6}  {'A/A':>6}{more}")
+        ratios, controls, theirs, ours_to_theirs = [], [], [], []
         for size in SIZES:
             figures = results[(size, variant)]
             ratio, control = per_size_ratios(figures)
             ratios.append(ratio)
             controls.append(control)
             raw, ours = statistics.median(figures["raw"]), statistics.median(figures["commbench"])
-            print(f"{size:>10}  {raw:9.1f}  {ours:14.1f}  {ratio:6.3f}  {control:6.3f}")
+            line = f"{size:>10}  {raw:9.1f}  {ours:14.1f}  {ratio:6.3f}  {control:6.3f}"
+            if against:
+                theirs.append(statistics.median(t / r for t, r in zip(figures[AGAINST], figures["raw"])))
+                ours_to_theirs.append(statistics.median(o / t for o, t in zip(figures["commbench"], figures[AGAINST])))
+                line += f"  {statistics.median(figures[AGAINST]):9.1f}  {theirs[-1]:6.3f}  {ours_to_theirs[-1]:7.3f}"
+            print(line)
         verdicts.append(verdict(variant, ratios, controls, label))
+        if against:
+            verdicts.append(
+                f"AGAINST {variant}: --against / raw geometric mean {statistics.geometric_mean(theirs):.3f} "
+                f"(worst {max(theirs):.3f}); this tree / --against {statistics.geometric_mean(ours_to_theirs):.3f}"
+            )
     return verdicts
 
 
@@ -208,14 +229,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 9 in-process, 6 with --cli)")
     parser.add_argument("--cli", action="store_true", help="commbench run at its defaults against the raw loop")
+    parser.add_argument(
+        "--against", metavar="DIR", help="with --cli: also `commbench run` from the checkout DIR (a before/after)"
+    )
     args = parser.parse_args()
     rounds = args.rounds or (6 if args.cli else 9)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.against and not (args.cli and Path(args.against, "commbench", "__init__.py").is_file()):
+        parser.error("--against DIR needs --cli and a commbench checkout in DIR")
     label = "CLI" if args.cli else "in-process"
     start, load_before = time.perf_counter(), os.getloadavg()[0]
     print(f"load average {load_before:.1f} on {os.cpu_count()} cores, {label}, {rounds} rounds", flush=True)
-    verdicts = report(cli_rounds(rounds) if args.cli else spawn(side_by_side, rounds), label)
+    verdicts = report(cli_rounds(rounds, args.against) if args.cli else spawn(side_by_side, rounds), label)
     load_after = os.getloadavg()[0]
     print(f"\n{time.perf_counter() - start:.0f} s; load average {load_before:.1f} before, {load_after:.1f} after")
     print("\n".join(verdicts))

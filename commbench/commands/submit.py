@@ -372,7 +372,9 @@ def _rows_measured(job_dir: Path) -> int:
     total = 0
     for records in job_dir.glob("*/records.jsonl"):
         try:
-            total += sum(1 for line in records.read_text(errors="replace").splitlines() if line.strip())
+            text = records.read_text(errors="replace")
+            whole = text[: text.rfind("\n") + 1]  # a last line without its newline is still being written
+            total += sum(1 for line in whole.splitlines() if line.strip())
         except OSError:
             continue
     return total

@@ -1,8 +1,15 @@
-"""Run directories: created exclusively, written atomically, read tolerantly.
+"""Run directories: created exclusively, written atomically or by appending whole lines, read tolerantly.
 
-Writers never modify a file in place: each write goes to a temporary file in the same directory
-and is renamed over the old one, so a reader (the dashboard, a second process) sees either the
-previous complete file or the new complete file, even if the writer is killed mid-write.
+Writers never overwrite a file in place. A whole file (run.json, a rewritten records.csv) goes to a
+temporary file in the same directory and is renamed over the old one, so a reader (the dashboard, a
+second process) sees either the previous complete file or the new complete file, even if the
+writer is killed mid-write. A measuring run's rows are appended instead, one line per record to
+records.jsonl and records.csv and one per samples line to samples.jsonl: each row costs its own
+lines, not a rewrite of the run so far (whose cost grew as the square of the rows, and which rank
+0 paid between rows while the other ranks waited). What was there is never touched; only the
+last line of a file can be incomplete (being written, or cut when the writer died mid-write), and
+every reader drops a last line without its newline that does not parse (`iter_jsonl`). A failed
+append is truncated back, so the next line never continues a cut one.
 """
 
 from __future__ import annotations
@@ -153,6 +160,41 @@ def _csv_chunks(records: Iterable[dict[str, Any]], extra: list[str], rows_per_ch
     yield buffer.getvalue()
 
 
+class _AppendedFile:
+    """A run-directory file that grows by whole lines (see the module's docstring)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def append(self, text: str) -> None:
+        """Add `text` (whole lines) at the end, in as few writes as the kernel takes; on an error the
+        file is cut back to what it held, so it never ends in part of a line another append continues."""
+        data = memoryview(text.encode("utf-8"))
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            whole = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, whole)
+                exc.filename = exc.filename or str(self.path)  # a full disk's error names no file
+                raise
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        """Flush what was appended to the disk (against losing power; once per run)."""
+        if not self.path.exists():
+            return
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class RunWriter:
     """Owns one run directory. Only rank 0 of a run creates one."""
 
@@ -166,13 +208,14 @@ class RunWriter:
             raise UsageError(f"run directory {self.path} already exists; pick another --run-id") from None
         self.info = info
         self.records: list[dict[str, Any]] = []
-        self.samples: list[str] = []  # samples.jsonl lines, one per record that kept its samples
+        self.samples_kept = 0  # samples.jsonl lines written (appended, not held here)
         self._lock = threading.Lock()  # the watchdog thread may finish the run while rows are written
         self._streamed = False  # write_all_records wrote the records files: they are not held here
-        self._forget_rendered()
+        self._files = {name: _AppendedFile(self.path / name) for name in (RECORDS_JSONL, RECORDS_CSV, SAMPLES_JSONL)}
+        self._csv_extra: list[str] = []  # records.csv's columns beyond RECORD_FIELDS
         try:
             self.write_info()
-            self._write_records()
+            self._rewrite_records()
         except BaseException:
             self.discard()
             raise
@@ -185,19 +228,41 @@ class RunWriter:
         atomic_write_text(self.path / RUN_FILE, self.info.model_dump_json(indent=2) + "\n")
 
     def add_records(self, records: list[Record], samples: Sequence[str] = ()) -> None:
-        """Keep these records and, where the driver has them, their per-iteration samples lines."""
+        """Append these records and, where the driver has them, their per-iteration samples lines:
+        the cost is these rows' lines, whatever the run holds already. records.csv is rewritten
+        (atomically) only when a record brings a column it does not have."""
         dumped = [rec.model_dump() for rec in records]
         with self._lock:
-            self.records.extend(dumped)
-            self.samples.extend(samples)
-            self._write_records()
+            if self._streamed:
+                raise ValueError("this writer's records were written by write_all_records and are not kept")
+            kept, extra = len(self.records), self._csv_extra
+            try:
+                self._append(dumped, samples)
+            except BaseException:
+                del self.records[kept:]  # memory holds what records.jsonl holds
+                self._csv_extra = extra
+                raise
+
+    def _append(self, dumped: list[dict[str, Any]], samples: Sequence[str]) -> None:
+        """samples.jsonl, records.csv, then records.jsonl last: a row is in the run once its records are."""
+        if samples:
+            self._files[SAMPLES_JSONL].append("".join(samples))
+            self.samples_kept += len(samples)
+        self.records.extend(dumped)
+        extra = _extra_columns(dumped, self._csv_extra)
+        if extra != self._csv_extra:  # a new column: every row again, replaced whole
+            self._csv_extra = extra
+            atomic_write_chunks(self.path / RECORDS_CSV, _csv_chunks(self.records, extra), durable=False)
+        else:
+            self._files[RECORDS_CSV].append(_csv_rows(dumped, extra))
+        self._files[RECORDS_JSONL].append("".join(json.dumps(rec) + "\n" for rec in dumped))
 
     def set_records(self, records: list[dict[str, Any]]) -> None:
-        """Replace every record (e.g. to add flags computed once all rows are in)."""
+        """Replace every record (e.g. to add flags computed once all rows are in): both records files
+        rewritten whole, atomically."""
         with self._lock:
             self.records = list(records)
-            self._forget_rendered()
-            self._write_records()
+            self._rewrite_records()
 
     def write_all_records(self, records: Iterable[Record], extra: Sequence[str] | None = None) -> None:
         """Write a run's whole, final records at once (an import), streamed record by record in one
@@ -205,7 +270,7 @@ class RunWriter:
         `records` may make each one as it is read. `extra` names the fields beyond the schema's that
         some record has (records.csv's last columns); without it a first pass finds them. The writer
         keeps no record, so it refuses to be handed records before or after."""
-        if self.records or self.samples:
+        if self.records or self.samples_kept:
             raise ValueError("write_all_records writes every record; this writer already holds some")
         if extra is None:
             records = records if isinstance(records, Sequence) else list(records)
@@ -224,40 +289,34 @@ class RunWriter:
                         raise ValueError(f"record fields not in records.csv's columns: {sorted(dumped.keys() - known)}")
                     writer.writerow(["" if (value := dumped.get(key)) is None else value for key in columns])
 
-    def _write_records(self, durable: bool = False) -> None:
+    def _rewrite_records(self, durable: bool = False) -> None:
+        """records.jsonl and records.csv from self.records, each replaced whole (atomically)."""
         if self._streamed:
             raise ValueError("this writer's records were written by write_all_records and are not kept")
-        lines, table = self._rendered()
-        atomic_write_text(self.path / RECORDS_JSONL, lines, durable)
-        atomic_write_text(self.path / RECORDS_CSV, table, durable)
-        if self.samples:
-            atomic_write_text(self.path / SAMPLES_JSONL, "".join(self.samples), durable)
-
-    def _forget_rendered(self) -> None:
-        self._json_lines: list[str] = []  # records.jsonl's line of each record in self.records, in order
-        self._csv_rows: list[str] = []  # records.csv's rows of those records, in chunks
-        self._csv_extra: list[str] = []  # the columns beyond RECORD_FIELDS those rows were made with
-
-    def _rendered(self) -> tuple[str, str]:
-        """records.jsonl's and records.csv's text. A sweep rewrites both after every row, so each
-        record is rendered once, when it arrives, not on every rewrite (which grew as the square of
-        the rows); all rows again only when a record brings a column records.csv did not have."""
-        new = self.records[len(self._json_lines) :]
-        self._json_lines += [json.dumps(rec) + "\n" for rec in new]
-        extra = sorted(set(self._csv_extra) | ({key for rec in new for key in rec} - set(RECORD_FIELDS)))
-        if extra != self._csv_extra:
-            self._csv_extra, self._csv_rows, new = extra, [], self.records
-        header = next(_csv_chunks([], extra))
-        self._csv_rows.append("".join(_csv_chunks(new, extra))[len(header) :])
-        return "".join(self._json_lines), header + "".join(self._csv_rows)
+        self._csv_extra = _extra_columns(self.records, [])
+        atomic_write_chunks(self.path / RECORDS_JSONL, (json.dumps(rec) + "\n" for rec in self.records), durable)
+        atomic_write_chunks(self.path / RECORDS_CSV, _csv_chunks(self.records, self._csv_extra), durable)
 
     def finish(self, complete: bool, reason: str | None = None) -> None:
+        """run.json says whether the run is complete (and why not), after every appended line is on disk."""
         with self._lock:
             self.info.complete = complete
             self.info.reason = reason
             self.info.finished = utc_now()
-            self._write_records(durable=True)
+            for appended in self._files.values():
+                appended.sync()
             self.write_info()
+
+
+def _extra_columns(records: Iterable[dict[str, Any]], known: list[str]) -> list[str]:
+    """records.csv's columns beyond RECORD_FIELDS once `records` are in: `known` and any new ones, sorted."""
+    return sorted(set(known) | ({key for rec in records for key in rec} - set(RECORD_FIELDS)))
+
+
+def _csv_rows(records: list[dict[str, Any]], extra: list[str]) -> str:
+    """records.csv's rows of `records`, without the header."""
+    text = "".join(_csv_chunks(records, extra))
+    return text[text.index("\n") + 1 :]
 
 
 @dataclass

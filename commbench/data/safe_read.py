@@ -73,6 +73,7 @@ class LineReport:
 
     bad: int = 0
     messages: list[str] = field(default_factory=list)
+    cut: int | None = None  # the number of a last line dropped as cut mid-write (iter_jsonl)
 
     def skip(self, where: str, why: str) -> None:
         self.bad += 1
@@ -82,7 +83,8 @@ class LineReport:
     def warnings(self, name: str) -> list[str]:
         """The kept messages, plus one line with the total when more were skipped."""
         more = [f"{name}: {self.bad} bad lines skipped in all"] if self.bad > KEPT_MESSAGES else []
-        return self.messages + more
+        cut = [f"{name} line {self.cut}: dropped (cut mid-write: still being written, or the writer died)"]
+        return self.messages + more + (cut if self.cut is not None else [])
 
 
 # ------------------------------------------------------------------------------ opening
@@ -279,16 +281,21 @@ def load_json(path: str | Path, kind: Kind, root: str | Path | None = None) -> A
 def iter_jsonl(
     path: str | Path, kind: Kind, report: LineReport | None = None, root: str | Path | None = None
 ) -> Iterator[tuple[int, Any]]:
-    """(line number, value) for every JSON line; blank lines ignored, bad ones counted and skipped."""
+    """(line number, value) for every JSON line; blank lines ignored, bad ones counted and skipped.
+    A last line without its newline that does not parse is a line cut mid-write (a run appends its
+    rows, rundir's docstring): it is dropped, noted in `report.cut`, not counted as bad."""
     report = report if report is not None else LineReport()
     name = Path(path).name
-    for number, text in iter_lines(path, kind, report, root):
-        if not text.strip():
+    for line in iter_text_lines(path, kind, report, root):
+        if not line.text.strip():
             continue
         try:
-            yield number, parse_json(text, f"{name} line {number}")
+            yield line.number, parse_json(line.text, f"{name} line {line.number}")
         except UnsafeFile as exc:
-            report.skip(f"{name} line {number}", str(exc).split(": ", 1)[-1])
+            if line.terminated:
+                report.skip(f"{name} line {line.number}", str(exc).split(": ", 1)[-1])
+            else:
+                report.cut = line.number
 
 
 class _IntTooLong(ValueError):

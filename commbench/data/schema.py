@@ -6,7 +6,8 @@ A run directory `<out>/<run_id>/` holds:
   records.jsonl  one Record per line: one (op, scope, group size, size, dtype, in/out-of-place) row.
   records.csv    the same records, columns in Record field order.
   samples.jsonl  (sweeps, optional) per-iteration samples of each record: see commbench/data/samples.py.
-Both record files are rewritten atomically after each size, so a reader never sees half a row.
+Rows are appended to the three as they are measured, never rewritten (commbench/data/rundir.py);
+a last line cut mid-write is dropped by every reader.
 
 Version history (bump SCHEMA_VERSION and note it here when a field changes meaning or goes away;
 adding an optional field keeps the version):

@@ -3,7 +3,7 @@
 A driver (commbench.measure.sweep, .pairwise, .overlap) says which rows to measure, how to
 measure and record each, and what to print at the end. The runner, the same for all:
   - agrees on a run id and creates the run directory on rank 0 (every rank stops together if it
-    cannot), then rewrites it after each row through `MeasuredRun.add`;
+    cannot), then appends each row to it through `MeasuredRun.add`;
   - watches every rank (commbench.measure.watchdog): a rank that dies or hangs ends the run with
     one message naming it, and the run directory says why it is incomplete;
   - shows a progress bar on rank 0, and makes every rank exit non-zero when any record holds
@@ -64,8 +64,8 @@ class MeasuredRun:
         self.finished = False  # run.json says complete or why not: a late SIGTERM must not rewrite it
 
     def add(self, records: list[Record], samples: list[str] = ()) -> None:
-        """Rank 0: keep these records and their samples lines (the run directory is rewritten) and
-        count their wrong elements."""
+        """Rank 0: append these records and their samples lines to the run directory and count their
+        wrong elements."""
         self.total_wrong += sum(max(r.wrong, 0) for r in records)
         try:
             self.writer.add_records(records, samples)
