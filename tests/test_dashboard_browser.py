@@ -28,6 +28,7 @@ application_runners = pytest.importorskip("dash.testing.application_runners", re
 composite = pytest.importorskip("dash.testing.composite", reason="needs dash[testing]")
 wait = pytest.importorskip("dash.testing.wait", reason="needs dash[testing]")
 
+from cluster.browser_netns import isolated_chromedriver  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 
 from commbench.modeling.hardware import load_network  # noqa: E402
@@ -91,7 +92,9 @@ def duo(results_dir, tmp_path_factory):
         pytest.skip(f"needs {' and '.join(missing)} on PATH (apt-get install chromium chromium-driver)")
     app = create_app(results_dir)
     downloads = tmp_path_factory.mktemp("downloads")
+    port = _free_port()
     with (
+        isolated_chromedriver([port], tmp_path_factory.mktemp("driver")),
         application_runners.ThreadedRunner() as server,
         composite.DashComposite(
             server=server,
@@ -103,7 +106,7 @@ def duo(results_dir, tmp_path_factory):
             wait_timeout=WAIT_S,
         ) as browser,
     ):
-        browser.start_server(app, port=_free_port())
+        browser.start_server(app, port=port)
         browser.download_dir = downloads
         yield browser
 

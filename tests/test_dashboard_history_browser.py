@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cluster.browser_netns import isolated_chromedriver
 
 pytestmark = pytest.mark.browser
 
@@ -57,11 +58,13 @@ def fleet(tmp_path_factory, monkeypatch_module) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet_duo(fleet):
+def fleet_duo(fleet, tmp_path_factory):
     missing = [name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not path]
     if missing:
         pytest.skip(f"needs {' and '.join(missing)} on PATH (apt-get install chromium chromium-driver)")
+    port = _free_port()
     with (
+        isolated_chromedriver([port], tmp_path_factory.mktemp("driver")),
         application_runners.ThreadedRunner() as server,
         composite.DashComposite(
             server=server,
@@ -72,7 +75,7 @@ def fleet_duo(fleet):
             wait_timeout=WAIT_S,
         ) as browser,
     ):
-        browser.start_server(create_app(fleet), port=_free_port())
+        browser.start_server(create_app(fleet), port=port)
         yield browser
 
 

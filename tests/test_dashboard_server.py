@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cluster.browser_netns import isolated_chromedriver
 
 from commbench.errors import UsageError
 from dashboard.server import AuthMiddleware, Credentials, is_loopback, parse_credentials
@@ -183,7 +184,7 @@ def test_no_auth_says_what_it_means():
 
 
 @pytest.mark.browser
-def test_chromium_needs_the_login_and_every_page_loads_with_it(served):
+def test_chromium_needs_the_login_and_every_page_loads_with_it(served, tmp_path):
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("needs Debian's chromium and chromium-driver")
     from selenium import webdriver
@@ -207,7 +208,8 @@ def test_chromium_needs_the_login_and_every_page_loads_with_it(served):
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    with isolated_chromedriver([int(url.rsplit(":", 1)[1])], tmp_path) as chromedriver:
+        driver = webdriver.Chrome(service=Service(chromedriver), options=options)
     try:
         driver.set_page_load_timeout(30)
         driver.execute_cdp_cmd("Network.enable", {})
