@@ -196,3 +196,66 @@ def test_gloo_measures_all_ranks_on_the_world_group(one_rank_group):
         nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])],
     )
     assert session.group((0,)) is dist.group.WORLD
+
+
+def test_a_cold_first_call_does_not_stop_the_warm_up_being_reused(one_rank_group, monkeypatch):
+    """Fresh buffers make a latency-bound size's first call 2-3x the warm time; the first window
+    at the last size's pace is what says the process is still warm."""
+    warm = WarmState(key=("world", "all_reduce", IN_PLACE.label), op_time_us=200.0, iters=10)
+    clock = ScriptedClock([600.0] + [210.0] * WARMUP_WINDOW + [100.0] * 50)
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, warm=warm)
+    assert clock.asked == [1, WARMUP_WINDOW, 10] and measured.warmups == 1 + WARMUP_WINDOW
+    # another op's state predicts nothing
+    warm = WarmState(key=("world", "all_gather", IN_PLACE.label), op_time_us=200.0, iters=10)
+    clock = ScriptedClock([600.0] + FALLING_THEN_FLAT + [100.0] * 50)
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, warm=warm)
+    assert clock.asked[:5] == [1, 5, 5, 5, 5] and measured.warmups == 21
+
+
+def test_the_first_call_starts_after_a_barrier(one_rank_group, monkeypatch):
+    """Rank 0 writes the last row's records while the others wait: timed without a barrier, the
+    first call measured that wait (tens of ms on a loaded host), not the op."""
+    events = []
+    clock = ScriptedClock(Script(FALLING_THEN_FLAT, [100.0] * 50).times())
+    timed = clock.time
+    monkeypatch.setattr(clock, "time", lambda op, iters: events.append(iters) or timed(op, iters))
+    together = harness._start_together
+    monkeypatch.setattr(harness, "_start_together", lambda *a: events.append("together") or together(*a))
+    _measure(one_rank_group, clock, monkeypatch)
+    assert events[:2] == ["together", 1]
+
+
+def test_the_first_call_is_the_rows_first_check(one_rank_group, monkeypatch):
+    """-c N checks N ops on known inputs, the first call being one: no op of its own for -c 1."""
+    launched = []
+    make_op = harness.op_callable
+
+    def counted(*args):
+        op = make_op(*args)
+        return lambda: launched.append(1) or op()
+
+    monkeypatch.setattr(harness, "op_callable", counted)
+    cfg = dict(ops=("all_reduce",), warmup=3, iters=7)
+    for checks, corrupt in ((1, False), (1, True), (3, True), (0, False)):
+        launched.clear()
+        if corrupt:
+            monkeypatch.setenv("COMMBENCH_INJECT_CORRUPTION", "0:all_reduce")
+        else:
+            monkeypatch.delenv("COMMBENCH_INJECT_CORRUPTION", raising=False)
+        measured = _real_measure(one_rank_group, check_iters=checks, **cfg)
+        assert len(launched) == 3 + 7 + max(checks - 1, 0)
+        assert measured.values[-1] == (checks if corrupt else 0 if checks else -1)
+
+
+def _real_measure(port, **options):
+    cfg = RunConfig(**options).validate()
+    session = Session(
+        cfg=cfg,
+        env=RankEnv(0, 1, 0, "127.0.0.1", port, "test"),
+        backend="gloo",
+        device=torch.device("cpu"),
+        nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])],
+    )
+    collective = get_collective("all_reduce")
+    row = Row("world", collective, ((0,),), 1024, collective.counts(256, 1, 4))
+    return measure(session, row, IN_PLACE)

@@ -2,14 +2,16 @@
 
 For one row (an op on every group of a scope at one size) and one variant:
   1. every group of the scope allocates its buffers and fills them with known inputs;
-  2. warm-up until the per-op time stops falling on every rank (or -w ops); a sweep's WarmState
+  2. the first call, after a barrier, on those inputs: timed, and its result checked on every
+     rank (`wrong` elements), the row's first correctness check;
+  3. warm-up until the per-op time stops falling on every rank (or -w ops); a sweep's WarmState
      lets a latency-bound size reuse the previous size's warm-up and timed count;
-  3. a barrier over all ranks, then one inside the group, so all groups start together;
-  4. back-to-back timed ops (CUDA events on NCCL, host clock on gloo), in chunks, until every
+  4. a barrier over all ranks, then one inside the group, so all groups start together;
+  5. back-to-back timed ops (CUDA events on NCCL, host clock on gloo), in chunks, until every
      rank's median is known within --ci-pct or the budget is spent (or -n ops); the record's
      stop_reason says which (commbench.measure.timing holds the rules);
-  5. untimed ops on fresh known inputs are checked on every rank (`wrong` elements);
-  6. rank 0 gathers every rank's samples and reports the slowest rank's median.
+  6. -c N > 1: N - 1 more untimed ops on fresh known inputs are checked;
+  7. rank 0 gathers every rank's samples and reports the slowest rank's median.
 Control traffic (estimates, barriers, gathers) always runs on a gloo group, so it never
 disturbs the NCCL communicators under test. The drivers (sweep, pairwise, overlap) choose the
 rows and what to do with each measurement; commbench.measure.runner runs them.
@@ -169,16 +171,24 @@ def count_wrong(result: torch.Tensor, expected: torch.Tensor, group_size: int) -
     return int((~ok).sum().item())
 
 
-def check(session: Session, row: Row, variant: Variant, ctx: GroupContext, buffers: Buffers, run_op) -> int:
+def check(
+    session: Session, row: Row, variant: Variant, ctx: GroupContext, buffers: Buffers, run_op, times: int | None = None
+) -> int:
+    """Wrong elements over `times` (default -c) ops, each on fresh known inputs."""
     wrong = 0
-    for _ in range(session.cfg.check_iters):
+    for _ in range(session.cfg.check_iters if times is None else times):
         fill_known_inputs(buffers, ctx)
         run_op()
-        session.sync()
-        corrupt_if_asked(session.rank, row.collective.name, buffers.recv)
-        expected = row.collective.expected(ctx, row.counts, buffers.recv.dtype, buffers.recv.device, variant)
-        wrong += count_wrong(buffers.recv, expected, ctx.size)
+        wrong += wrong_in_result(session, row, variant, ctx, buffers)
     return wrong
+
+
+def wrong_in_result(session: Session, row: Row, variant: Variant, ctx: GroupContext, buffers: Buffers) -> int:
+    """Wrong elements in the result of the op just run on known inputs."""
+    session.sync()
+    corrupt_if_asked(session.rank, row.collective.name, buffers.recv)
+    expected = row.collective.expected(ctx, row.counts, buffers.recv.dtype, buffers.recv.device, variant)
+    return count_wrong(buffers.recv, expected, ctx.size)
 
 
 def timer_for(session: Session):
@@ -215,21 +225,29 @@ class Measured:
 class WarmState:
     """What a sweep carries from one size to the next of the same op, variant and scope: the
     warmed-up op time and the timed count the last row stopped at. While the op is latency-bound
-    (its first call no slower than LATENCY_BOUND x that time) the process is still warm, so one
-    warm-up window does, and the last count is where timing starts instead of re-estimating."""
+    (the first warm-up window's median no slower than LATENCY_BOUND x that time) the process is
+    still warm, so that one window does, and the last count is where timing starts instead of
+    re-estimating. The window decides, not the first call: on fresh buffers that call is 2-3x the
+    warm time even where the size changes nothing."""
 
     key: tuple | None = None
     op_time_us: float = 0.0
     iters: int = 0
 
-    def predicts(self, key: tuple, first_call_us: float) -> bool:
-        return key == self.key and self.op_time_us > 0 and first_call_us <= LATENCY_BOUND * self.op_time_us
+    def reference_us(self, key: tuple) -> float:
+        """The last size's warmed-up op time when it was this op, variant and scope, else 0."""
+        return self.op_time_us if key == self.key else 0.0
 
     def remember(self, key: tuple, measured: Measured) -> None:
         self.key, self.op_time_us, self.iters = key, measured.op_time_us, measured.iters
 
 
 LATENCY_BOUND = 1.5
+
+
+def latency_bound(window_us: list[float], reference_us: float) -> bool:
+    """Whether the first warm-up window runs at the last size's warm pace (within LATENCY_BOUND)."""
+    return bool(window_us) and reference_us > 0 and statistics.median(window_us) <= LATENCY_BOUND * reference_us
 
 
 def _agreed(values: list[float], op=dist.ReduceOp.MAX) -> list[float]:
@@ -246,10 +264,10 @@ def _prepared_op(session: Session, row: Row, variant: Variant, ctx: GroupContext
     if session.monitor:  # sweeps have one; benchmarks that call measure() directly may not
         session.monitor.progress(f"{row.collective.name} {row.scope} {row.size} B {variant.label}, first call")
     buffers = allocate(session, row, variant, ctx)
-    fill_known_inputs(buffers, ctx)
     run_op = op_callable(session, row.collective, buffers, ctx, variant)
     if session.cfg.cuda_graph and session.device.type == "cuda":
-        run_op = _graphed(run_op)
+        run_op = _graphed(run_op)  # runs the op once: fill afterwards, so the first call is checkable
+    fill_known_inputs(buffers, ctx)
     return buffers, delayed_if_asked(session.rank, row.collective.name, run_op)
 
 
@@ -257,46 +275,68 @@ def measure(session: Session, row: Row, variant: Variant, warm: WarmState | None
     """Warm up, time and check one variant of one row on every rank (see the module's steps)."""
     ctx = my_context(session, row)
     buffers, run_op = _prepared_op(session, row, variant, ctx) if ctx is not None else (None, None)
-    host = HostTimer(session.op_wait)
-    first = _agreed([host.time(run_op, 1)[0] if ctx is not None else 0.0])[0]
+    first, wrong = _first_call(session, row, variant, ctx, buffers, run_op)
     key = (row.scope, row.collective.name, variant.label)
-    reuse = warm is not None and warm.predicts(key, first)
-    warmups, op_time = _warm_up(session, run_op if ctx is not None else None, first, reuse)
+    reference = warm.reference_us(key) if warm is not None else 0.0
+    warmups, op_time, reused = _warm_up(session, run_op if ctx is not None else None, first, reference)
     dist.barrier()
-    samples, iters, reason = _timed(session, ctx, run_op, op_time, warm.iters if reuse else 0)
+    samples, iters, reason = _timed(session, ctx, run_op, op_time, warm.iters if reused else 0)
     if ctx is None:
         measured = Measured(None, iters, warmups, reason, op_time)
     else:
-        wrong = check(session, row, variant, ctx, buffers, run_op) if session.cfg.check_iters else -1
+        if session.cfg.check_iters > 1:
+            wrong += check(session, row, variant, ctx, buffers, run_op, session.cfg.check_iters - 1)
         measured = Measured(samples + [float(wrong)], iters, warmups, reason, op_time)
     if warm is not None:
         warm.remember(key, measured)
     return measured
 
 
-def _warm_up(session: Session, run_op, first_us: float, reuse: bool) -> tuple[int, float]:
-    """(warm-up ops run, the agreed per-op time after them). -w runs exactly that many (the first
-    call is one); else windows of WARMUP_WINDOW ops until every rank's time stops falling, at most
-    WARMUP_LIMIT ops or the time budget. A long op warms everything up in one call."""
+def _first_call(
+    session: Session, row: Row, variant: Variant, ctx: GroupContext | None, buffers: Buffers | None, run_op
+) -> tuple[float, int]:
+    """(the agreed time of the row's first op, its wrong elements; -1 unchecked). After a barrier,
+    so the time is the op's and not a wait for a rank still busy with the last row's records
+    (rank 0 writing them took tens of ms on a loaded host, which made a latency-bound op look
+    bandwidth-bound). The op runs on the known inputs _prepared_op left and is the row's first
+    correctness check (-c counts it): checking costs no op of its own, as the fresh-input op
+    nccl-tests runs after its timed loop does."""
+    _start_together(session, ctx)
+    mine = HostTimer(session.op_wait).time(run_op, 1)[0] if ctx is not None else 0.0
+    checked = ctx is not None and session.cfg.check_iters > 0
+    wrong = wrong_in_result(session, row, variant, ctx, buffers) if checked else -1
+    return _agreed([mine])[0], wrong
+
+
+def _warm_up(session: Session, run_op, first_us: float, reference_us: float) -> tuple[int, float, bool]:
+    """(warm-up ops run, the agreed per-op time after them, whether the last size's warm-up and
+    count were reused). -w runs exactly that many (the first call is one); else windows of
+    WARMUP_WINDOW ops until every rank's time stops falling, at most WARMUP_LIMIT ops or the time
+    budget, or one window where every rank runs it at the last size's warm pace (`reference_us`,
+    WarmState). A long op warms everything up in one call."""
     cfg, host = session.cfg, HostTimer(session.op_wait)
     if cfg.warmup is not None:
         more = host.time(run_op, cfg.warmup - 1) if run_op is not None and cfg.warmup > 1 else []
-        return max(cfg.warmup, 1), _agreed([min([first_us] + more) if run_op is not None else 0.0])[0]
+        return max(cfg.warmup, 1), _agreed([min([first_us] + more) if run_op is not None else 0.0])[0], False
     budget_us = cfg.time_budget_ms * 1000.0
     if first_us >= budget_us:
-        return 1, first_us
-    times, count = [first_us], 1
+        return 1, first_us, False
+    times, count, reused = [first_us], 1, False
     while True:
         size = min(WARMUP_WINDOW, WARMUP_LIMIT - count)
-        times += host.time(run_op, size) if run_op is not None else []
+        window = host.time(run_op, size) if run_op is not None else []
+        times += window
         count += size
-        settled = reuse or warmed_up(times) if run_op is not None else True
+        # a rank outside every group runs nothing and vetoes nothing
+        warm_pace = run_op is None or (count == 1 + WARMUP_WINDOW and latency_bound(window, reference_us))
+        settled = warm_pace or warmed_up(times)
         spent_here = spent_budget(times, count) if run_op is not None else 0.0  # as _timed counts it
-        not_settled, spent = _agreed([0.0 if settled else 1.0, spent_here])
+        not_settled, spent, not_warm_pace = _agreed([0.0 if settled else 1.0, spent_here, 0.0 if warm_pace else 1.0])
+        reused = count == 1 + WARMUP_WINDOW and reference_us > 0 and not not_warm_pace
         if not not_settled or count >= WARMUP_LIMIT or spent >= budget_us:
             break
     recent = statistics.median(times[-WARMUP_WINDOW:]) if run_op is not None else 0.0
-    return count, _agreed([recent])[0]
+    return count, _agreed([recent])[0], reused
 
 
 def _timed(
