@@ -1,4 +1,4 @@
-"""Read each MoE scorecard row's Megatron-Bridge recipe: its dispatcher backend and 1F1B A2A overlap.
+"""Read each MoE scorecard row's Megatron-Bridge recipe: dispatcher, A2A overlap, recompute, pipeline layout.
 
 Run: python bench/moe_recipes.py [--mirror GIT_DIR] [--out bench/published/moe_recipes.csv]
 
@@ -9,16 +9,23 @@ and the config named <MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V<n> whose pipeli
 micro-batch and global-batch sizes are the row's is taken. 26.06.01 and 26.08 have no such file
 (the recipes became code in src/megatron/bridge/perf_recipes, 2026-06-25); their rows take the
 26.06 file's config, said so in the `source` column. Rows with no matching config keep the
-scorecard's assumptions (`config` empty). The output is committed so the scorecard needs no mirror.
+scorecard's assumptions (`config` empty). The pipeline layout is the config's pp_layout, or for
+DeepSeek-V3 the one its model recipe's set_deepseek_v3_pipeline_model_parallel_layout (read from the
+same commit and run on the row's pp and vp) sets, which puts the embedding and 4 (pp=16) or 8 (pp=8)
+layers on the first stage and only 1 or 5 layers beside the MTP layer and the loss on the last; '' is
+Megatron-Core's even split. The output is committed so the scorecard needs no mirror.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
+import itertools
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "published" / "moe_runs.csv"
@@ -43,7 +50,16 @@ FAMILY = {
 }
 GPU = {"DGX-H100": "H100", "DGX-B200": "B200", "DGX-B300": "B300", "DGX-GB200": "GB200", "DGX-GB300": "GB300"}
 PRECISION = {"BF16": "BF16", "FP8": "FP8_CS", "MXFP8": "FP8_MX"}
-FIELDS = ("id", "source", "config", "moe_flex_dispatcher_backend", "moe_a2a_overlap", "recompute_modules")
+FIELDS = ("id", "source", "config", "moe_flex_dispatcher_backend", "moe_a2a_overlap", "recompute_modules", "pp_layout")
+# DeepSeek-V3's recipes (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) take the config's
+# pp_layout where it names one, else call this function of the model recipe, whose map of (pp, vp) to
+# an explicit layout is the same at every summary commit; it is read from the commit, not copied here
+DEEPSEEK_LAYOUT = (
+    "src/megatron/bridge/recipes/deepseek/deepseek_v3.py",
+    "set_deepseek_v3_pipeline_model_parallel_layout",
+)
+DEEPSEEK_MTP_LAYERS = 1  # DeepSeek-V3's num_nextn_predict_layers (config.json), which the recipe keeps
+LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
 
 
 class _Config(dict):
@@ -60,13 +76,55 @@ def _replace(config: dict, **fields) -> _Config:
 
 def recipe_configs(mirror: Path, commit: str, family: str) -> dict[str, dict]:
     path = f"scripts/performance/configs/{family}_workload_base_configs.py"
-    text = subprocess.run(
-        ["git", "--git-dir", str(mirror), "show", f"{commit}:{path}"], capture_output=True, text=True, check=True
-    ).stdout
+    text = git_show(mirror, commit, path)
     source = "\n".join(line for line in text.splitlines() if not line.startswith(("from ", "import ")))
     scope: dict = {"WorkloadBaseConfig": _Config, "replace": _replace}
     exec(compile(source, path, "exec"), scope)  # a public recipe file of plain assignments, read as data
     return {name: value for name, value in scope.items() if isinstance(value, _Config)}
+
+
+def git_show(mirror: Path, commit: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(mirror), "show", f"{commit}:{path}"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def deepseek_layout(mirror: Path, commit: str, pp: int, vp: int) -> str:
+    """The layout DeepSeek-V3's model recipe at `commit` sets for (pp, vp), in Megatron-Core's string
+    form ('' where its map has none: Megatron-Core's even split)."""
+    path, name = DEEPSEEK_LAYOUT
+    tree = ast.parse(git_show(mirror, commit, path))
+    function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name)
+    for argument in function.args.args:  # its type hints (GPTModelProvider, typing) are not needed to run it
+        argument.annotation = None
+    function.returns = None
+    scope: dict = {}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), path, "exec"), scope)  # a public recipe function
+    model = SimpleNamespace(
+        mtp_num_layers=DEEPSEEK_MTP_LAYERS,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vp,
+        pipeline_model_parallel_layout=None,
+    )
+    scope[name](model)
+    stages = model.pipeline_model_parallel_layout or []
+    return "|".join(_run_lengths([LAYOUT_SYMBOLS[part] for part in stage]) for stage in stages)
+
+
+def _run_lengths(symbols: list[str]) -> str:
+    """['E', 't', 't'] -> 'Et*2' (the layout string's x*n repeat)."""
+    runs = [(symbol, len(list(group))) for symbol, group in itertools.groupby(symbols)]
+    return "".join(symbol if count == 1 else f"{symbol}*{count}" for symbol, count in runs)
+
+
+def pipeline_layout(mirror: Path, commit: str, row: dict, config: dict) -> str:
+    """The row's explicit pipeline layout: the config's pp_layout, else DeepSeek-V3's map ('' if none)."""
+    if config.get("pp_layout"):
+        return str(config["pp_layout"])
+    if row["model"] != "deepseek-v3" or not config:
+        return ""
+    vp = 1 if row["vp"] in ("n/a", "") else int(row["vp"])
+    return deepseek_layout(mirror, commit, int(row["pp"]), vp)
 
 
 def matching(row: dict, configs: dict[str, dict]) -> tuple[str, dict] | None:
@@ -108,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 "moe_flex_dispatcher_backend": config.get("moe_flex_dispatcher_backend") or "",
                 "moe_a2a_overlap": int(bool(config.get("moe_a2a_overlap"))) if hit else "",
                 "recompute_modules": " ".join(config.get("recompute_modules") or []),
+                "pp_layout": pipeline_layout(args.mirror, commit, row, config),
             }
         )
     tmp = args.out.with_suffix(".tmp")

@@ -15,11 +15,11 @@ per layer and per local expert (MoEExecution.host_layer_s, host_expert_s; bench/
 lists its rows); nothing is fitted to the held-out half.
 
 Each row is priced at its own layout by build_planner(PlanSpec(...)).evaluate_layout. What the
-tables do not say is assumed and listed in ASSUMED: etp=1 (Bridge's MoE recipes for fine-grained
-experts), the distributed optimizer (zero=1; FSDP rows zero=3), no recomputation, the alltoall
-dispatcher without overlap, FP8 on H100 as current scaling, 64 GPUs per NVL72 rack's NVLink domain
-when the GPU count is not a whole number of racks. DGX-B300 rows are priced on the dgx-b300 preset
-(added after the host figures were fitted, so those rows are out of sample in both halves).
+tables do not say is taken from the row's recipe (bench/published/moe_recipes.csv: dispatcher, A2A
+overlap, recompute modules, the explicit pipeline layout of DeepSeek-V3's recipes) or assumed and
+listed in ASSUMED: etp=1 (Bridge's MoE recipes for fine-grained experts), the distributed optimizer
+(zero=1; FSDP rows zero=3), FP8 on H100 as current scaling, 64 GPUs per NVL72 rack's NVLink domain
+when the GPU count is not a whole number of racks. DGX-B300 rows are priced on the dgx-b300 preset.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ ASSUMED = (
     "HybridEP backend, else alltoall) and 1F1B A2A overlap from the recipe (bench/published/moe_recipes.csv), "
     "alltoall without overlap or recompute where no recipe matched; FP8 = current scaling; NVL72 domain of 64 "
     "GPUs when gpus is not a multiple of 72; a full-iteration CUDA graph where the row's recipe sets one "
-    "(GRAPHED_FROM), else the host's MoE work exposed"
+    "(GRAPHED_FROM), else the host's MoE work exposed; the pipeline layout the recipe sets (DeepSeek-V3: "
+    "embedding and 4 or 8 layers on the first stage, 1 or 5 beside the MTP layer and the loss on the last), "
+    "else Megatron-Core's even split"
 )
 
 
@@ -80,6 +82,7 @@ def load_rows(path: Path = RUNS, recipes: Path = RECIPES) -> list[dict]:
         row["dispatcher"] = "flex" if found.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep") else "alltoall"
         row["moe_overlap"] = "1f1b-a2a" if found.get("moe_a2a_overlap") == "1" else "none"
         row["recompute_modules"] = "+".join((found.get("recompute_modules") or "").split())
+        row["pp_layout"] = found.get("pp_layout") or ""
     for row in rows:
         for name in ("gpus", "global_batch", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "ep"):
             row[name] = int(row[name])
@@ -139,6 +142,7 @@ def layout_of(row: dict) -> Layout:
         mbs=row["mbs"],
         recompute="selective" if row["recompute_modules"] else "none",
         recompute_modules=row["recompute_modules"],
+        pp_layout=row["pp_layout"],
     )
 
 

@@ -303,7 +303,8 @@ def test_an_explicit_pipeline_layout_string_as_megatron_core_reads_it(capsys):
         ("pp=4,dp=4,pp_layout=Et*6|t*9|t*9|t*9L", "places 33 decoder layers"),
         ("pp=4,dp=4,pp_layout=t*8|t*8|t*8|t*8", "must open with the embedding E"),
         ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8L", "3 stages, not pp x vpp = 4"),
-        ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8|t*7mL", "MTP layers are not modelled"),
+        ("pp=4,dp=4,pp_layout=Et*8|t*8|t*8|t*8mL", "places 1 MTP layers, the model has 0"),
+        ("pp=4,dp=4,pp_layout=Et*8|t*8|t*7m|t*8L", "MTP layers (m) are modelled only on the last stage"),
     ):
         assert (
             cli.main(

@@ -2,8 +2,11 @@
 commit, priced at their own layout (a row without a hardware preset is listed, not scored)."""
 
 import csv
+import dataclasses
 import importlib.util
 from pathlib import Path
+
+from commbench.modeling.hardware import load_processor
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -62,3 +65,28 @@ def test_every_row_reads_its_recipe_and_a_deepep_recipe_prices_flex():
     assert (spec.dispatcher, spec.moe_overlap) == ("flex", "1f1b-a2a")
     unmatched = [r for r in rows if not recipes[r["id"]]["config"]]
     assert all(SCORECARD.spec_of(r).dispatcher == "alltoall" for r in unmatched)
+
+
+def test_a_deepseek_row_takes_its_recipes_pipeline_layout_with_the_mtp_layer_beside_the_loss():
+    """DeepSeek-V3's recipes name an explicit split (set_deepseek_v3_pipeline_model_parallel_layout): at
+    pp=16 the embedding and 4 layers first, 4 on each middle stage, 1 layer + MTP + loss last. The even
+    split would put 3 layers, the MTP module and the output head on the last stage, which then paces."""
+    rows = {r["id"]: r for r in SCORECARD.load_rows()}
+    row = rows["mbridge-b200-deepseek-v3-256g-mxfp8-tp1pp16cp1ep8vp1-mbs1-gbs4096-26.02"]
+    layout = SCORECARD.layout_of(row)
+    assert layout.pp_layout.endswith("|tmL") and layout.stage_layer_counts() == [4] * 15 + [1]
+    planner = SCORECARD.build_planner(SCORECARD.spec_of(row))
+    recipe, _ = planner.evaluate_layout(layout)
+    even, _ = planner.evaluate_layout(dataclasses.replace(layout, pp_layout=""))
+    assert recipe.step_s < 0.85 * even.step_s  # the MTP module and the head no longer pace a 4-layer stage
+    assert all(not rows[i]["pp_layout"] for i in rows if "gpt-oss" in i or "qwen3" in i)
+
+
+def test_the_b300_preset_prices_its_kernels_as_the_same_blackwell_ultra_gpu_in_gb300():
+    b300, gb300 = load_processor("b300"), load_processor("gb300")
+    assert b300.quantised_gemm_efficiency == gb300.quantised_gemm_efficiency != ()
+    assert (b300.sm_count, b300.gemm_tile, b300.attention_rates) == (
+        gb300.sm_count,
+        gb300.gemm_tile,
+        gb300.attention_rates,
+    )

@@ -94,8 +94,8 @@ Not modelled:
 Pipeline splits (--layout keys): pp_first=N / pp_last=N (Megatron's --decoder-first/last-pipeline-num-layers),
 pp_embedding=1 / pp_loss=1 (--account-for-embedding/loss-in-pipeline-split), vpp_group=N
 (--microbatch-group-size-per-virtual-pipeline-stage: interleaving micro-batch counts that are not a multiple of pp),
-pp_layout=Et*3|(t*4|)*6t*5L (--pipeline-model-parallel-layout written without its cosmetic commas: E, t, L, x*n, (...)*n;
-pp x vpp stages, rank r holding entries r, r+pp, ...; MTP layers m not modelled).
+pp_layout=Et*3|(t*4|)*6t*5L (--pipeline-model-parallel-layout written without its cosmetic commas: E, t, m, L, x*n,
+(...)*n; pp x vpp stages, rank r holding entries r, r+pp, ...; MTP layers m only just before L, with the output head).
 Recompute (--layout keys): recompute=selective with recompute_modules=mlp+layernorm (Megatron's --recompute-modules:
 core_attn, mlp, layernorm, moe_act, mla_up_proj; default core_attn), recompute=full with recompute_layers=N
 (--recompute-method block --recompute-num-layers N; default uniform: every layer).

@@ -212,8 +212,8 @@ DISPATCH_DTYPES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / 128}  # fp8: one byte per ele
 # and the figures), the cause from public sources: Megatron-Core's MoE guide names the CPU-overhead
 # bottleneck and CUDA graphs as its cure, and Megatron-Bridge's recipes switched the MXFP8 MoE runs on
 # GB200/GB300 to full-iteration graphs in 26.06, where the published steps fall to the model's GPU time.
-MOE_HOST_LAYER_S = 0.625e-3
-MOE_HOST_EXPERT_S = 25e-6
+MOE_HOST_LAYER_S = 0.125e-3
+MOE_HOST_EXPERT_S = 42.5e-6
 
 
 @dataclass(frozen=True)

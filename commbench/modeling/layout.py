@@ -194,20 +194,15 @@ def check_moe_rules(layout: Layout, experts: int | None) -> None:
 
 def pipeline_layout_chunks(text: str) -> list[int]:
     """Decoder layers of each virtual stage of a Megatron-Core --pipeline-model-parallel-layout string
-    ('|' between stages; E embedding, t decoder layer, L loss; x*n and (...)*n repeat), checked by its
-    rules: E opens the first stage and L closes the last, each exactly once. MTP layers (m) are refused."""
-    expanded = text
-    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        # bounded before it is built: a typo's repeat count must not fill the memory
-        grown = sum(len(m.group(1)) * int(m.group(2)) for m in re.finditer(pattern, expanded))
-        if grown > 4 * MAX_LAYERS:
-            raise UsageError(f"layout: pp_layout {text!r} unrolls to more than {4 * MAX_LAYERS:,} symbols")
-        expanded = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), expanded)
-    if set(expanded) - set("EtL|"):
-        bad = sorted(set(expanded) - set("EtL|"))
+    ('|' between stages; E embedding, t decoder layer, m multi-token-prediction layer, L loss; x*n and
+    (...)*n repeat), checked by its rules: E opens the first stage and L closes the last, each exactly
+    once. MTP layers (m) are understood only where the model prices them, on the last stage just
+    before the loss (DeepSeek-V3's recipes put them there); Planner.check_pipeline checks their count."""
+    expanded = _expanded_layout(text)
+    if set(expanded) - set("EtmL|"):
+        bad = sorted(set(expanded) - set("EtmL|"))
         raise UsageError(
-            f"layout: pp_layout {text!r}: only E, t, L, '|', x*n and (...)*n are understood"
-            + (f" (not {', '.join(bad)}; MTP layers are not modelled)" if bad else "")
+            f"layout: pp_layout {text!r}: only E, t, m, L, '|', x*n and (...)*n are understood (not {', '.join(bad)})"
         )
     flat = expanded.replace("|", "")
     if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
@@ -215,7 +210,30 @@ def pipeline_layout_chunks(text: str) -> list[int]:
             f"layout: pp_layout {text!r} must open with the embedding E and close with the loss L, "
             f"each once (Megatron-Core's rule)"
         )
-    return [stage.count("t") for stage in expanded.split("|")]
+    stages = expanded.split("|")
+    if "m" in "".join(stages[:-1]) + stages[-1].rstrip("L").rstrip("m"):
+        raise UsageError(
+            f"layout: pp_layout {text!r}: MTP layers (m) are modelled only on the last stage, just before "
+            f"the loss L, where the output head is"
+        )
+    return [stage.count("t") for stage in stages]
+
+
+def pipeline_layout_mtp(text: str) -> int:
+    """MTP layers (m) a pipeline layout string names (pipeline_layout_chunks checks where)."""
+    return _expanded_layout(text).count("m")
+
+
+def _expanded_layout(text: str) -> str:
+    """The layout string with its x*n and (...)*n repeats unrolled."""
+    expanded = text
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        # bounded before it is built: a typo's repeat count must not fill the memory
+        grown = sum(len(m.group(1)) * int(m.group(2)) for m in re.finditer(pattern, expanded))
+        if grown > 4 * MAX_LAYERS:
+            raise UsageError(f"layout: pp_layout {text!r} unrolls to more than {4 * MAX_LAYERS:,} symbols")
+        expanded = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), expanded)
+    return expanded
 
 
 def parse_layout(text: str, gpus: int | None = None) -> Layout:

@@ -23,7 +23,14 @@ from commbench.modeling.cluster import Cluster
 from commbench.modeling.comm import communication
 from commbench.modeling.compute import layer_compute
 from commbench.modeling.job import TrainingJob
-from commbench.modeling.layout import RECOMPUTE_MODES, Layout, LayoutBatch, check_moe_rules, layout_groups
+from commbench.modeling.layout import (
+    RECOMPUTE_MODES,
+    Layout,
+    LayoutBatch,
+    check_moe_rules,
+    layout_groups,
+    pipeline_layout_mtp,
+)
 from commbench.modeling.ledger import LEDGER_ITEMS
 from commbench.modeling.limits import MAX_SIMULATED_OPS
 from commbench.modeling.memory import stage_layers
@@ -264,6 +271,12 @@ class Planner:
             if counted != layers:
                 raise UsageError(
                     f"layout {layout}: pp_layout places {counted} decoder layers, the model has {layers} "
+                    f"(Megatron-Core's rule)"
+                )
+            mtp = pipeline_layout_mtp(layout.pp_layout)
+            if mtp and mtp != self.job.model.mtp_layers:
+                raise UsageError(
+                    f"layout {layout}: pp_layout places {mtp} MTP layers, the model has {self.job.model.mtp_layers} "
                     f"(Megatron-Core's rule)"
                 )
         elif layout.pp_first or layout.pp_last:
