@@ -82,6 +82,7 @@ def test_every_option_reaches_the_spec():
         ({"slowdown": math.nan}, "slowdown must be between 0 and 10"),
         ({"slowdown": -0.1}, "slowdown must be between 0 and 10"),
         ({"slowdown": 0.1, "overlap_run": "RUN"}, "give --slowdown or --overlap-run, not both"),
+        ({"tp_comm_overlap": "yes"}, "--tp-comm-overlap is on or off, not 'yes'"),
     ],
 )
 def test_a_spec_refuses_bad_values_naming_the_option(change, message):
@@ -204,3 +205,24 @@ def test_an_explicit_execution_wins_over_the_framework_and_an_unknown_framework_
     assert spec.execution == "torch-fsdp" and spec.execution_source() is None
     with pytest.raises(UsageError, match="cannot tell the execution preset from --framework 'JAX'"):
         PlanSpec(**BASIC, framework="JAX")
+
+
+def _tp_exposed(**changes) -> tuple[float, str]:
+    """The exposed TP seconds of one TP=8 layout and the execution's stated assumptions."""
+    from commbench.modeling.layout import LayoutBatch, parse_layout
+
+    planner = build_planner(PlanSpec(**{**BASIC, "gpus": 16, **changes}))
+    step = planner.step_model.evaluate(LayoutBatch.from_layouts([parse_layout("tp=8,dp=2,mbs=1,zero=1", 16)]))
+    return float(step.categories["tp"][0]), planner.job.execution.assumes
+
+
+def test_tp_comm_overlap_turns_the_forward_tp_overlap_on_and_off_and_says_so():
+    """--tp-comm-overlap off makes megatron-core wait for its forward TP collectives (more TP exposed); on gives
+    torch-fsdp Transformer Engine's overlap (less); left out, each execution keeps its own (on for megatron-core)."""
+    preset, said = _tp_exposed()
+    off, said_off = _tp_exposed(tp_comm_overlap="off")
+    assert _tp_exposed(tp_comm_overlap="on")[0] == preset and said == said_off.split("; --tp-comm-overlap")[0]
+    assert off > 1.5 * preset and "--tp-comm-overlap off: forward TP collectives blocking" in said_off
+    fsdp, fsdp_on = _tp_exposed(execution="torch-fsdp")[0], _tp_exposed(execution="torch-fsdp", tp_comm_overlap="on")[0]
+    assert fsdp_on < fsdp
+    assert plan.spec_from_args(parse("--tp-comm-overlap", "off")).tp_comm_overlap == "off"

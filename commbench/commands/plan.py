@@ -33,7 +33,7 @@ from dataclasses import fields
 from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS, EXECUTIONS, PRECISIONS
 from commbench.modeling.ledger import LEDGER, NOT_MODELLED
 from commbench.modeling.recipes import RECIPES
-from commbench.modeling.spec import MOE_OVERLAPS, PlanSpec
+from commbench.modeling.spec import MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
 
 LEDGER_NAMES = tuple(item.name for item in LEDGER)
 
@@ -134,6 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--capacity-factor", type=float)
     _spec_option(parser, "--pad-to-capacity", action="store_true")
     _spec_option(parser, "--cuda-graph", action="store_true")
+    _spec_option(parser, "--tp-comm-overlap", choices=TP_COMM_OVERLAPS)
     parser.add_argument(
         "--layout",
         help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '

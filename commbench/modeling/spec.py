@@ -11,13 +11,20 @@ bad input is a UsageError naming the option, never a traceback.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
-from commbench.modeling.job import EXECUTIONS, PRECISIONS, MoEExecution, TrainingJob, execution_for_framework
+from commbench.modeling.job import (
+    EXECUTIONS,
+    PRECISIONS,
+    Execution,
+    MoEExecution,
+    TrainingJob,
+    execution_for_framework,
+)
 from commbench.modeling.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, MAX_TOP, whole_number
 from commbench.modeling.recipes import RECIPES, checked_recipe
 
@@ -32,6 +39,7 @@ MAX_SLOWDOWN = 10.0
 # a capacity factor beyond the expert count can only pad: no router sends an expert more than every token
 MAX_CAPACITY_FACTOR = 1024.0
 MOE_OVERLAPS = ("none", "shared-expert", "1f1b-a2a", "both")
+TP_COMM_OVERLAPS = ("on", "off")
 
 
 def _required(doc: str) -> Any:
@@ -90,6 +98,12 @@ class PlanSpec:
         "megatron-core, megatron-2021, deepspeed, torch-fsdp, torch-eager; megatron (the "
         "default) is megatron-core; the list with assumptions is at the end of plan --help",
         "megatron",
+    )
+    tp_comm_overlap: str | None = _with_default(
+        "forward TP collectives beside the GEMMs they feed (Transformer Engine's TP communication overlap, "
+        "NeMo/Megatron-Bridge's tp_comm_overlap, torchtitan's async TP): on or off; default: what --execution "
+        "assumes (on for megatron-core, off for the others). A run launched with it off (MLPerf's NVFP4 configs, "
+        "TP_COMM_OVERLAP=False) waits for every forward all-gather and reduce-scatter of TP"
     )
     framework: str | None = _with_default(
         "the training framework and version as the job description names it ('NeMo 25.11', 'Megatron-LM 2021', "
@@ -161,12 +175,27 @@ class PlanSpec:
         for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS), ("compute_precision", RECIPES)):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
+        if self.tp_comm_overlap is not None and self.tp_comm_overlap not in TP_COMM_OVERLAPS:
+            raise UsageError(f"{option('tp_comm_overlap')} is on or off, not {self.tp_comm_overlap!r}")
         if self.slowdown is not None and self.overlap_run is not None:
             raise UsageError(f"give {option('slowdown')} or {option('overlap_run')}, not both")
         if self.slowdown is not None:
             checked_slowdown(self.slowdown)
         _ = self.routing_model  # --routing parsed (a routing file read) once, here, and kept
         self._check_moe_choices()
+
+    def execution_model(self) -> Execution:
+        """The execution preset, with the forward TP overlap --tp-comm-overlap sets where it is given."""
+        preset = EXECUTIONS[self.execution]
+        if self.tp_comm_overlap is None or (self.tp_comm_overlap == "on") == preset.tp_forward_overlap:
+            return preset
+        overlapped = self.tp_comm_overlap == "on"
+        how = "overlapped with the GEMMs they feed" if overlapped else "blocking (TP communication overlap off)"
+        return replace(
+            preset,
+            tp_forward_overlap=overlapped,
+            assumes=f"{preset.assumes}; --tp-comm-overlap {self.tp_comm_overlap}: forward TP collectives {how}",
+        )
 
     def execution_source(self) -> str | None:
         """Where --execution came from when --framework picked it (None: given, or the default)."""
@@ -270,7 +299,7 @@ def build_planner(spec: PlanSpec) -> Planner:
         spec.seq_len,
         spec.global_batch,
         PRECISIONS[spec.precision],
-        execution=EXECUTIONS[spec.execution],
+        execution=spec.execution_model(),
         routing=routing.text,
         compute=checked_recipe(spec.compute_precision, system.processor),
         quantised_param_gather=spec.fp8_param_gather,

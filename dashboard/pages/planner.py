@@ -7,7 +7,7 @@ from commbench.errors import CommbenchError, UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS
-from commbench.modeling.spec import MOE_OVERLAPS, PlanSpec
+from commbench.modeling.spec import MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.data import safe_path
 from dashboard.figures.common import message_figure
@@ -56,6 +56,7 @@ SPEC_CONTROLS = {
     "plan-compute-precision": "compute_precision",
     "plan-fp8-param-gather": "fp8_param_gather",
     "plan-execution": "execution",
+    "plan-tp-comm-overlap": "tp_comm_overlap",
     "plan-framework": "framework",
     "plan-processor": "processor",
     "plan-inter-network": "inter_network",
@@ -149,6 +150,10 @@ def _job_controls() -> list:
         ),
         _control(
             "execution", _choice("plan-execution", execution_names(), PlanSpec.default("execution"), clearable=False)
+        ),
+        _control(
+            "TP comm overlap",
+            _choice("plan-tp-comm-overlap", list(TP_COMM_OVERLAPS), None, placeholder="the execution's"),
         ),
         _control(
             "framework",
@@ -287,6 +292,7 @@ def _request(*values) -> PlanRequest:
         "routing",
         "capacity_factor",
         "framework",
+        "tp_comm_overlap",
     ):  # empty means the preset's (the model's for the capacity factor)
         chosen[name] = chosen[name] or None
     store = results()
