@@ -349,6 +349,8 @@ def build_row(sub, repo, system, gpu, memory, folder, config, env, results, figu
             "graphs, FP8 parameter gather and FP8 attention where set"
         ),
         "superseded_by": "",
+        # TE TP communication overlap as launched (the yaml's default is off): the scorecard passes it on
+        "tp_comm_overlap": "on" if env.get("TP_COMM_OVERLAP") == "True" else "off",
     }
 
 
@@ -374,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with args.runs.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        fields, rows = reader.fieldnames, [r for r in reader if not r["source"].startswith("mlperf-training-")]
+        fields = list(reader.fieldnames or []) + [c for c in ("tp_comm_overlap",) if c not in (reader.fieldnames or [])]
+        rows = [{**r, "tp_comm_overlap": r.get("tp_comm_overlap") or ""} for r in reader]
+        rows = [r for r in rows if not r["source"].startswith("mlperf-training-")]
     tmp = args.runs.with_suffix(".tmp")
     with tmp.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")

@@ -276,6 +276,7 @@ def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction
             processor=processor,
             compute_precision=compute_precision_of(row),
             nvlink_domain=job_domain(row),
+            tp_comm_overlap=row.get("tp_comm_overlap") or None,  # as launched, where the source says (MLPerf)
         )
         planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))

@@ -143,6 +143,8 @@ def row_problems(row: dict) -> list[str]:
     ):
         if row[column] not in allowed:
             found.append(f"{column} must be one of {sorted(allowed)}, not {row[column]!r}")
+    if row.get("tp_comm_overlap", "") not in ("", "on", "off"):
+        found.append(f"tp_comm_overlap must be on, off or empty (the execution's), not {row['tp_comm_overlap']!r}")
     found += metric_problems(row)
     found += size_problems(row, n)
     return found
@@ -206,6 +208,7 @@ def test_coverage_at_least_40_rows_4_sources_every_gpu():
         ("metric", "mfu_percent"),
         ("hidden", "4608"),
         ("published_params_b", ""),
+        ("tp_comm_overlap", "yes"),
     ],
 )
 def test_a_row_that_loses_its_source_or_units_is_caught(column, value):
