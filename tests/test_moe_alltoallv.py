@@ -12,6 +12,7 @@ from tests.test_run_sweep import only_run
 FAST = ("--nproc", "4", "--backend", "gloo", "-n", "9", "-w", "1", "--no-progress", "--hidden", "1024")
 
 
+@pytest.mark.alone  # a ratio of two rates measured one after the other on 4 ranks
 def test_uniform_all_to_allv_matches_all_to_all_of_the_same_bytes(cli, tmp_path):
     # 32..128 tokens x top-2 x 1024 floats: 256 KiB..1 MiB per rank
     result = cli("run", *FAST, "--ops", "all_to_allv", "--tokens", "32,64,128", "--out", str(tmp_path))
