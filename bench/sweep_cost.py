@@ -6,7 +6,8 @@ repeat's wall-time ratio (adaptive / the fixed sweep beside it), the median of t
 wall time of each, and the run-to-run spread at large sizes (>= 4 MiB): for each row,
 (max - min) / median of the reported time across repeats, then the median over rows. Goal
 (issue 31): adaptive wall time <= half of fixed, at equal or better spread; the last line is the
-verdict.
+verdict. Per size band, what each sweep spent its ops on (records, timed and warm-up counts,
+op-seconds) says where a ratio comes from.
 
     python bench/sweep_cost.py [--repeats 3] [--max-bytes 64M]     # about 3 min on a quiet machine
 """
@@ -60,6 +61,27 @@ def large_size_spread(run_dirs: list[Path], min_size: int) -> float:
     return statistics.median(spreads) if spreads else float("nan")  # one repeat: no spread to show
 
 
+BANDS = ((0, 64 << 10, "< 64 KiB"), (64 << 10, LARGE, "64 KiB - 4 MiB"), (LARGE, 1 << 62, ">= 4 MiB"))
+
+
+def work_by_band(run_dirs: list[Path]) -> list[str]:
+    """What each sweep spent its op time on, per size band and repeat: records, timed and warm-up
+    ops per record (medians), and op-seconds, each record's mean op time x (timed + warm-up ops),
+    the part of the wall time the iteration choice sets (checks, start-up and bookkeeping aside)."""
+    lines = []
+    for low, high, name in BANDS:
+        rows = [r for d in run_dirs for r in load_run(d).records if low <= r["size_bytes"] < high]
+        if not rows:
+            continue
+        seconds = sum(r["time_us_mean_nccl"] * (r["iters"] + r["warmup"]) for r in rows) / 1e6 / len(run_dirs)
+        lines.append(
+            f"{name:>16}: {len(rows) // len(run_dirs):4} records, timed {statistics.median(r['iters'] for r in rows):5.0f}"
+            f" + warm-up {statistics.median(r['warmup'] for r in rows):3.0f} ops a record (medians),"
+            f" {seconds:6.1f} op-s a sweep"
+        )
+    return lines
+
+
 def verdict(ratio: float, spreads: dict[str, float]) -> str:
     adaptive, fixed = (spreads[mode] for mode in MODES)
     cheap, steady = ratio <= GOAL_RATIO, adaptive <= fixed
@@ -93,6 +115,8 @@ def main() -> None:
         spreads = {mode: large_size_spread(dirs[mode], LARGE) for mode in MODES}
         for mode in MODES:
             print(f"{mode:<20}  {statistics.median(walls[mode]):16.1f}  {spreads[mode]:15.1%}")
+        for mode in MODES:
+            print(f"\n{mode}, mean over repeats:", *work_by_band(dirs[mode]), sep="\n  ")
     ratios = [a / f for a, f in zip(*(walls[mode] for mode in MODES))]
     print(f"\nadaptive / fixed wall time per repeat: {', '.join(f'{r:.2f}' for r in ratios)}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
