@@ -1,9 +1,14 @@
 """History, compare and check on real runs of the emulated cluster (network namespaces, tc-shaped links).
 
-Ten runs with the nodes' links at 1 Gbit/s, then ten at 800 Mbit/s, all with the same command:
-`history` must find the change at run 11; `compare` of two 1 Gbit/s runs must call >= 95% of rows
-unchanged; `check` of an 800 Mbit/s run against a baseline of the 1 Gbit/s runs must exit 1 and
-name the inter-node rows. Kept short: 2 nodes x 2 ranks, all_reduce at 2 and 4 MiB, 5 iterations.
+Ten runs with the nodes' links at 400 Mbit/s, then ten at 250 Mbit/s (the rows take 1.6x as long),
+all with the same command: `history` must find the change at run 11; `compare` of two 400 Mbit/s runs
+must call >= 95% of rows unchanged; `check` of a 250 Mbit/s run against a baseline of the 400 Mbit/s runs must
+exit 1 and name the inter-node rows. Kept short: 2 nodes x 2 ranks, the inter-node all_reduce (two
+rails sharing each link) at 2 and 4 MiB, 5 iterations. Only inter-node rows, at a rate where the
+link sets their time: the intra-node (loopback) rows, and rows at 1 Gbit/s, which needs a good part
+of a core per rank, moved with the load of the two shared cores when other tests ran beside. The
+drop is larger than check's 10% tolerance plus the baseline's spread under that load (a 20% drop
+failed rows by +21-41% against limits of +16-22% in one loaded run: too close to call every time).
 Needs root; skips with the reason otherwise (and fails in CI, where root is there).
 """
 
@@ -33,7 +38,7 @@ RUN_ARGS = [
     "-w",
     "1",
     "--scopes",
-    "intra,inter",
+    "inter",
     "--cluster",
     "emu",
 ]
@@ -72,13 +77,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True, cwd=REPO)
 
 
-@pytest.mark.alone  # check grades intra (CPU-bound loopback) rows, which move beside busy workers
+@pytest.mark.parametrize("emulated_cluster", [dict(rate="400mbit")], indirect=True)
 def test_rate_drop_found_by_history_compare_and_check(emulated_cluster, tmp_path):
     out, db = tmp_path / "runs", tmp_path / "fleet.duckdb"
     for number in range(1, 21):
         if number == 11:
             for node in range(len(emulated_cluster.nodes)):
-                emulated_cluster.shape(node, rate="800mbit")
+                emulated_cluster.shape(node, rate="250mbit")
         results = run_on_every_rank(
             emulated_cluster, RUN_ARGS + ["--run-id", f"run{number:02d}"], out, port=29631 + number
         )
@@ -121,7 +126,6 @@ def test_rate_drop_found_by_history_compare_and_check(emulated_cluster, tmp_path
     print(check.stdout)
     assert check.returncode == 1
     failed = [line for line in check.stdout.splitlines() if line.strip().startswith("FAIL")]
-    # the inter-node rows cross the slowed link; intra rows (loopback, CPU-bound) move with the
-    # machine's load, so they are not asserted either way
+    # the inter-node rows cross the slowed link
     assert any(" inter " in line and " 4M float out-of-place" in line for line in failed), check.stdout
     assert sum(" inter " in line for line in failed) >= 2, check.stdout
