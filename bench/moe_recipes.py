@@ -13,7 +13,9 @@ scorecard's assumptions (`config` empty). The pipeline layout is the config's pp
 DeepSeek-V3 the one its model recipe's set_deepseek_v3_pipeline_model_parallel_layout (read from the
 same commit and run on the row's pp and vp) sets, which puts the embedding and 4 (pp=16) or 8 (pp=8)
 layers on the first stage and only 1 or 5 layers beside the MTP layer and the loss on the last; '' is
-Megatron-Core's even split. The output is committed so the scorecard needs no mirror.
+Megatron-Core's even split. bias_dropout_fusion and cross_entropy_loss_fusion are the model's, from its
+bridge and model recipe at the same commit (MODEL_FILES). The output is committed so the scorecard needs
+no mirror.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import ast
 import csv
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +53,29 @@ FAMILY = {
 }
 GPU = {"DGX-H100": "H100", "DGX-B200": "B200", "DGX-B300": "B300", "DGX-GB200": "GB200", "DGX-GB300": "GB300"}
 PRECISION = {"BF16": "BF16", "FP8": "FP8_CS", "MXFP8": "FP8_MX"}
-FIELDS = ("id", "source", "config", "moe_flex_dispatcher_backend", "moe_a2a_overlap", "recompute_modules", "pp_layout")
+FIELDS = (
+    "id",
+    "source",
+    "config",
+    "moe_flex_dispatcher_backend",
+    "moe_a2a_overlap",
+    "recompute_modules",
+    "pp_layout",
+    "bias_dropout_fusion",
+    "cross_entropy_loss_fusion",
+)
+# Two fusions each family's model sets outside the workload configs, read from the same commit: the
+# model bridge's provider (bias_dropout_fusion; Megatron-Core's TransformerConfig default, False, where
+# it sets none) and the model recipe (cross_entropy_loss_fusion; GPTModelProvider's default, True,
+# where it sets none). Megatron-Core's GPT layer passes bias_dropout_fusion as the `fused` flag of its
+# bias-dropout-add; cross_entropy_loss_fusion picks the fused vocab-parallel cross entropy.
+MODEL_FILES = {
+    "deepseek-v3": ("deepseek/deepseek_v3_bridge.py", "deepseek/deepseek_v3.py"),
+    "qwen3-235b-a22b": ("qwen/qwen3_moe_bridge.py", "qwen/qwen3_moe.py"),
+    "qwen3-30b-a3b": ("qwen/qwen3_moe_bridge.py", "qwen/qwen3_moe.py"),
+    "gpt-oss-120b": ("gpt_oss/gpt_oss_bridge.py", "gpt_oss/gpt_oss.py"),
+}
+FUSION_DEFAULTS = {"bias_dropout_fusion": False, "cross_entropy_loss_fusion": True}
 # DeepSeek-V3's recipes (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) take the config's
 # pp_layout where it names one, else call this function of the model recipe, whose map of (pp, vp) to
 # an explicit layout is the same at every summary commit; it is read from the commit, not copied here
@@ -141,6 +166,24 @@ def matching(row: dict, configs: dict[str, dict]) -> tuple[str, dict] | None:
     return found[-1] if found else None  # the latest version of the recipe when several match
 
 
+def model_fusions(mirror: Path, commit: str, model: str) -> dict[str, int]:
+    """bias_dropout_fusion from the model's bridge, cross_entropy_loss_fusion from its recipe, at
+    `commit` (1/0), each the default in FUSION_DEFAULTS where the file assigns none; a file that
+    assigns both values is refused rather than guessed."""
+    bridge, recipe = MODEL_FILES[model]
+    texts = {
+        "bias_dropout_fusion": git_show(mirror, commit, f"src/megatron/bridge/models/{bridge}"),
+        "cross_entropy_loss_fusion": git_show(mirror, commit, f"src/megatron/bridge/recipes/{recipe}"),
+    }
+    found = {}
+    for name, text in texts.items():
+        values = set(re.findall(rf"\.{name} = (True|False)", text))
+        if len(values) > 1:
+            raise SystemExit(f"{model} at {commit}: {name} is set both ways; read it by hand")
+        found[name] = int(values.pop() == "True") if values else int(FUSION_DEFAULTS[name])
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirror", type=Path, default=MIRROR)
@@ -167,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 "moe_a2a_overlap": int(bool(config.get("moe_a2a_overlap"))) if hit else "",
                 "recompute_modules": " ".join(config.get("recompute_modules") or []),
                 "pp_layout": pipeline_layout(args.mirror, commit, row, config),
+                **model_fusions(args.mirror, commit, row["model"]),
             }
         )
     tmp = args.out.with_suffix(".tmp")

@@ -16,7 +16,8 @@ lists its rows); nothing is fitted to the held-out half.
 
 Each row is priced at its own layout by build_planner(PlanSpec(...)).evaluate_layout. What the
 tables do not say is taken from the row's recipe (bench/published/moe_recipes.csv: dispatcher, A2A
-overlap, recompute modules, the explicit pipeline layout of DeepSeek-V3's recipes) or assumed and
+overlap, recompute modules, the explicit pipeline layout of DeepSeek-V3's recipes, the model's bias-dropout-add and
+cross-entropy fusions) or assumed and
 listed in ASSUMED: etp=1 (Bridge's MoE recipes for fine-grained experts), the distributed optimizer
 (zero=1; FSDP rows zero=3), FP8 on H100 as current scaling, 64 GPUs per NVL72 rack's NVLink domain
 when the GPU count is not a whole number of racks. DGX-B300 rows are priced on the dgx-b300 preset.
@@ -29,10 +30,13 @@ import csv
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from commbench.errors import UsageError
+from commbench.modeling.job import MEGATRON_LOSS_BYTES, Execution
 from commbench.modeling.layout import Layout
+from commbench.modeling.planner import Planner
 from commbench.modeling.spec import PlanSpec, build_planner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,12 +63,15 @@ HARDWARE = {
 # GPT-OSS's B300 MXFP8 recipes keep the partial TE graphs); BF16 and FP8 recipes and H100/B200 never do.
 GRAPHED_FROM = (26, 6)
 GRAPHED = {"DGX-GB200": None, "DGX-GB300": None, "DGX-B300": ("qwen3-235b-a22b", "qwen3-30b-a3b")}  # None: every model
+FUSED_LOSS_BYTES = (12.0, 12.0)  # Execution.loss_bytes of a fused softmax + loss over fp32 logits
 PRECISION = {"BF16": "bf16", "FP8": "fp8-current", "MXFP8": "mxfp8"}
 ASSUMED = (
     "etp=1; zero=1 (distributed optimizer), zero=3 with FSDP; selective recompute of the modules the row's "
     "recipe names (none where it names none); the dispatcher (flex where the recipe names a DeepEP or "
     "HybridEP backend, else alltoall) and 1F1B A2A overlap from the recipe (bench/published/moe_recipes.csv), "
-    "alltoall without overlap or recompute where no recipe matched; FP8 = current scaling; NVL72 domain of 64 "
+    "alltoall without overlap or recompute where no recipe matched; the model's bias_dropout_fusion (GPT-OSS and "
+    "Qwen3 off, DeepSeek-V3 on) and cross_entropy_loss_fusion (on for all) from its bridge and recipe; "
+    "FP8 = current scaling; NVL72 domain of 64 "
     "GPUs when gpus is not a multiple of 72; a full-iteration CUDA graph where the row's recipe sets one "
     "(GRAPHED_FROM), else the host's MoE work exposed; the pipeline layout the recipe sets (DeepSeek-V3: "
     "embedding and 4 or 8 layers on the first stage, 1 or 5 beside the MTP layer and the loss on the last), "
@@ -83,6 +90,9 @@ def load_rows(path: Path = RUNS, recipes: Path = RECIPES) -> list[dict]:
         row["moe_overlap"] = "1f1b-a2a" if found.get("moe_a2a_overlap") == "1" else "none"
         row["recompute_modules"] = "+".join((found.get("recompute_modules") or "").split())
         row["pp_layout"] = found.get("pp_layout") or ""
+        # the model's own fusions (bench/moe_recipes.py MODEL_FILES); '' keeps the preset's assumption
+        row["bias_dropout_fusion"] = found.get("bias_dropout_fusion", "")
+        row["cross_entropy_loss_fusion"] = found.get("cross_entropy_loss_fusion", "")
     for row in rows:
         for name in ("gpus", "global_batch", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "ep"):
             row[name] = int(row[name])
@@ -146,12 +156,36 @@ def layout_of(row: dict) -> Layout:
     )
 
 
+def recipe_execution(row: dict, preset: Execution) -> Execution:
+    """The megatron-core preset with the row's model fusions from its recipe: bias_dropout_fusion
+    off -> bias, dropout, residual add and norm apart (fused_norm_residual False);
+    cross_entropy_loss_fusion on -> the fused softmax + loss (12 B per logit each way)."""
+    changes: dict = {}
+    if row.get("bias_dropout_fusion") in ("0", "1"):
+        changes["fused_norm_residual"] = row["bias_dropout_fusion"] == "1"
+    if row.get("cross_entropy_loss_fusion") == "1":
+        changes["loss_bytes"] = FUSED_LOSS_BYTES
+    elif row.get("cross_entropy_loss_fusion") == "0":
+        changes["loss_bytes"] = MEGATRON_LOSS_BYTES
+    if not changes:
+        return preset
+    said = ", ".join(f"{name}={value}" for name, value in changes.items())
+    return replace(preset, assumes=f"{preset.assumes}; from the row's recipe: {said}", **changes)
+
+
+def row_planner(row: dict) -> Planner:
+    """The planner of the row's spec, its execution carrying the recipe's fusions."""
+    planner = build_planner(spec_of(row))
+    job = replace(planner.job, execution=recipe_execution(row, planner.job.execution))
+    return Planner(job, planner.cluster)
+
+
 def predict(row: dict) -> dict:
     """The model's step for the row, or why it cannot be priced."""
     if row["system"] not in HARDWARE:
         return {"not_scored": f"no hardware preset for {row['system']}"}
     try:
-        planner = build_planner(spec_of(row))
+        planner = row_planner(row)
         result, reason = planner.evaluate_layout(layout_of(row))
     except UsageError as exc:
         return {"not_scored": str(exc)}

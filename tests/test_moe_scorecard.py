@@ -90,3 +90,18 @@ def test_the_b300_preset_prices_its_kernels_as_the_same_blackwell_ultra_gpu_in_g
         gb300.gemm_tile,
         gb300.attention_rates,
     )
+
+
+def test_each_row_is_priced_with_its_models_bias_dropout_and_loss_fusions_from_the_recipe():
+    # bench/moe_recipes.py reads them at the row's commit: GPT-OSS's bridge sets bias_dropout_fusion
+    # False, DeepSeek-V3's True, Qwen3's leaves Megatron-Core's default (False); every recipe fuses the loss
+    rows = {r["id"]: r for r in SCORECARD.load_rows()}
+    gpt_oss = rows["mbridge-b200-gpt-oss-120b-64g-bf16-tp1pp1cp1ep8vp1-mbs4-gbs1280-26.04"]
+    deepseek = rows["mbridge-b200-deepseek-v3-256g-mxfp8-tp1pp16cp1ep8vp1-mbs1-gbs4096-26.02"]
+    assert (gpt_oss["bias_dropout_fusion"], deepseek["bias_dropout_fusion"]) == ("0", "1")
+    execution = SCORECARD.row_planner(gpt_oss).job.execution
+    assert not execution.fused_norm_residual and execution.loss_bytes == SCORECARD.FUSED_LOSS_BYTES
+    assert SCORECARD.row_planner(deepseek).job.execution.fused_norm_residual
+    # the fusions reach the price: the preset's own (fused norm, unfused loss) gives another step
+    preset = {**gpt_oss, "bias_dropout_fusion": "", "cross_entropy_loss_fusion": ""}
+    assert SCORECARD.predict(gpt_oss)["step_s"] != SCORECARD.predict(preset)["step_s"]
