@@ -60,7 +60,8 @@ def test_validation_trains_every_layout_and_predicts_it(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        # ~130 s on two quiet cores; beside the other xdist workers of a loaded machine it passed 240 s
+        timeout=480,
         cwd=REPO,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
