@@ -13,6 +13,7 @@ Commands choose the driver; `run_rank` is what one rank runs.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -233,6 +234,19 @@ def run_rank(cfg: RunConfig, env: RankEnv, driver_class: type[Driver]) -> int:
         if env.rank == 0:
             print(f"{prefix} {exc}", file=sys.stderr, flush=True)
         code = exc.exit_code
+    release_process_groups(watch)
+    return code
+
+
+def release_process_groups(watch: _TerminateWatch) -> None:
+    """Tear the process groups down while the interpreter is whole. The SIGTERM thread keeps the
+    watch alive, and through it the run's session and its groups; a gloo group left to interpreter
+    finalization has its worker threads destroyed there, which aborts the rank ("terminate called
+    without an active exception", exit 134 after a run that measured every row)."""
+    run, watch.run = watch.run, None  # the run is finished: the SIGTERM thread has nothing to keep
+    if run is not None:
+        run.session.groups.clear()
+    del run
     if dist.is_initialized():
         dist.destroy_process_group()
-    return code
+    gc.collect()  # the groups' C++ objects (and their threads) go now, not at finalization
