@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import fields
@@ -226,3 +227,72 @@ def test_tp_comm_overlap_turns_the_forward_tp_overlap_on_and_off_and_says_so():
     fsdp, fsdp_on = _tp_exposed(execution="torch-fsdp")[0], _tp_exposed(execution="torch-fsdp", tp_comm_overlap="on")[0]
     assert fsdp_on < fsdp
     assert plan.spec_from_args(parse("--tp-comm-overlap", "off")).tp_comm_overlap == "off"
+
+
+def _lora_pair(layout: str, gpus: int):
+    """The same llama2-70b step fully trained and under --finetune lora (rank 16 on qkv and o)."""
+    from commbench.modeling.layout import LayoutBatch, parse_layout
+
+    spec = {"model": "llama2-70b", "gpus": gpus, "hardware": "dgx-h100", "global_batch": 8, "seq_len": 8192}
+    batch = LayoutBatch.from_layouts([parse_layout(layout, gpus)])
+    full, lora = (build_planner(PlanSpec(**spec, finetune=mode)) for mode in ("full", "lora"))
+    return full, lora, full.step_model.evaluate(batch), lora.step_model.evaluate(batch)
+
+
+def test_lora_prices_a_frozen_base_against_a_hand_calculation():
+    full, lora, full_step, lora_step = _lora_pair("tp=8,dp=2,mbs=1,zero=1", 16)
+    job = lora.job
+    # by hand: 80 layers x rank 16 x ((8192 -> 8192 + 2 x 1024) + (8192 -> 8192)) adapter parameters
+    adapters = 80 * 16 * ((8192 + 10240) + (8192 + 8192))
+    assert job.lora is not None and job.lora.params(job.model) == adapters == 44_564_480
+    # FLOPs: 4 per frozen matmul parameter (no weight gradient) + 6 per adapter parameter, against 6PD
+    matmul = job.model.total_params - job.model.embedding_params
+    assert job.flops_per_token() == pytest.approx(full.job.flops_per_token() - 2 * matmul + 6 * adapters)
+    assert job.flops_per_token() / full.job.flops_per_token() == pytest.approx(0.70, abs=0.03)
+    # backward GEMMs: input gradients only, about half the full backward (plus the small adapters);
+    # the forward GEMMs gain only the adapters'; the step's compute (attention core and the rest kept) falls
+    from commbench.modeling.compute import _adapters, layer_compute
+
+    proc = full.cluster.system.processor
+    full_layer, lora_layer = (layer_compute(p.job, full_step.batch, proc) for p in (full, lora))
+    adapter_fwd, adapter_bwd = _adapters(job, proc, 8192.0, full_step.batch.tp)
+    assert 0 < adapter_fwd[0] < 0.1 * full_layer.fwd_gemm[0] and adapter_bwd[0] > 2 * adapter_fwd[0]
+    assert (lora_layer.bwd_gemm[0] - adapter_bwd[0]) / full_layer.bwd_gemm[0] == pytest.approx(0.5, abs=0.02)
+    assert lora_layer.fwd_gemm[0] - adapter_fwd[0] == pytest.approx(full_layer.fwd_gemm[0])
+    assert 0.7 < lora_step.categories["compute"][0] / full_step.categories["compute"][0] < 0.9
+    # gradients, optimizer state and the optimizer step only for the adapters
+    share = adapters / job.model.total_params
+    for item in ("gradients", "optimizer"):
+        assert lora_step.memory[item][0] == pytest.approx(full_step.memory[item][0] * share)
+    assert lora_step.categories["optimizer"][0] == pytest.approx(full_step.categories["optimizer"][0] * share)
+    assert lora_step.memory["parameters"][0] == pytest.approx(full_step.memory["parameters"][0] * (1 + share))
+    assert lora_step.memory["activations"][0] == full_step.memory["activations"][0]
+
+
+def test_lora_reduces_only_the_adapters_gradients_over_data_parallelism():
+    _, _, full_step, lora_step = _lora_pair("tp=8,dp=2,mbs=1,zero=0", 16)
+    full_dp, lora_dp = (step.comm.dp.bucket[0] * step.comm.dp.buckets[0] for step in (full_step, lora_step))
+    assert full_dp > 0.1  # seconds of all-reduce for 69B / 8 gradients of 2 bytes
+    assert lora_dp < 0.01 * full_dp
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"finetune": "qlora"}, "--finetune is full or lora, not 'qlora'"),
+        ({"finetune": "lora", "lora_targets": "qkv,ffn"}, "--lora-targets is a comma-separated list of"),
+        ({"finetune": "lora", "lora_rank": 0}, "--lora-rank"),
+    ],
+)
+def test_a_lora_spec_refuses_bad_values(change, message):
+    with pytest.raises(UsageError, match=message):
+        PlanSpec(**BASIC, **change)
+
+
+def test_lora_is_refused_on_moe_models_and_named_in_plan_json(capsys):
+    with pytest.raises(UsageError, match="lora prices dense models"):
+        build_planner(PlanSpec(**{**BASIC, "model": "mixtral-8x7b", "gpus": 8}, finetune="lora"))
+    assert plan.main(parse("--finetune", "lora", "--json", "--top", "1")) == 0
+
+    finetune = json.loads(capsys.readouterr().out)["finetune"]
+    assert finetune["mode"] == "lora" and finetune["rank"] == 16 and finetune["targets"] == ["qkv", "o"]

@@ -33,7 +33,7 @@ from dataclasses import fields
 from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS, EXECUTIONS, PRECISIONS
 from commbench.modeling.ledger import LEDGER, NOT_MODELLED
 from commbench.modeling.recipes import RECIPES
-from commbench.modeling.spec import MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
+from commbench.modeling.spec import FINETUNES, MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
 
 LEDGER_NAMES = tuple(item.name for item in LEDGER)
 
@@ -135,6 +135,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--pad-to-capacity", action="store_true")
     _spec_option(parser, "--cuda-graph", action="store_true")
     _spec_option(parser, "--tp-comm-overlap", choices=TP_COMM_OVERLAPS)
+    _spec_option(parser, "--finetune", choices=FINETUNES)
+    _spec_option(parser, "--lora-rank", type=int)
+    _spec_option(parser, "--lora-targets")
     parser.add_argument(
         "--layout",
         help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '
@@ -220,6 +223,7 @@ def main(args) -> int:
                     "execution_picked_from": args.execution_source,
                     "execution_assumes": planner.job.execution.assumes,
                     "compute": compute_figures(planner),
+                    "finetune": finetune_figures(planner.job),
                     "screened": ranking.screened,
                     "fitting": ranking.fitting,
                     "layouts_per_second": ranking.layouts_per_second,
@@ -261,6 +265,7 @@ def _one_layout(planner, args) -> int:
                     "execution": planner.job.execution.name,
                     "execution_picked_from": args.execution_source,
                     "compute": compute_figures(planner),
+                    "finetune": finetune_figures(planner.job),
                     "warnings": warnings,
                     "bandwidth_pricing": pricing_summary(planner),
                     **_ep_skew_json(planner, args, [result]),
@@ -292,6 +297,21 @@ def compute_figures(planner) -> dict:
         "bf16_peak_flops": processor.peak_flops,
         **_quantised_gemm_factor(processor, job.compute),
         "bytes_per_param_variant": job.precision.name,
+    }
+
+
+def finetune_figures(job) -> dict:
+    """What the step trains (plan --json's `finetune`): full training, or LoRA with its adapters."""
+    if job.lora is None:
+        return {"mode": "full", "trained_params": job.model.total_params}
+    return {
+        "mode": "lora",
+        "rank": job.lora.rank,
+        "targets": list(job.lora.targets),
+        "trained_params": job.lora.params(job.model),
+        "trained_share": job.trained_share,
+        "frozen": "base weights: forward and input gradients only; no weight gradients, optimizer state, "
+        "master weights, gradient buffers or DP gradient reduction",
     }
 
 
@@ -349,6 +369,12 @@ def _print_header(planner, warnings, execution_source: str | None = None) -> Non
         f"compute precision: {compute.name} ({compute.te_recipe}); BF16: {', '.join(compute.bf16_parts())}"
         + ("; parameters gathered quantised" if planner.job.quantised_param_gather else "")
     )
+    lora = planner.job.lora
+    if lora is not None:
+        console.print(
+            f"finetune: LoRA rank {lora.rank} on {','.join(lora.targets)}: {lora.params(model):,} trained "
+            "parameters; base frozen (no weight gradients, optimizer state or DP reduction for it)"
+        )
     console.print(f"execution: {planner.job.execution.name}" + (f" ({execution_source})" if execution_source else ""))
     system = planner.cluster.system
     console.print(

@@ -502,7 +502,7 @@ def zero3_sharding(p: _Pricing) -> Zero3Costs:
         )
 
     gather = per_layer("all_gather", p.job.gathered_param_bytes)
-    reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes)
+    reduce_scatter = per_layer("reduce_scatter", prec.grad_bytes * p.job.trained_share)
     if p.job.execution.zero3_reduce_scatter_overlap:
         bwd, bwd_blocking = gather + reduce_scatter, p.zeros()
     else:
@@ -518,7 +518,7 @@ def zero3_sharding(p: _Pricing) -> Zero3Costs:
 def data_parallel(p: _Pricing) -> DataParallelCosts:
     batch, prec = p.batch, p.job.precision
     dense, expert = stage_parameters(p.job, batch)
-    grad_bytes = (dense + expert) * prec.grad_bytes
+    grad_bytes = (dense + expert) * prec.grad_bytes * p.job.trained_share  # LoRA: the adapters' only
     buckets = np.maximum(np.ceil(grad_bytes / p.job.bucket_bytes), 1)
     bucket_bytes = grad_bytes / buckets
     dense_share = dense / (dense + expert)
@@ -529,7 +529,8 @@ def data_parallel(p: _Pricing) -> DataParallelCosts:
     )
     reductions = np.select([batch.zero <= 1, batch.zero == 2], [1, p.micro_batches], 0)
     gather_weights = (batch.zero == 1) | (batch.zero == 2)
-    gathered = p.job.gathered_param_bytes  # in the width sent: FP8 with --fp8-param-gather
+    # in the width sent (FP8 with --fp8-param-gather); only what the optimizer updated (LoRA: the adapters)
+    gathered = p.job.gathered_param_bytes * p.job.trained_share
     param_gather = p.over_replicas(
         "all_gather", np.where(gather_weights, dense * gathered, 0.0), np.where(gather_weights, expert * gathered, 0.0)
     )

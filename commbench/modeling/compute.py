@@ -198,21 +198,24 @@ def elementwise_bytes(
     return traffic
 
 
-def _linear(proc: Processor, tokens: Numbers, n: Numbers, k: Numbers, count: float = 1.0) -> Pair:
-    """(forward, backward) seconds of `count` linear layers of tokens x k -> tokens x n."""
-    forward, backward = gemm_forward_backward(proc, tokens, n, k)
+def _linear(proc: Processor, tokens: Numbers, n: Numbers, k: Numbers, count: float = 1.0, frozen: bool = False) -> Pair:
+    """(forward, backward) seconds of `count` linear layers of tokens x k -> tokens x n (frozen: no weight gradient)."""
+    forward, backward = gemm_forward_backward(proc, tokens, n, k, frozen)
     return count * forward, count * backward
 
 
-def _attention_projections(model: ModelSpec, proc: Processor, n: Numbers, t: np.ndarray) -> Pair:
+def _attention_projections(model: ModelSpec, proc: Processor, n: Numbers, t: np.ndarray, frozen: bool = False) -> Pair:
     """Input projections (split over TP, plus MLA's whole down-projections) and the output projection."""
     h = model.hidden
     output = model.attention_out_dim * h
     replicated = model.tp_replicated_params_per_layer
     split_inputs = model.attention_projection_params - output - replicated
-    parts = [_linear(proc, n, split_inputs / h / t, h), _linear(proc, n, h, output / h / t)]
+    parts = [
+        _linear(proc, n, split_inputs / h / t, h, frozen=frozen),
+        _linear(proc, n, h, output / h / t, frozen=frozen),
+    ]
     if replicated:
-        parts.append(_linear(proc, n, replicated / h, h))
+        parts.append(_linear(proc, n, replicated / h, h, frozen=frozen))
     forward, backward = parts[0]
     for f, b in parts[1:]:
         forward, backward = forward + f, backward + b
@@ -234,7 +237,7 @@ def _mlp(
     model, t = job.model, batch.tp
     h, matrices = model.hidden, model.mlp_matrices
     up = matrices - 1  # GeLU: one up-projection; SwiGLU: gate and up
-    dense = _mlp_block(proc, n, h, model.ffn_hidden / t, up)
+    dense = _mlp_block(proc, n, h, model.ffn_hidden / t, up, frozen=job.lora is not None)
     width = matrices * model.ffn_hidden / t
     if not model.moe:
         return (*dense, width, 0.0, None)
@@ -252,8 +255,9 @@ def _mlp(
     )
 
 
-def _mlp_block(proc: Processor, tokens: Numbers, h: int, ffn_local: Numbers, up: int) -> Pair:
-    ups, down = _linear(proc, tokens, ffn_local, h, up), _linear(proc, tokens, h, ffn_local)
+def _mlp_block(proc: Processor, tokens: Numbers, h: int, ffn_local: Numbers, up: int, frozen: bool = False) -> Pair:
+    ups = _linear(proc, tokens, ffn_local, h, up, frozen=frozen)
+    down = _linear(proc, tokens, h, ffn_local, frozen=frozen)
     return ups[0] + down[0], ups[1] + down[1]
 
 
@@ -326,16 +330,40 @@ def _linear_layers(job: TrainingJob, batch: LayoutBatch, proc: Processor, n: Num
     of BF16 layers at the BF16 rate, the rest quantised."""
     model, t = job.model, batch.tp
     quantised = proc.for_recipe(job.compute)
-    attention_fwd, attention_bwd = _attention_projections(model, quantised, n, t)
+    frozen = job.lora is not None
+    attention_fwd, attention_bwd = _attention_projections(model, quantised, n, t, frozen)
     mlp_fwd, mlp_bwd, mlp_width, moe_traffic, moe_parts = _mlp(job, batch, quantised, n, router_proc=proc)
     share = job.compute.bf16_layer_share if job.compute.quantised else 0.0
     if share:
-        bf16_attention, bf16_mlp = _attention_projections(model, proc, n, t), _mlp(job, batch, proc, n)
+        bf16_attention, bf16_mlp = _attention_projections(model, proc, n, t, frozen), _mlp(job, batch, proc, n)
         attention_fwd, attention_bwd = (
             (1 - share) * q + share * b for q, b in zip((attention_fwd, attention_bwd), bf16_attention)
         )
         mlp_fwd, mlp_bwd = ((1 - share) * q + share * b for q, b in zip((mlp_fwd, mlp_bwd), bf16_mlp[:2]))
-    return attention_fwd + mlp_fwd, attention_bwd + mlp_bwd, mlp_width, moe_traffic, moe_parts
+    adapter_fwd, adapter_bwd = _adapters(job, proc, n, t)
+    return (
+        attention_fwd + mlp_fwd + adapter_fwd,
+        attention_bwd + mlp_bwd + adapter_bwd,
+        mlp_width,
+        moe_traffic,
+        moe_parts,
+    )
+
+
+def _adapters(job: TrainingJob, proc: Processor, n: Numbers, t: np.ndarray) -> tuple[Numbers, Numbers]:
+    """(forward, backward) seconds of one layer's LoRA adapters, fully trained, in BF16: per adapted
+    projection k -> n, A (k -> rank) on the input this rank holds and B (rank -> n) on its output
+    share, the split side following the projection's TP split (column: n / tp, row: k / tp)."""
+    if job.lora is None:
+        return 0.0, 0.0
+    rank, h = job.lora.rank, job.model.hidden
+    forward: Numbers = 0.0
+    backward: Numbers = 0.0
+    for k, out in job.lora.projections(job.model):
+        k_local, n_local = (k, out / t) if k == h else (k / t, out)
+        for pair in (_linear(proc, n, rank, k_local), _linear(proc, n, n_local, rank)):
+            forward, backward = forward + pair[0], backward + pair[1]
+    return forward, backward
 
 
 def quantised_operands(job: TrainingJob, batch: LayoutBatch, n: Numbers) -> tuple[Numbers, Numbers, Numbers]:
@@ -405,7 +433,7 @@ def layer_compute(job: TrainingJob, batch: LayoutBatch, proc: Processor, micro_b
         / proc.elementwise_bandwidth
         + moe_traffic
     )
-    head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h)
+    head_fwd, head_bwd = _linear(proc, n, model.vocab / t, h, frozen=job.lora is not None)
     logits = n * model.vocab / t  # on this rank, per micro-batch
     loss_fwd, loss_bwd = (logits * per_logit / proc.elementwise_bandwidth for per_logit in execution.loss_bytes)
     fwd_kernels, bwd_kernels = framework_costs(model, execution, proc, n)

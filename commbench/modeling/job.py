@@ -263,6 +263,35 @@ class MoEExecution:
     host_expert_s: float = MOE_HOST_EXPERT_S
 
 
+LORA_TARGETS = ("qkv", "o", "mlp")
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """LoRA fine-tuning (Hu et al. 2021): the base weights are frozen and each targeted projection
+    k -> n gains a trained pair A (k -> rank) and B (rank -> n). Frozen weights compute only input
+    gradients in backward and keep no gradient, master copy or Adam state; only the adapters'
+    gradients are reduced over data parallelism. MLPerf's Llama 2 70B LoRA: rank 16 on qkv and o."""
+
+    rank: int = 16
+    targets: tuple[str, ...] = ("qkv", "o")
+
+    def projections(self, model: ModelSpec) -> list[tuple[float, float]]:
+        """(k, n) of every adapted projection of one layer, unsplit."""
+        h = model.hidden
+        shapes: dict[str, list[tuple[float, float]]] = {
+            "qkv": [(h, (model.attention_projection_params - model.attention_out_dim * h) / h)],
+            "o": [(float(model.attention_out_dim), float(h))],
+            "mlp": [(float(h), float(model.ffn_hidden))] * (model.mlp_matrices - 1)
+            + [(float(model.ffn_hidden), float(h))],
+        }
+        return [shape for target in self.targets for shape in shapes[target]]
+
+    def params(self, model: ModelSpec) -> int:
+        """Trained adapter parameters of the whole model."""
+        return model.layers * round(sum(self.rank * (k + n) for k, n in self.projections(model)))
+
+
 @dataclass(frozen=True)
 class TrainingJob:
     model: ModelSpec
@@ -292,6 +321,8 @@ class TrainingJob:
     # --fp8-param-gather): the quantised copy replaces the BF16 one and the gathers move its bytes
     quantised_param_gather: bool = False
     moe_execution: MoEExecution = field(default_factory=MoEExecution)
+    # None: every weight is trained; else LoRA fine-tuning of a frozen base
+    lora: LoRA | None = None
 
     @property
     def capacity_factor(self) -> float | None:
@@ -310,6 +341,29 @@ class TrainingJob:
         if self.quantised_param_gather and self.compute.quantised:
             return self.compute.element_bytes
         return float(self.precision.param_bytes)
+
+    @property
+    def trained_share(self) -> float:
+        """Trained parameters per base parameter: 1 for full training, adapters / base under LoRA.
+        Gradients, optimizer state, their traffic and the DP reduction scale by it (the adapters are
+        taken as spread over ranks like the base weights they sit beside)."""
+        return self.lora.params(self.model) / self.model.total_params if self.lora else 1.0
+
+    @property
+    def weight_bytes_per_param(self) -> float:
+        """Bytes of kept weights per base parameter: the base's, plus the adapters' under LoRA."""
+        extra = self.trained_share * self.precision.param_bytes if self.lora else 0.0
+        return self.gathered_param_bytes + extra
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: the model's 6 per matmul parameter, or under LoRA 4 per frozen
+        one (forward and input gradient, no weight gradient) plus 6 per adapter parameter."""
+        full = self.model.model_flops_per_token(self.seq_len)
+        if not self.lora:
+            return full
+        m = self.model
+        matmul = m.active_params - m.embedding_params + m.embedding_params * m.tied_embeddings
+        return full - 2.0 * matmul + 6.0 * self.lora.params(m)
 
     @property
     def tokens_per_step(self) -> int:

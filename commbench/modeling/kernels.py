@@ -122,9 +122,11 @@ def gemm_seconds(
     return seconds
 
 
-def gemm_forward_backward(proc: Processor, m: Numbers, n: Numbers, k: Numbers) -> Pair:
+def gemm_forward_backward(proc: Processor, m: Numbers, n: Numbers, k: Numbers, frozen: bool = False) -> Pair:
     """(forward, backward) seconds of a linear layer: y[M,N] = x[M,K] w[K,N]; the backward computes
-    the input gradient (M, K, N) and the weight gradient (K, N, M)."""
+    the input gradient (M, K, N) and, unless the weight is frozen (LoRA's base), the weight gradient (K, N, M)."""
     forward = gemm_seconds(proc, m, n, k)
-    backward = gemm_seconds(proc, m, k, n) + gemm_seconds(proc, k, n, m)
+    backward = gemm_seconds(proc, m, k, n)
+    if not frozen:
+        backward = backward + gemm_seconds(proc, k, n, m)
     return forward, backward

@@ -327,10 +327,10 @@ def stage_memory(
     layers = stage_layers(job, batch, stage)
     chunks = in_flight_chunks(batch, m, stage)
     items = {name: np.zeros(len(batch)) for name in ALLOCATOR_ITEMS}
-    items["parameters"] = sharded(job.gathered_param_bytes, 3)
+    items["parameters"] = sharded(job.weight_bytes_per_param, 3)
     items["quantised weights"] = quantised_weight_bytes(job, batch, layers)
-    items["gradients"] = sharded(prec.grad_bytes, 2)
-    items["optimizer"] = sharded(prec.optimizer_bytes, 1)
+    items["gradients"] = sharded(prec.grad_bytes * job.trained_share, 2)
+    items["optimizer"] = sharded(prec.optimizer_bytes * job.trained_share, 1)
     items["grad_buckets"] = _grad_buckets(job, batch, dense, expert)
     items["param_gather"] = _param_gather(job, batch, dense, expert, layers)
     chunk_layers = layers / batch.vpp
@@ -405,7 +405,7 @@ def _gemm_workspace(job: TrainingJob) -> float:
 
 
 def _grad_buckets(job: TrainingJob, batch: LayoutBatch, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
-    grads = (dense + expert) * job.precision.grad_bytes
+    grads = (dense + expert) * job.precision.grad_bytes * job.trained_share
     replicated = (batch.dp * batch.cp > 1) & (batch.zero < 3)
     if job.execution.grad_buffer == "contiguous":
         return np.zeros(len(batch))
@@ -419,7 +419,7 @@ def _param_gather(
 ) -> np.ndarray:
     prec = job.precision
     layer_params = (dense + expert) / np.maximum(layers, 1)
-    gathered = layer_params * (2 * job.gathered_param_bytes + prec.grad_bytes)
+    gathered = layer_params * (2 * job.gathered_param_bytes + prec.grad_bytes * job.trained_share)
     return np.where(batch.zero == 3, gathered, 0.0)
 
 

@@ -19,8 +19,10 @@ from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.job import (
     EXECUTIONS,
+    LORA_TARGETS,
     PRECISIONS,
     Execution,
+    LoRA,
     MoEExecution,
     TrainingJob,
     execution_for_framework,
@@ -40,6 +42,7 @@ MAX_SLOWDOWN = 10.0
 MAX_CAPACITY_FACTOR = 1024.0
 MOE_OVERLAPS = ("none", "shared-expert", "1f1b-a2a", "both")
 TP_COMM_OVERLAPS = ("on", "off")
+FINETUNES = ("full", "lora")
 
 
 def _required(doc: str) -> Any:
@@ -92,6 +95,18 @@ class PlanSpec:
         "keep the weights in the compute precision's format and gather them so (Megatron's --fp8-param-gather): "
         "ZeRO/FSDP parameter gathers move 1 byte per parameter instead of 2, and no BF16 weight copy is kept",
         False,
+    )
+    finetune: str = _with_default(
+        "what the step trains: full (every weight, the default) or lora (LoRA fine-tuning, Hu et al. 2021: the "
+        "base weights frozen, so their backward computes input gradients only and they keep no gradient, master "
+        "copy or Adam state and are not reduced over DP; trained adapters on --lora-targets of rank --lora-rank). "
+        "Dense models only",
+        "full",
+    )
+    lora_rank: int = _with_default("LoRA adapter rank (default 16, MLPerf's Llama 2 70B LoRA)", 16)
+    lora_targets: str = _with_default(
+        "comma-separated projections that get LoRA adapters: qkv, o, mlp (default qkv,o, MLPerf's Llama 2 70B LoRA)",
+        "qkv,o",
     )
     execution: str = _with_default(
         "how the framework runs the step (kernels fused, attention, collectives overlapped): "
@@ -175,6 +190,7 @@ class PlanSpec:
         for name, known in (("precision", PRECISIONS), ("execution", EXECUTIONS), ("compute_precision", RECIPES)):
             if getattr(self, name) not in known:
                 raise UsageError(f"{option(name)} must be one of {', '.join(known)}, not {getattr(self, name)!r}")
+        self._check_finetune()
         if self.tp_comm_overlap is not None and self.tp_comm_overlap not in TP_COMM_OVERLAPS:
             raise UsageError(f"{option('tp_comm_overlap')} is on or off, not {self.tp_comm_overlap!r}")
         if self.slowdown is not None and self.overlap_run is not None:
@@ -183,6 +199,22 @@ class PlanSpec:
             checked_slowdown(self.slowdown)
         _ = self.routing_model  # --routing parsed (a routing file read) once, here, and kept
         self._check_moe_choices()
+
+    def _check_finetune(self) -> None:
+        if self.finetune not in FINETUNES:
+            raise UsageError(f"{option('finetune')} is full or lora, not {self.finetune!r}")
+        object.__setattr__(self, "lora_rank", whole_number(option("lora_rank"), self.lora_rank, 1, 65536))
+        targets = [t.strip() for t in str(self.lora_targets).split(",")]
+        if not targets or any(t not in LORA_TARGETS for t in targets) or len(set(targets)) != len(targets):
+            raise UsageError(
+                f"{option('lora_targets')} is a comma-separated list of {', '.join(LORA_TARGETS)}, not {self.lora_targets!r}"
+            )
+
+    def lora(self) -> LoRA | None:
+        """The LoRA fine-tuning --finetune lora asks for (None: full training)."""
+        if self.finetune != "lora":
+            return None
+        return LoRA(self.lora_rank, tuple(t.strip() for t in self.lora_targets.split(",")))
 
     def execution_model(self) -> Execution:
         """The execution preset, with the forward TP overlap --tp-comm-overlap sets where it is given."""
@@ -292,6 +324,8 @@ def build_planner(spec: PlanSpec) -> Planner:
 
     system = _system(spec)
     model = load_model(spec.model)
+    if spec.lora() is not None and model.moe:
+        raise UsageError(f"{option('finetune')} lora prices dense models; {model.name} is MoE")
     routing = _routing_model(spec, model.name)
     cluster = Cluster(spec.gpus, system, _collective_cost(spec, system, routing.key), **_slowdown_figures(spec))
     job = TrainingJob(
@@ -304,6 +338,7 @@ def build_planner(spec: PlanSpec) -> Planner:
         compute=checked_recipe(spec.compute_precision, system.processor),
         quantised_param_gather=spec.fp8_param_gather,
         moe_execution=spec.moe_execution(),
+        lora=spec.lora(),
     )
     return Planner(job, cluster)
 

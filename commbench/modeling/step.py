@@ -283,7 +283,7 @@ class StepModel:
 
         step = summed(categories)
         tokens = job.tokens_per_step
-        flops = job.model.model_flops_per_token(job.seq_len) * tokens
+        flops = job.flops_per_token() * tokens
         memory, memory_stage = heaviest_stage_memory(job, batch)
         return Evaluation(
             batch=batch,
@@ -342,7 +342,8 @@ class StepModel:
         keeps between micro-batches, sharded from ZeRO-2 on; nothing when the GEMMs accumulate."""
         passes = 0 if self.job.execution.fused_grad_accumulation else np.asarray(m) - 1
         kept = self._parameters_kept(batch, sharded_from_zero=2)
-        return passes * 3 * self.job.precision.grad_bytes * kept / self.cluster.system.processor.memory_bandwidth
+        grad_bytes = self.job.precision.grad_bytes * self.job.trained_share
+        return passes * 3 * grad_bytes * kept / self.cluster.system.processor.memory_bandwidth
 
     def optimizer_seconds(self, batch: LayoutBatch) -> np.ndarray:
         """A multi-tensor Adam step is bound by HBM traffic over the parameters this rank updates, at
@@ -350,7 +351,7 @@ class StepModel:
         owned = self._parameters_kept(batch, sharded_from_zero=1)
         precision, proc = self.job.precision, self.cluster.system.processor
         traffic = precision.optimizer_traffic_bytes + (precision.grad_bytes if self.job.execution.grad_clipping else 0)
-        return owned * traffic / (proc.memory_bandwidth * proc.optimizer_efficiency)
+        return owned * self.job.trained_share * traffic / (proc.memory_bandwidth * proc.optimizer_efficiency)
 
     def _parameters_kept(self, batch: LayoutBatch, sharded_from_zero: int) -> np.ndarray:
         """Parameters of this rank's stage, split over its data-parallel (x context-parallel)

@@ -7,7 +7,7 @@ from commbench.errors import CommbenchError, UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.hardware import load_processor, load_system
 from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS
-from commbench.modeling.spec import MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
+from commbench.modeling.spec import FINETUNES, MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.data import safe_path
 from dashboard.figures.common import message_figure
@@ -57,6 +57,9 @@ SPEC_CONTROLS = {
     "plan-fp8-param-gather": "fp8_param_gather",
     "plan-execution": "execution",
     "plan-tp-comm-overlap": "tp_comm_overlap",
+    "plan-finetune": "finetune",
+    "plan-lora-rank": "lora_rank",
+    "plan-lora-targets": "lora_targets",
     "plan-framework": "framework",
     "plan-processor": "processor",
     "plan-inter-network": "inter_network",
@@ -154,6 +157,12 @@ def _job_controls() -> list:
         _control(
             "TP comm overlap",
             _choice("plan-tp-comm-overlap", list(TP_COMM_OVERLAPS), None, placeholder="the execution's"),
+        ),
+        _control("finetune", _choice("plan-finetune", list(FINETUNES), PlanSpec.default("finetune"), clearable=False)),
+        _control("LoRA rank", _number("plan-lora-rank", PlanSpec.default("lora_rank"))),
+        _control(
+            "LoRA targets",
+            dcc.Input(id="plan-lora-targets", type="text", debounce=True, value=PlanSpec.default("lora_targets")),
         ),
         _control(
             "framework",
@@ -295,6 +304,8 @@ def _request(*values) -> PlanRequest:
         "tp_comm_overlap",
     ):  # empty means the preset's (the model's for the capacity factor)
         chosen[name] = chosen[name] or None
+    for name in ("finetune", "lora_rank", "lora_targets"):  # empty means full training, MLPerf's rank and targets
+        chosen[name] = chosen[name] or PlanSpec.default(name)
     store = results()
     chosen["model"] = _chosen_file(chosen["model"], model_names(), store.model_files(), "model")
     chosen["processor"] = _chosen_file(chosen["processor"], processor_names(), store.processor_files(), "processor")
