@@ -85,6 +85,28 @@ SUBMISSIONS = [
         for site in ("tyche", "theia")
         for n in (8, 72, 512)
     ),
+    # Llama 2 70B LoRA (issue 25): NVIDIA's submissions on H100, H200, B200, GB200 and GB300
+    *(
+        Submission("4.0", "NVIDIA", system, "llama2_70b_lora")
+        for system in ("eos_ngc24.04_nemo", "eos_n8_ngc24.04_nemo", "eos_n128_ngc24.04_nemo", "h200_ngc24.04_nemo")
+    ),
+    *(
+        Submission("4.1", "NVIDIA", system, "llama2_70b_lora")
+        for system in (
+            "eos_ngc24.09_nemo",
+            "eos_n8_ngc24.09_nemo",
+            "eos_n128_ngc24.09_nemo",
+            "h200_ngc24.09_nemo",
+            "b200_preview_nemo",
+        )
+    ),
+    Submission("5.0", "NVIDIA", "nyx_n1_ngc25.04_nemo", "llama2_70b_lora"),
+    *(Submission("5.0", "NVIDIA", f"tyche_ngpu{n}_ngc25.04_nemo", "llama2_70b_lora") for n in (8, 72, 144, 512)),
+    *(
+        Submission("5.1", "NVIDIA", f"{site}_ngpu{n}_ngc25.09_nemo", "llama2_70b_lora")
+        for site in ("tyche", "theia")
+        for n in (8, 72, 512)
+    ),
 ]
 # the model of each benchmark: commbench preset, shape columns, what the shape rests on
 MODELS = {
@@ -116,6 +138,30 @@ MODELS = {
         "preset llama3-8b, the same shape)",
         assumed="",
     ),
+    "llama2_70b_lora": dict(
+        name="llama2-70b",
+        short="llama2-70b-lora",
+        params=70,
+        shape=(80, 8192, 64, 8, 28672, 32000, "swiglu", 0),
+        note="Llama 2 70B (commbench preset llama2-70b: 80 layers, hidden 8192, 64 heads, 8 KV heads, FFN 28672, "
+        "vocabulary 32000) fine-tuned with LoRA as the benchmark's conf/megatron_gpt_peft_tuning_config.yaml sets "
+        "it: peft_scheme lora, target_modules ['attention'] (NeMo's fused QKV and output projections), "
+        "adapter_dim LORA_DIM (16; the logs' lora_rank says 16), sequence MAX_SEQLEN (8192, packed GovReport)",
+        assumed="",
+        finetune="lora:16:qkv,o",
+    ),
+}
+# the LoRA benchmark's configs name the layout with NeMo's short variables; the GPT/Llama 3.1 ones' names
+LORA_ENV = {
+    "TP": "TENSOR_MODEL_PARALLEL",
+    "PP": "PIPELINE_MODEL_PARALLEL",
+    "CP": "CONTEXT_PARALLEL",
+    "MBS": "MICRO_BATCH_SIZE",
+    "SP": "SEQ_PARALLEL",
+    "VP": "INTERLEAVED_PIPELINE",
+    "ACG": "ACT_CKPT_GRANULARITY",
+    "LORA_DIM": "LORA_DIM",
+    "MAX_SEQLEN": "MAX_SEQLEN",
 }
 # accelerator_model_name of a systems JSON -> (scorecard GPU, memory in GB as the scorecard's other rows give it)
 GPUS = (
@@ -202,6 +248,10 @@ def sourced_env(repo: Path, folders: list[str], config: str) -> dict[str, str]:
             archive = subprocess.run(["git", "-C", str(repo), "archive", f"HEAD:{folder}"], capture_output=True)
             work.mkdir(exist_ok=True)
             subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
+        common = work / "config_common.sh"
+        if not common.exists() and (work / "configs" / "config_common.sh").exists():
+            # v4.1 LoRA: the config sources ./config_common.sh, the published folder keeps it in configs/
+            common.write_bytes((work / "configs" / "config_common.sh").read_bytes())
         script = f"cd {work} && source ./{config} >/dev/null 2>&1; env -0"
         out = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", "bash", "-c", script], capture_output=True).stdout
         defaults: dict[str, str] = {}
@@ -209,8 +259,9 @@ def sourced_env(repo: Path, folders: list[str], config: str) -> dict[str, str]:
             for name, value in re.findall(r"oc\.env:(\w+),([^}${]+)\}", yaml.read_text(encoding="utf-8")):
                 defaults.setdefault(name, value.strip())
     pairs = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-    merged = {k: defaults[k] for k in ENV_KEYS if k in defaults} | {k: v for k, v in pairs.items() if k in ENV_KEYS}
-    return merged
+    wanted = (*ENV_KEYS, *LORA_ENV)
+    merged = {k: defaults[k] for k in wanted if k in defaults} | {k: v for k, v in pairs.items() if k in wanted}
+    return {LORA_ENV.get(k, k): v for k, v in merged.items()}
 
 
 @dataclass
@@ -224,6 +275,7 @@ class LogFigures:
 def log_figures(text: str) -> LogFigures:
     """The step time of one result file (see the module docstring) and its MLLOG run keys."""
     keys, steps, blocks, start = {}, [], [], None
+    throughput: list[float] = []
     for line in text.splitlines():
         if ":::MLLOG" not in line:
             continue
@@ -233,6 +285,9 @@ def log_figures(text: str) -> LogFigures:
             keys[key] = value
         elif key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
             steps.append(float(value["train_step_time"]))
+        elif key == "tracked_stats" and isinstance(value, dict) and "throughput" in value:
+            # v4.x LoRA: samples over the summed train-batch time since the last evaluation (custom_callbacks.py)
+            throughput.append(float(value["throughput"]))
         elif key == "block_start":
             start = event["time_ms"]
         elif key == "block_stop" and start is not None and "epoch_count" in meta:
@@ -242,6 +297,9 @@ def log_figures(text: str) -> LogFigures:
     digest = hashlib.sha256("\n".join(line for line in text.splitlines() if ":::MLLOG" in line).encode()).hexdigest()
     if steps:
         return LogFigures(statistics.median(steps), keys, f"train_step_time x{len(steps)}", digest)
+    if throughput and not blocks:  # GPT-3's logs carry a throughput too; their blocks say more
+        per_step = [keys["global_batch_size"] / t for t in throughput]
+        return LogFigures(statistics.median(per_step), keys, f"gbs/throughput x{len(per_step)}", digest)
     tokens_per_step = keys["global_batch_size"] * keys["max_sequence_length"]
     per_block = [ms / 1000 / (count / tokens_per_step) for ms, count in blocks]
     return LogFigures(statistics.median(per_block), keys, f"{len(per_block)} blocks", digest)
@@ -252,7 +310,7 @@ def compute_precision(env: dict[str, str]) -> str:
         return {"nvfp4": "nvfp4"}[env.get("FP4_RECIPE", "nvfp4")]
     if env.get("FP8") == "True":
         return {"delayed": "fp8-delayed", "tensorwise": "fp8-current", "mxfp8": "mxfp8"}[
-            env.get("FP8_RECIPE", "delayed")
+            env.get("FP8_RECIPE", "delayed").strip("'\"")  # the LoRA yaml's default is quoted: 'delayed'
         ]
     return "bf16"
 
@@ -288,14 +346,15 @@ def build_row(sub, repo, system, gpu, memory, folder, config, env, results, figu
     gpus = int(env["DGXNNODES"]) * int(env["DGXNGPU"])
     dp = gpus // (tp * pp * cp)
     vpp = int(env["INTERLEAVED_PIPELINE"]) if pp > 1 and env.get("INTERLEAVED_PIPELINE", "null") != "null" else 1
-    mbs, gbs, seq = int(env["MICRO_BATCH_SIZE"]), int(keys["global_batch_size"]), int(keys["max_sequence_length"])
+    mbs, gbs = int(env["MICRO_BATCH_SIZE"]), int(keys["global_batch_size"])
+    seq = int(keys.get("max_sequence_length") or env["MAX_SEQLEN"])  # the LoRA logs leave it to the yaml
     if int(keys["gradient_accumulation_steps"]) * dp * mbs != gbs:  # the logs' own check of the layout
         raise SystemExit(f"{sub}: accumulation {keys['gradient_accumulation_steps']} x dp {dp} x mbs {mbs} != {gbs}")
     precision = compute_precision(env)
     recompute = [
         k
         for k in ("ACT_CKPT_GRANULARITY", "RECOMPUTE_MODULES", "CPU_OFFLOADING")
-        if env.get(k) not in (None, "", "null")
+        if env.get(k) not in (None, "", "null", "None", "False", "0")
     ]
     if recompute:
         raise SystemExit(f"{sub}: recomputation/offload set ({recompute}); enter it by hand")
@@ -313,7 +372,8 @@ def build_row(sub, repo, system, gpu, memory, folder, config, env, results, figu
     per_file = ", ".join(f"{f.step_s:.4g} ({f.how})" for f in figures)
     return {
         "id": ident,
-        "source": f"mlperf-training-v{sub.round}",
+        # a source of its own per round, so the split rule's positions of the rows entered before do not move
+        "source": f"mlperf-training-v{sub.round}" + ("-lora" if "finetune" in model else ""),
         "reference": (
             f"mlcommons/training_results_v{sub.round} at commit {commit}: {sub.org}/results/{sub.system}/"
             f"{sub.benchmark}/result_*.txt ({len(results)} files), launch config {folder}/{config} (sourced with "
@@ -333,7 +393,7 @@ def build_row(sub, repo, system, gpu, memory, folder, config, env, results, figu
         "seq_len": seq,
         "global_batch": gbs,
         **dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=1, vpp=vpp, mbs=mbs, recompute="none"),
-        "sp": int(tp > 1 and env.get("SEQ_PARALLEL", "True") != "False"),
+        "sp": int(tp > 1 and env.get("SEQ_PARALLEL", "True") not in ("False", "0")),
         "zero": int(env.get("USE_DIST_OPTIMIZER") == "True"),
         "framework": system["framework"],
         "execution": "megatron-core",
@@ -351,7 +411,16 @@ def build_row(sub, repo, system, gpu, memory, folder, config, env, results, figu
         "superseded_by": "",
         # TE TP communication overlap as launched (the yaml's default is off): the scorecard passes it on
         "tp_comm_overlap": "on" if env.get("TP_COMM_OVERLAP") == "True" else "off",
+        "finetune": lora_cell(model, env),
     }
+
+
+def lora_cell(model: dict, env: dict[str, str]) -> str:
+    """The finetune column: empty for full training, else lora:<rank>:<targets> as the config sets the rank."""
+    if "finetune" not in model:
+        return ""
+    kind, rank, targets = model["finetune"].split(":")
+    return f"{kind}:{env.get('LORA_DIM', rank)}:{targets}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,8 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with args.runs.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        fields = list(reader.fieldnames or []) + [c for c in ("tp_comm_overlap",) if c not in (reader.fieldnames or [])]
-        rows = [{**r, "tp_comm_overlap": r.get("tp_comm_overlap") or ""} for r in reader]
+        added = ("tp_comm_overlap", "finetune")
+        fields = list(reader.fieldnames or []) + [c for c in added if c not in (reader.fieldnames or [])]
+        rows = [{**r, **{c: r.get(c) or "" for c in added}} for r in reader]
         rows = [r for r in rows if not r["source"].startswith("mlperf-training-")]
     tmp = args.runs.with_suffix(".tmp")
     with tmp.open("w", newline="", encoding="utf-8") as handle:

@@ -73,7 +73,8 @@ ADDED_AFTER_FIT = ("dgxc-benchmarking",)
 # the quantised GEMM factors (bench/fit_compute.py stage 3), as declared before their rows were predicted
 # torchtitan-fp8 and nemo-24.07-perf-summary (issue 25, stop 3): entered frozen, never fitted to
 # the MLPerf Training sources (issue 25, stop 4: bench/mlperf_rows.py): entered frozen, never fitted to
-MLPERF_SOURCES = tuple(f"mlperf-training-v{r}" for r in ("4.0", "4.1", "5.0", "5.1"))
+# their Llama 2 70B LoRA rows (issue 25, finetune column): sources of their own, entered frozen, never fitted to
+MLPERF_SOURCES = tuple(f"mlperf-training-v{r}{kind}" for kind in ("", "-lora") for r in ("4.0", "4.1", "5.0", "5.1"))
 NEVER_FITTED = ("flash-attention-2", "torchtitan-fp8", "nemo-24.07-perf-summary", *MLPERF_SOURCES)
 INT_COLUMNS = (
     "gpu_memory_gb",
@@ -141,8 +142,17 @@ def megatron2024_flops(row: dict) -> float:
     h, L, s = row["hidden"], row["layers"], row["seq_len"]
     q_ratio = 1.0  # query projection = hidden for every shape here (head_dim = hidden / heads)
     gated = 1.5 if row["mlp"] == "swiglu" else 1.0
-    attention = (1 + row["kv_heads"] / row["heads"] + s / h) * q_ratio
-    return 12 * row["global_batch"] * s * L * h * h * (attention + row["ffn"] / h * gated + row["vocab"] / (2 * L * h))
+    projections = (1 + row["kv_heads"] / row["heads"]) * q_ratio
+    weights = projections + row["ffn"] / h * gated + row["vocab"] / (2 * L * h)
+    if not row.get("finetune"):
+        return 12 * row["global_batch"] * s * L * h * h * (weights + s / h * q_ratio)
+    # LoRA: a frozen weight's GEMM has no weight gradient (2 of its 3 passes); attention's own matmuls keep all
+    # three; each adapter (rank r on QKV and O) trains fully: 6 FLOPs per adapter parameter per token
+    _, rank, _ = row["finetune"].split(":")
+    kv = h * row["kv_heads"] // row["heads"]
+    adapters = L * int(rank) * ((h + h + 2 * kv) + (h + h))
+    frozen = 12 * row["global_batch"] * s * L * h * h * (weights * 2 / 3 + s / h * q_ratio)
+    return frozen + 6 * adapters * row["global_batch"] * s
 
 
 def narayanan2021_recompute_flops(row: dict) -> float:
@@ -258,6 +268,15 @@ def compute_precision_of(row: dict) -> str:
     return row["precision"] if row["precision"] in RECIPES else "bf16"
 
 
+def finetune_of(row: dict) -> dict:
+    """PlanSpec's --finetune, --lora-rank, --lora-targets from the row's finetune cell (lora:<rank>:<targets>;
+    empty: full training)."""
+    if not row.get("finetune"):
+        return {}
+    kind, rank, targets = row["finetune"].split(":")
+    return dict(finetune=kind, lora_rank=int(rank), lora_targets=targets)
+
+
 def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction:
     """The row's step time on its hardware preset (or with `processor`, a processor JSON file, in its place)."""
     notes = []
@@ -277,6 +296,7 @@ def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction
             compute_precision=compute_precision_of(row),
             nvlink_domain=job_domain(row),
             tp_comm_overlap=row.get("tp_comm_overlap") or None,  # as launched, where the source says (MLPerf)
+            **finetune_of(row),
         )
         planner = build_planner(spec)
         result, too_big = planner.evaluate_layout(layout_of(row))
