@@ -142,14 +142,14 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _wait_leader(procs, grace_s) if leader_decides else _wait_all(procs, grace_s)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the ranks record why and leave; what has not left by then is killed
         _stop(procs, signal.SIGINT)
-        _wait_all(procs, grace_s)
+        _wait_for_exit(procs, grace_s)
         raise
     except _Terminated:  # the ranks record why and leave; the launcher waits for that, briefly
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _stop(procs, signal.SIGTERM)
-        _wait_all(procs, grace_s)
+        _wait_for_exit(procs, grace_s)
         raise Terminated(
             "terminated (SIGTERM): ranks stopped, the run directory keeps the rows measured so far"
         ) from None
@@ -208,10 +208,16 @@ def _wait_all(procs: list[subprocess.Popen], grace_s: float) -> int:
 
 def _wait_leader(procs: list[subprocess.Popen], grace_s: float) -> int:
     code = procs[0].wait()
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(proc.poll() is None for proc in procs[1:]):
-        time.sleep(0.05)
+    _wait_for_exit(procs[1:], grace_s)
     return code
+
+
+def _wait_for_exit(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """Wait up to grace_s for every process to exit. Bounded: after a signal, a rank stuck in a
+    collective with a peer that also stopped (or in teardown) would otherwise keep Ctrl-C waiting."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(proc.poll() is None for proc in procs):
+        time.sleep(0.05)
 
 
 def _stop(procs: list[subprocess.Popen], sig: int) -> None:
