@@ -83,15 +83,20 @@ def one_rank_group():
     dist.destroy_process_group()
 
 
-def _measure(port, clock, monkeypatch, warm=None, **options):
-    cfg = RunConfig(ops=("all_reduce",), check_iters=0, **options).validate()
-    session = Session(
+def _one_rank_session(cfg: RunConfig, port: int) -> Session:
+    """The session of a one-rank gloo run on this host, over the fixture's process group."""
+    return Session(
         cfg=cfg,
         env=RankEnv(0, 1, 0, "127.0.0.1", port, "test"),
         backend="gloo",
         device=torch.device("cpu"),
         nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])],
     )
+
+
+def _measure(port, clock, monkeypatch, warm=None, **options):
+    cfg = RunConfig(ops=("all_reduce",), check_iters=0, **options).validate()
+    session = _one_rank_session(cfg, port)
     monkeypatch.setattr(harness, "HostTimer", lambda wait=None: clock)
     monkeypatch.setattr(harness, "timer_for", lambda session: clock)
     collective = get_collective("all_reduce")
@@ -249,13 +254,7 @@ def test_the_first_call_is_the_rows_first_check(one_rank_group, monkeypatch):
 
 def _real_measure(port, **options):
     cfg = RunConfig(**options).validate()
-    session = Session(
-        cfg=cfg,
-        env=RankEnv(0, 1, 0, "127.0.0.1", port, "test"),
-        backend="gloo",
-        device=torch.device("cpu"),
-        nodes=[NodeInfo(hostname="h", node_id=0, ranks=[0], local_ranks=[0])],
-    )
+    session = _one_rank_session(cfg, port)
     collective = get_collective("all_reduce")
     row = Row("world", collective, ((0,),), 1024, collective.counts(256, 1, 4))
     return measure(session, row, IN_PLACE)
