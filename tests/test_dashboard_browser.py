@@ -3,8 +3,9 @@
 One app and one browser serve the whole module (starting Chromium costs seconds); the tests run
 in page order and share the browser tab, as a person clicking through would. The results folder
 is a copy of results/examples plus a corrupt run, a half-written run, and a run added while the
-app is up. Screenshots of each page go to docs/screenshots/<page>.png (linked from
-docs/dashboard.md).
+app is up. Screenshots of each page go to a temporary folder, so a test run leaves the checkout as
+it was; `COMMBENCH_SCREENSHOTS=docs/screenshots python -m pytest tests/test_dashboard*browser.py`
+refreshes the ones docs/dashboard.md and README.md show.
 
 Needs dash[testing], selenium>=4, Debian's chromium and chromium-driver; skipped without them,
 except in CI, where a skip fails (tests/conftest.py).
@@ -13,8 +14,10 @@ except in CI, where a skip fails (tests/conftest.py).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,7 +39,8 @@ from dashboard.app import create_app  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "results" / "examples"
-SCREENSHOTS = REPO / "docs" / "screenshots"
+# a temporary folder unless asked: the tracked images change only when someone means to refresh them
+SCREENSHOTS = Path(os.environ.get("COMMBENCH_SCREENSHOTS") or tempfile.mkdtemp(prefix="commbench-screenshots-"))
 WAIT_S = 30
 
 

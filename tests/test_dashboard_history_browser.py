@@ -3,7 +3,8 @@
 The fleet is synthetic (generated runs, labelled so in run.json): 30 runs of one cluster with a 30%
 busbw drop and an NCCL upgrade at run 20, beside the imported A100 nccl-tests log (one run, sizes up
 to 4 GiB the fleet never measured) and the synthetic DGX H100 topology file. Later tests write a measured CPU run into the folder while the
-app is up, without ingesting it. Screenshots go to docs/screenshots/{history,compare}.png.
+app is up, without ingesting it. Screenshots (history, compare) go where
+test_dashboard_browser.py puts them.
 Needs what tests/test_dashboard_browser.py needs; skipped without it, except in CI.
 """
 
