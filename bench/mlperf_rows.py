@@ -22,6 +22,8 @@ mirror, read with `git show`; DIR holds mlcommons+training_results_v<round>/repo
 A submission whose result files are byte for byte those of a submission entered before it is left out
 (Nebius's H200 runs appear unchanged in v5.0 and v5.1). Rows of the sources this script writes
 (`mlperf-training-v*`) are replaced in place; no other row is touched. `--check` only prints.
+
+`--moe` writes the v6.0 MoE rows (DeepSeek-V3 671B, GPT-OSS 20B) instead: see MOE_DOC below.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import itertools
 import json
 import re
 import statistics
@@ -428,7 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mirrors", type=Path, default=MIRRORS)
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--check", action="store_true", help="print the rows, write nothing")
+    parser.add_argument("--moe", action="store_true", help="the v6.0 MoE rows (bench/published/moe_mlperf_runs.csv)")
+    parser.add_argument("--v6-tree", type=Path, default=V6_TREE, help="the v6.0 launch configs (see MOE_DOC)")
     args = parser.parse_args(argv)
+    if args.moe:
+        return moe_main(args.v6_tree, args.check)
     seen: dict[str, str] = {}
     new = []
     for sub in SUBMISSIONS:
@@ -455,6 +462,373 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows + new)
     tmp.replace(args.runs)
+    return 0
+
+
+# --- MLPerf Training v6.0: the MoE benchmarks (issue 26) -----------------------------------------------------
+MOE_DOC = """The v6.0 MoE rows (`--moe`): DeepSeek-V3 671B (deepseekv3_671b) and GPT-OSS 20B (gpt_oss_20b), NVIDIA's
+closed-division submissions, written to bench/published/moe_mlperf_runs.csv for bench/scorecard_moe.py.
+
+mlcommons/training_results_v6.0 cannot be fetched here; the library's index holds a copy of it,
+Richardyu114/training_results_v6.0 at commit eabf23a07b (V6_REPO, V6_COMMIT), read file by file with its
+read_file verb. That index keeps one path for files whose text is identical, so a config an implementation
+folder sources may be stored under another folder (or another submitter's, e.g. Lambda's copy of NVIDIA's
+GPT-OSS configs); MoESubmission.read_at says where each config's text was read. The launch configs, the
+config_common*.sh they source and the yaml lines with the defaults this script uses were copied by hand
+into a directory laid out like the repository (--v6-tree, default V6_TREE; not committed: it is the
+submitters' code); each copied config's byte count was checked against the index's. The config is then
+*sourced* by bash exactly as for v4.0-v5.1 (sourced_env).
+
+Step times: the result logs are 0.1-0.4 MB each and could not be copied whole. For each result file one
+16,000-character window of its MLLOG lines was read (after the warm-up: steps 11-34 of DeepSeek-V3's ~50,
+steps ~600-2,000 of GPT-OSS's) and every `tracked_stats` `train_step_time` logged with a
+`reduced_train_loss` in it (callback_logging.py line 341 / 328: one per step for DeepSeek-V3, the mean over
+32 steps for GPT-OSS) was entered in bench/published/mlperf_v6_moe_steps.txt with its samples_count. A
+row's step time is the median over its files of each window's median. Files read: DeepSeek-V3 result_0..2
+(the submissions have 3), GPT-OSS result_0..1 (of 10). The samples_count stride checks the global batch
+(DeepSeek-V3 logs every step, GPT-OSS every LOG_EVERY_N_STEPS=32)."""
+V6_SOURCE = "mlperf-training-v6.0-moe"
+V6_REPO = "Richardyu114/training_results_v6.0"
+V6_COMMIT = "eabf23a07b2a0c60a289ff871dc3a46fff0d0421"
+V6_TREE = Path("/tmp/training_results_v6.0-index")
+V6_STEPS = ROOT / "bench" / "published" / "mlperf_v6_moe_steps.txt"
+MOE_RUNS = ROOT / "bench" / "published" / "moe_mlperf_runs.csv"
+DSV3 = "NVIDIA/benchmarks/deepseekv3_671b/implementations/"
+GPTOSS = "NVIDIA/benchmarks/gpt_oss_20b/implementations/nemo/"
+MOE_ENV = (
+    *ENV_KEYS,
+    "EXPERT_PARALLEL",
+    "EXPERT_TENSOR_PARALLEL",
+    "PIPELINE_LAYOUT",
+    "MTP_NUM_LAYERS",
+    "SEQ_LENGTH",
+    "ENCODER_SEQ_LENGTH",
+    "MOE_TOKEN_DISPATCHER_TYPE",
+    "MOE_FLEX_DISPATCHER_BACKEND",
+    "OVERLAP_MOE_EXPERT_PARALLEL_COMM",
+    "DELAY_WGRAD_COMPUTE",
+    "CUDA_GRAPH_IMPLEMENTATION",
+    "CUDA_GRAPH_SCOPE",
+    "MOE_EXPERT_RANK_CAPACITY_FACTOR",
+    "MOE_PAGED_STASH",
+    "FP8_OUTPUT_PROJ",
+    "USE_MNNVL",
+    "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN",
+    "CROSS_ENTROPY_LOSS_FUSION",
+    "LOG_EVERY_N_STEPS",
+    "OVERWRITTEN_NUM_LAYERS",
+)
+
+
+@dataclass(frozen=True)
+class MoESubmission:
+    system: str  # NVIDIA/results/<system>/ and NVIDIA/systems/<system>.json
+    benchmark: str  # deepseekv3_671b, gpt_oss_20b
+    config: str  # the config README-<system>.md names, as a path of the tree
+    common: str  # the folder holding the config_common*.sh and conf/ it sources
+    read_at: str  # where the index stores the config's text
+    gpu: str  # systems JSON accelerator_model_name (GB200 / GB300)
+    memory: str  # systems JSON accelerator_memory_capacity
+    nodes: int  # systems JSON number_of_nodes (4 accelerators each)
+    network: str  # systems JSON system_name; host_networking
+    logged: tuple[int, int, int] | None = None  # (global batch, accumulation, sequence) read in result_0's header
+
+
+_GB200 = ("GB200", "189471 MiB")
+_GB300 = ("GB300", "284208 MiB")
+_TYCHE = "4x ConnectX-7 IB NDR 400 Gb/s; NVLINK Gen5 1800 GB/s + NVSWITCH Gen5"
+_THEIA = "4x ConnectX-8 IB XDR 800 Gb/s; NVLINK Gen5 1800 GB/s + NVSWITCH Gen5"
+MOE_SUBMISSIONS = [
+    MoESubmission(
+        "theia_ngpu256_ngc26.04_nemo",
+        "deepseekv3_671b",
+        DSV3 + "theia_ngpu256_ngc26.04_nemo/config_GB300_64x4x240xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+        DSV3 + "tyche-hsg_ngpu512_ngc26.04_nemo",
+        DSV3 + "tyche-hsg_ngpu8192_ngc26.04_nemo/config_GB300_64x4x240xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+        *_GB300,
+        64,
+        "Theia (4x NVIDIA GB300 NVL72); " + _THEIA,
+        (15360, 240, 4096),
+    ),
+    MoESubmission(
+        "theia_ngpu512_ngc26.04_nemo",
+        "deepseekv3_671b",
+        DSV3 + "theia_ngpu512_ngc26.04_nemo/config_GB300_128x4x120xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+        DSV3 + "tyche-hsg_ngpu512_ngc26.04_nemo",
+        DSV3 + "theia_ngpu512_ngc26.04_nemo/config_GB300_128x4x120xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+        *_GB300,
+        128,
+        "Theia (8x NVIDIA GB300 NVL72); " + _THEIA,
+    ),
+    *(
+        MoESubmission(
+            f"tyche-hsg_ngpu{4 * nodes}_ngc26.04_nemo",
+            "deepseekv3_671b",
+            DSV3
+            + f"tyche-hsg_ngpu{4 * nodes}_ngc26.04_nemo/config_GB200_{nodes}x4x{minibs}xtp2pp4ep32cp1_mxfp8_full_cg.sh",
+            DSV3 + "tyche-hsg_ngpu512_ngc26.04_nemo",
+            DSV3
+            + f"tyche-hsg_ngpu{4 * nodes}_ngc26.04_nemo/config_GB200_{nodes}x4x{minibs}xtp2pp4ep32cp1_mxfp8_full_cg.sh",
+            *_GB200,
+            nodes,
+            f"Tyche-hsg ({nodes // 16}x NVIDIA GB200 NVL72); " + _TYCHE,
+            logged,
+        )
+        for nodes, minibs, logged in (
+            (128, 240, None),
+            (512, 60, (15360, 60, 4096)),
+            (1024, 32, None),
+            (2048, 16, None),
+        )
+    ),
+    MoESubmission(
+        "theia_ngpu8_ngc26.04_nemo",
+        "gpt_oss_20b",
+        GPTOSS + "config_GB300_2x4x3xtp1pp1cp1ep1_mxfp8.sh",
+        GPTOSS,
+        "index id 66553323555 (found by its text; the index names no path): MINIBS=3, 2 nodes x 4 GPUs, "
+        "tp1pp1cp1ep1, config_common_cg.sh, as the README's config name says",
+        *_GB300,
+        2,
+        "Theia (1x NVIDIA GB300 NVL72); " + _THEIA,
+        (24, 1, 8192),
+    ),
+    MoESubmission(
+        "theia_ngpu72_ngc26.04_nemo",
+        "gpt_oss_20b",
+        GPTOSS + "config_GB300_18x4x1xtp1pp1cp2ep4_mxfp8.sh",
+        GPTOSS,
+        "index id 66452796619 (the text of the name found by string search, WALLTIME_RUNANDTIME=40; Lambda's "
+        "gb300_0513 copy differs only in WALLTIME_RUNANDTIME=480)",
+        *_GB300,
+        18,
+        "Theia (1x NVIDIA GB300 NVL72); " + _THEIA,
+        (36, 1, 8192),
+    ),
+    MoESubmission(
+        "tyche-hsg_ngpu72_ngc26.04_nemo",
+        "gpt_oss_20b",
+        GPTOSS + "config_GB200_18x4x1xtp1pp1cp2ep4_mxfp8.sh",
+        GPTOSS,
+        "Lambda/benchmarks/gpt_oss_20b/implementations/b200_0504/config_GB200_18x4x1xtp1pp1cp2ep4_mxfp8.sh",
+        *_GB200,
+        18,
+        "Tyche-hsg (1x NVIDIA GB200 NVL72); " + _TYCHE,
+    ),
+    MoESubmission(
+        "theia_ngpu512_ngc26.04_nemo",
+        "gpt_oss_20b",
+        GPTOSS + "config_GB300_128x4x1xtp2pp1cp4ep8.sh",
+        GPTOSS,
+        GPTOSS + "config_GB300_128x4x1xtp2pp1cp4ep8.sh",
+        *_GB300,
+        128,
+        "Theia (8x NVIDIA GB300 NVL72); " + _THEIA,
+    ),
+]
+# the model each benchmark trains: the planner model, and what it rests on
+MOE_MODELS = {
+    "deepseekv3_671b": dict(
+        family="deepseek-v3",
+        model="deepseek-v3",
+        short="deepseek-v3",
+        note="DeepSeek-V3 671B as the benchmark's conf/model/671b.yaml sets it ('uses defaults from HuggingFace "
+        "config (no architecture overrides)', MTP_NUM_LAYERS default 1): commbench preset deepseek-v3",
+        fusions=("", ""),  # the implementation's pretrain.py was not read: the preset's assumption stays
+    ),
+    "gpt_oss_20b": dict(
+        family="gpt-oss-20b",
+        model="bench/published/models/mlperf-gpt-oss-20b.json",
+        short="gpt-oss-20b",
+        note="GPT-OSS 20B as the benchmark's pretrain.py builds it (GPTModelProvider: 24 layers, 32 experts, top-4, "
+        "hidden 2880, 64 heads, 8 query groups, kv_channels 64, ffn 2880, window (127, 0) every other layer, "
+        "learnable softmax, vocab_size 128256, untied): commbench preset gpt-oss-20b with its vocabulary "
+        "(bench/published/models/mlperf-gpt-oss-20b.json)",
+        fusions=("0", "1"),  # pretrain.py bias_dropout_fusion=False; conf/gpt_oss.yaml cross_entropy_loss_fusion True
+    ),
+}
+MOE_FIELDS = (
+    "id",
+    "source",
+    "half",
+    "model",
+    "model_config",
+    "system",
+    "gpus",
+    "nodes",
+    "gpus_per_node",
+    "precision",
+    "global_batch",
+    "mbs",
+    "seq_len",
+    "fsdp",
+    "tp",
+    "pp",
+    "cp",
+    "vp",
+    "ep",
+    "etp",
+    "sp",
+    "pp_layout",
+    "dispatcher",
+    "moe_overlap",
+    "recompute_modules",
+    "cuda_graph",
+    "bias_dropout_fusion",
+    "cross_entropy_loss_fusion",
+    "step_s",
+    "step_how",
+    "reference",
+    "network",
+    "notes",
+)
+
+
+def tree_env(tree: Path, sub: MoESubmission) -> dict[str, str]:
+    """The variables `source <config>` leaves, in a copy of the common folder with the config laid in it,
+    with the yaml defaults (${oc.env:NAME,default}) of its conf/ for those it leaves unset."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "impl"
+        subprocess.run(["cp", "-r", str(tree / sub.common), str(work)], check=True)
+        name = sub.config.rsplit("/", 1)[1]
+        (work / name).write_bytes((tree / sub.config).read_bytes())
+        script = f"cd {work} && source ./{name} >/dev/null 2>&1; env -0"
+        out = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", "bash", "-c", script], capture_output=True).stdout
+        defaults: dict[str, str] = {}
+        for yaml in sorted(work.glob("conf/**/*.yaml")):
+            for key, value in re.findall(r"oc\.env:(\w+),([^}${]+)\}", yaml.read_text(encoding="utf-8")):
+                defaults.setdefault(key, value.strip().strip('"'))
+    pairs = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+    return {k: v for k, v in (defaults | pairs).items() if k in MOE_ENV}
+
+
+def step_windows(path: Path = V6_STEPS) -> dict[str, list[tuple[int, float]]]:
+    """result-file path -> the (samples_count, train_step_time) pairs entered from its window."""
+    windows: dict[str, list[tuple[int, float]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _offset, _chars, *pairs = line.split()
+            windows[name] = [(int(s), float(v)) for s, v in (pair.split(":") for pair in pairs)]
+    return windows
+
+
+def _flag(env: dict[str, str], key: str) -> bool:
+    return env.get(key, "False").strip("'\"") in ("True", "true", "1")
+
+
+def moe_row(tree: Path, sub: MoESubmission, windows: dict[str, list[tuple[int, float]]]) -> dict:
+    env = tree_env(tree, sub)
+    model = MOE_MODELS[sub.benchmark]
+    tp, pp, cp = int(env["TENSOR_MODEL_PARALLEL"]), int(env["PIPELINE_MODEL_PARALLEL"]), int(env["CONTEXT_PARALLEL"])
+    ep, etp = int(env["EXPERT_PARALLEL"]), int(env.get("EXPERT_TENSOR_PARALLEL", "1"))
+    if sub.benchmark == "gpt_oss_20b":
+        etp = 1  # pretrain.py sets expert_tensor_parallel_size=1 whatever the yaml says
+    if int(env["DGXNNODES"]) != sub.nodes:
+        raise SystemExit(f"{sub.system}: config DGXNNODES {env['DGXNNODES']} != systems JSON {sub.nodes} nodes")
+    gpus = sub.nodes * int(env["DGXNGPU"])
+    dp, mbs = gpus // (tp * pp * cp), int(env["MICRO_BATCH_SIZE"])
+    gbs = int(env["MINIBS"]) * dp  # the yaml's global_batch_size: MINIBS x devices x nodes / (tp x pp x cp)
+    seq = int(env.get("SEQ_LENGTH") or env["ENCODER_SEQ_LENGTH"])
+    if sub.logged and sub.logged != (gbs, gbs // (dp * mbs), seq):
+        raise SystemExit(
+            f"{sub.system} {sub.benchmark}: log header {sub.logged} != config {(gbs, gbs // (dp * mbs), seq)}"
+        )
+    files = sorted(n for n in windows if n.startswith(f"NVIDIA/results/{sub.system}/{sub.benchmark}/"))
+    every = int(env.get("LOG_EVERY_N_STEPS", "1"))
+    medians = []
+    for name in files:
+        samples = [s for s, _ in windows[name]]
+        strides = {b - a for a, b in itertools.pairwise(samples)}
+        if strides != {gbs * every}:
+            raise SystemExit(f"{name}: samples_count strides {strides} != global batch {gbs} x {every}")
+        medians.append(statistics.median(v for _, v in windows[name]))
+    if not medians:
+        raise SystemExit(f"{sub.system} {sub.benchmark}: no step windows in {V6_STEPS.name}")
+    step = statistics.median(medians)
+    fp8 = _flag(env, "FP8") and ("mxfp8" in sub.config or env.get("FP8_RECIPE") == "mxfp8")
+    if not fp8 or _flag(env, "FP4"):
+        raise SystemExit(f"{sub.system}: not an MXFP8 config; enter its recipe by hand")
+    recompute = env.get("RECOMPUTE_MODULES", "").strip("'\"")
+    recompute = "" if recompute in ("", "null", "None") else "+".join(recompute.split(","))
+    layout = env.get("PIPELINE_LAYOUT", "null")
+    vpp = env.get("INTERLEAVED_PIPELINE", "null")
+    graph = env.get("CUDA_GRAPH_SCOPE", "").strip("'\"")
+    site = sub.system.split("_")[0]
+    ident = f"mlperf60-{sub.gpu.lower()}-{model['short']}-mxfp8-{gpus}g-{site}"
+    flags = ", ".join(f"{k}={env[k]}" for k in MOE_ENV[8:] if k in env)
+    per_file = ", ".join(f"{m:.4g}" for m in medians)
+    return {
+        "id": ident,
+        "source": V6_SOURCE,
+        "half": "",
+        "model": model["family"],
+        "model_config": model["model"],
+        "system": f"DGX-{sub.gpu}",
+        "gpus": gpus,
+        "nodes": sub.nodes,
+        "gpus_per_node": int(env["DGXNGPU"]),
+        "precision": "MXFP8",
+        "global_batch": gbs,
+        "mbs": mbs,
+        "seq_len": seq,
+        "fsdp": int(_flag(env, "USE_MCORE_FSDP")),
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "vp": 1 if vpp in ("null", "", "None") else int(vpp),
+        "ep": ep,
+        "etp": etp,
+        "sp": int(tp > 1 and env.get("SEQ_PARALLEL", "True") not in ("False", "0")),
+        "pp_layout": "" if layout in ("null", "") else layout.strip("'\""),
+        "dispatcher": "flex" if env.get("MOE_TOKEN_DISPATCHER_TYPE") == "flex" else "alltoall",
+        "moe_overlap": "1f1b-a2a" if _flag(env, "OVERLAP_MOE_EXPERT_PARALLEL_COMM") else "none",
+        "recompute_modules": recompute,
+        "cuda_graph": int(graph == "full_iteration"),
+        "bias_dropout_fusion": model["fusions"][0],
+        "cross_entropy_loss_fusion": model["fusions"][1],
+        "step_s": f"{step:.4g}",
+        "step_how": f"median over {len(files)} result files of each file's window median ({per_file}); "
+        f"{sum(len(windows[n]) for n in files)} logged train_step_time values",
+        "reference": (
+            f"mlcommons/training_results_v6.0 as the index copy {V6_REPO} at commit {V6_COMMIT}: NVIDIA/results/"
+            f"{sub.system}/{sub.benchmark}/result_*.txt ({len(files)} files read, windows in "
+            f"bench/published/{V6_STEPS.name}), launch config {sub.config} (text read at {sub.read_at}; sourced with "
+            f"the files it sources), NVIDIA/systems/{sub.system}.json"
+        ),
+        "network": sub.network,
+        "notes": (
+            f"MLPerf Training v6.0 closed division, NVIDIA, {sub.gpu} ({sub.memory}); {model['note']}; config: "
+            f"{flags}; not priced by the planner: FP8 parameter gather, FP8 attention (FP8_DPA) and the MXFP8 "
+            "output projection where set, paged stashing and the per-rank capacity factor (padding for the CUDA "
+            "graph; dropless routing assumed), delayed wgrad compute"
+        ),
+    }
+
+
+def moe_halves(rows: list[dict]) -> None:
+    """The scorecard's rule within the source: ordered by (gpus, id) from 0, odd positions calibrate."""
+    for i, row in enumerate(sorted(rows, key=lambda r: (r["gpus"], r["id"]))):
+        row["half"] = "calibration" if i % 2 else "held out"
+
+
+def moe_main(tree: Path, check: bool) -> int:
+    windows = step_windows()
+    rows = [moe_row(tree, sub, windows) for sub in MOE_SUBMISSIONS]
+    moe_halves(rows)
+    for row in rows:
+        print(
+            f"{row['id']}: {row['step_s']} s/step ({row['half']}), tp{row['tp']} pp{row['pp']} vp{row['vp']} "
+            f"cp{row['cp']} ep{row['ep']} etp{row['etp']} mbs{row['mbs']} gbs{row['global_batch']} seq{row['seq_len']} "
+            f"{row['dispatcher']} {row['moe_overlap']} graph={row['cuda_graph']} recompute={row['recompute_modules']}"
+        )
+    if check:
+        return 0
+    tmp = MOE_RUNS.with_suffix(".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=MOE_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(MOE_RUNS)
     return 0
 
 

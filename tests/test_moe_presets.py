@@ -13,7 +13,7 @@ CONFIGS = json.loads((Path(__file__).parent / "fixtures" / "models" / "moe_prese
 # (total, active) in billions as the publishers state them (model cards / papers), and the rounding
 # resolution: DeepSeek-V3 671B/37B (arXiv:2412.19437), Qwen3 235B/22B and 30.5B/3.3B (model cards),
 # Mixtral 8x22B 141B/39B (Mistral's announcement), Llama 4 Maverick 400B/17B (Meta's model card),
-# gpt-oss-120b 116.8B/5.1B (OpenAI's model card). DeepSeek and OpenAI leave the input embedding
+# gpt-oss-120b 116.8B/5.1B and gpt-oss-20b 20.9B/3.6B (OpenAI's model card). DeepSeek and OpenAI leave the input embedding
 # out of the active count.
 PUBLISHED = {
     "deepseek-v3": (671, 37, 0.5, 1.0, True),
@@ -22,6 +22,7 @@ PUBLISHED = {
     "mixtral-8x22b": (141, 39, 0.5, 0.5, False),
     "llama4-maverick": (400, 17, 1.0, 0.5, False),
     "gpt-oss-120b": (116.8, 5.1, 0.05, 0.05, True),
+    "gpt-oss-20b": (20.91, 3.61, 0.01, 0.01, True),
 }
 
 

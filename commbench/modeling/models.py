@@ -476,5 +476,24 @@ PRESETS: dict[str, ModelSpec] = {
             model_extra_params=2880,
             activation="silu",
         ),
+        # openai/gpt-oss-20b config.json (mxfp4 quantization_config left out), as stored in a public repository's
+        # copy found by the library's string search (2026-12-02); OpenAI's model card gives 20.91B / 3.61B
+        ModelSpec(
+            name="gpt-oss-20b",
+            hidden=2880,
+            layers=24,
+            heads=64,
+            kv_heads=8,
+            ffn_hidden=2880,
+            vocab=201088,
+            head_dim=64,
+            moe=MoESpec(num_experts=32, top_k=4, expert_ffn_hidden=2880),
+            max_seq_len=131072,
+            sliding_window=128,
+            windowed_layers=12,
+            layer_extra_params=13760,
+            model_extra_params=2880,
+            activation="silu",
+        ),
     )
 }
