@@ -42,6 +42,10 @@ from commbench.modeling.spec import PlanSpec, build_planner
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "published" / "moe_runs.csv"
 RECIPES = ROOT / "bench" / "published" / "moe_recipes.csv"  # each row's recipe (bench/moe_recipes.py)
+# MLPerf Training v6.0's MoE submissions (bench/mlperf_rows.py --moe): a source of their own, split by the
+# same rule within it (the `half` column, written before any prediction), layout and recipe from each launch
+# config, the step time measured in the result logs
+MLPERF_RUNS = ROOT / "bench" / "published" / "moe_mlperf_runs.csv"
 RESULTS = ROOT / "bench" / "RESULTS-moe.md"
 SOURCE = (
     "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md, every "
@@ -98,6 +102,32 @@ def load_rows(path: Path = RUNS, recipes: Path = RECIPES) -> list[dict]:
             row[name] = int(row[name])
         row["vp"] = 1 if row["vp"] in ("n/a", "") else int(row["vp"])
         row["tokens_per_s_per_gpu"] = float(row["tokens_per_s_per_gpu"])
+    return rows
+
+
+def load_mlperf_rows(path: Path = MLPERF_RUNS) -> list[dict]:
+    """The MLPerf v6.0 MoE rows, typed; model_spec is what the planner loads (a preset or a config.json)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for name in (
+            "gpus",
+            "global_batch",
+            "mbs",
+            "seq_len",
+            "fsdp",
+            "tp",
+            "pp",
+            "cp",
+            "vp",
+            "ep",
+            "etp",
+            "cuda_graph",
+        ):
+            row[name] = int(row[name])
+        row["step_s"] = float(row["step_s"])
+        config = row["model_config"]
+        row["model_spec"] = str(ROOT / config) if config.endswith(".json") else config
     return rows
 
 

@@ -4,6 +4,8 @@ commit, priced at their own layout (a row without a hardware preset is listed, n
 import csv
 import dataclasses
 import importlib.util
+import statistics
+import sys
 from pathlib import Path
 
 from commbench.modeling.hardware import load_processor
@@ -105,3 +107,24 @@ def test_each_row_is_priced_with_its_models_bias_dropout_and_loss_fusions_from_t
     # the fusions reach the price: the preset's own (fused norm, unfused loss) gives another step
     preset = {**gpt_oss, "bias_dropout_fusion": "", "cross_entropy_loss_fusion": ""}
     assert SCORECARD.predict(gpt_oss)["step_s"] != SCORECARD.predict(preset)["step_s"]
+
+
+def test_mlperf_rows_carry_the_rules_split_and_their_logged_step_times():
+    """The MLPerf v6.0 MoE rows: their own source, the split by the position rule stored with them (written
+    before any prediction), the step time the median of the entered log windows' medians."""
+    rows = SCORECARD.load_mlperf_rows()
+    assert {r["id"]: r["half"] for r in rows} == SCORECARD.halves(rows)
+    assert {r["source"] for r in rows} == {"mlperf-training-v6.0-moe"}
+    assert all("eabf23a07b2a0c60a289ff871dc3a46fff0d0421" in r["reference"] for r in rows)
+    spec = importlib.util.spec_from_file_location("mlperf_rows", BENCH / "mlperf_rows.py")
+    mlperf = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("mlperf_rows", mlperf)  # its dataclasses look their module up
+    spec.loader.exec_module(mlperf)
+    windows = mlperf.step_windows()
+    for row in rows:
+        system = row["reference"].split("NVIDIA/results/", 1)[1].split("/result_", 1)[0]
+        medians = [
+            statistics.median(v for _, v in windows[n]) for n in windows if n.startswith(f"NVIDIA/results/{system}/")
+        ]
+        assert medians and abs(statistics.median(medians) / row["step_s"] - 1) < 1e-3
+        assert row["global_batch"] % (row["gpus"] // (row["tp"] * row["pp"] * row["cp"]) * row["mbs"]) == 0
