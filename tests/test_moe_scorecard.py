@@ -128,3 +128,22 @@ def test_mlperf_rows_carry_the_rules_split_and_their_logged_step_times():
         ]
         assert medians and abs(statistics.median(medians) / row["step_s"] - 1) < 1e-3
         assert row["global_batch"] % (row["gpus"] // (row["tp"] * row["pp"] * row["cp"]) * row["mbs"]) == 0
+
+
+def test_an_mlperf_row_is_priced_at_its_launch_configs_layout_model_and_graph():
+    rows = {r["id"]: r for r in SCORECARD.load_mlperf_rows()}
+    gpt = rows["mlperf60-gb300-gpt-oss-20b-mxfp8-512g-theia"]
+    layout = SCORECARD.layout_of(gpt)
+    assert (layout.tp, layout.cp, layout.ep, layout.etp, layout.dp) == (2, 4, 8, 1, 64)
+    planner = SCORECARD.row_planner(gpt)
+    assert (planner.job.model.vocab, planner.job.model.layers, planner.job.model.moe.num_experts) == (128256, 24, 32)
+    assert SCORECARD.full_iteration_graph(gpt) and SCORECARD.published_step(gpt) == gpt["step_s"]
+    gb200 = rows["mlperf60-gb200-gpt-oss-20b-mxfp8-72g-tyche-hsg"]  # TE graphs of attention/router only
+    assert not SCORECARD.full_iteration_graph(gb200)
+    deepseek = rows["mlperf60-gb200-deepseek-v3-mxfp8-8192g-tyche-hsg"]
+    layout = SCORECARD.layout_of(deepseek)
+    assert (layout.tp, layout.pp, layout.vpp, layout.ep, layout.etp) == (2, 4, 4, 32, 1)
+    assert layout.recompute_modules == "mlp"
+    assert layout.stage_layer_counts() == [16, 16, 16, 13]  # Et*4|(t*4|)*14tmL over pp=4 x vp=4
+    spec = SCORECARD.spec_of(deepseek)
+    assert (spec.dispatcher, spec.moe_overlap, spec.nvlink_domain, spec.cuda_graph) == ("flex", "1f1b-a2a", 64, True)
