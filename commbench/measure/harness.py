@@ -1,7 +1,8 @@
 """The measuring harness every driver runs on: rows, groups, buffers, warm-up, timing, checking, a Record.
 
 For one row (an op on every group of a scope at one size) and one variant:
-  1. every group of the scope allocates its buffers and fills them with known inputs;
+  1. every group of the scope takes its buffers (views of the session's, reused row to row) and
+     fills them with known inputs;
   2. the first call, after a barrier, on those inputs: timed, and its result checked on every
      rank (`wrong` elements), the row's first correctness check;
   3. warm-up until the per-op time stops falling on every rank (or -w ops); a sweep's WarmState
@@ -122,11 +123,8 @@ def allocate(session: Session, row: Row, variant: Variant, ctx: GroupContext) ->
     dtype = getattr(torch, DTYPES[session.cfg.dtype].torch)
     counts = row.counts
     if not variant.in_place:
-        return Buffers(
-            send=torch.empty(counts.send, dtype=dtype, device=session.device),
-            recv=torch.empty(counts.recv, dtype=dtype, device=session.device),
-        )
-    whole = torch.empty(max(counts.send, counts.recv), dtype=dtype, device=session.device)
+        return Buffers(send=session.buffer("send", counts.send, dtype), recv=session.buffer("recv", counts.recv, dtype))
+    whole = session.buffer("recv", max(counts.send, counts.recv), dtype)
     send_at, recv_at = row.collective.in_place_offsets(counts, ctx.rank)
     return Buffers(send=whole[send_at : send_at + counts.send], recv=whole[recv_at : recv_at + counts.recv])
 
@@ -145,7 +143,7 @@ def op_callable(session: Session, collective: Collective, buffers: Buffers, ctx:
 
         return copy_then_op
     if variant.in_place and session.backend in collective.in_place_staged_on:
-        scratch = torch.empty_like(buffers.send)
+        scratch = session.buffer("scratch", buffers.send.numel(), buffers.send.dtype)
 
         def staged_op():
             scratch.copy_(buffers.send)

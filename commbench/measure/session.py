@@ -45,6 +45,7 @@ class Session:
     topology: dict | None = None
     monitor: RankMonitor | None = None
     groups: dict[tuple[int, ...], object] = field(default_factory=dict)
+    buffers: dict[tuple[str, torch.dtype], torch.Tensor] = field(default_factory=dict)
 
     @property
     def rank(self) -> int:
@@ -72,6 +73,18 @@ class Session:
             else:
                 self.groups[ranks] = dist.new_group(list(ranks), backend=self.backend)
         return self.groups[ranks]
+
+    def buffer(self, role: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """`numel` elements of this role's one allocation, grown when a row needs more: rows reuse
+        their buffers, as nccl-tests' allocated once for its largest size are, so a row neither
+        allocates nor has its first call fault fresh pages in (64 MiB of them cost about as much as
+        the op). Contents are whatever the last row left: callers fill what they read."""
+        key = (role, dtype)
+        held = self.buffers.get(key)
+        if held is None or held.numel() < numel:
+            self.buffers.pop(key, None)  # the old one goes before the larger one comes
+            held = self.buffers[key] = torch.empty(numel, dtype=dtype, device=self.device)
+        return held[:numel]
 
     def ranks_on_my_node(self) -> int:
         return next(len(node.ranks) for node in self.nodes if self.rank in node.ranks)
