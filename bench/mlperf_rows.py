@@ -165,7 +165,12 @@ LORA_ENV = {
     "ACG": "ACT_CKPT_GRANULARITY",
     "LORA_DIM": "LORA_DIM",
     "MAX_SEQLEN": "MAX_SEQLEN",
+    "FP8_ACTIVATION": "FP8_ACT",  # v4.x's name of activation_func_fp8_input_store's switch
+    "FP8_ACT": "FP8_ACT",
+    "PRE_QUANTIZED_MODEL": "PRE_QUANTIZED_MODEL",
 }
+# literals of the LoRA implementation's yaml and train.py the memory ledger follows (lora_cell)
+LORA_LITERALS = ("disable_parameter_transpose_cache", "hidden_dropout", "attention_dropout")
 # accelerator_model_name of a systems JSON -> (scorecard GPU, memory in GB as the scorecard's other rows give it)
 GPUS = (
     ("GB300", "GB300", 279),
@@ -261,10 +266,17 @@ def sourced_env(repo: Path, folders: list[str], config: str) -> dict[str, str]:
         for yaml in sorted(work.glob("conf/*.yaml")):
             for name, value in re.findall(r"oc\.env:(\w+),([^}${]+)\}", yaml.read_text(encoding="utf-8")):
                 defaults.setdefault(name, value.strip())
+        literals = {}
+        for source in [*sorted(work.glob("conf/*.yaml")), work / "train.py"]:
+            text = source.read_text(encoding="utf-8") if source.exists() else ""
+            for name in LORA_LITERALS:
+                found = re.search(rf"^\s*{name}\s*[:=]\s*([\w.]+)", text, re.MULTILINE)
+                if found:
+                    literals.setdefault(name.upper(), found.group(1))
     pairs = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
     wanted = (*ENV_KEYS, *LORA_ENV)
     merged = {k: defaults[k] for k in wanted if k in defaults} | {k: v for k, v in pairs.items() if k in wanted}
-    return {LORA_ENV.get(k, k): v for k, v in merged.items()}
+    return {LORA_ENV.get(k, k): v for k, v in merged.items()} | literals
 
 
 @dataclass
@@ -419,11 +431,24 @@ def build_row(sub, repo, system, gpu, memory, folder, config, env, results, figu
 
 
 def lora_cell(model: dict, env: dict[str, str]) -> str:
-    """The finetune column: empty for full training, else lora:<rank>:<targets> as the config sets the rank."""
+    """The finetune column: empty for full training, else lora:<rank>:<targets>:<settings> as the config
+    sets the rank and what the memory ledger follows: base=quantised where the base is created in the
+    compute format (the yaml's fp8_params follows FP8; v5.x train.py's te.fp8_model_init under FP8; the
+    NVFP4 runs' PRE_QUANTIZED_MODEL replaces the weights in place), transpose_cache (the literal
+    disable_parameter_transpose_cache), fp8_activation_input (FP8_ACTIVATION / FP8_ACT), model_dropout off
+    where the yaml sets hidden and attention dropout to 0.0."""
     if "finetune" not in model:
         return ""
     kind, rank, targets = model["finetune"].split(":")
-    return f"{kind}:{env.get('LORA_DIM', rank)}:{targets}"
+    yes = ("True", "1", "true")
+    quantised = env.get("FP8") in yes or (env.get("FP4") in yes and env.get("PRE_QUANTIZED_MODEL") in yes)
+    settings = [f"base={'quantised' if quantised else 'bf16'}"]
+    if "DISABLE_PARAMETER_TRANSPOSE_CACHE" in env:
+        settings.append(f"transpose_cache={'off' if env['DISABLE_PARAMETER_TRANSPOSE_CACHE'] in yes else 'on'}")
+    settings.append(f"fp8_activation_input={'on' if env.get('FP8_ACT') in yes else 'off'}")
+    if env.get("HIDDEN_DROPOUT") in ("0.0", "0") and env.get("ATTENTION_DROPOUT") in ("0.0", "0"):
+        settings.append("model_dropout=off")
+    return f"{kind}:{env.get('LORA_DIM', rank)}:{targets}:{'+'.join(settings)}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -268,13 +268,27 @@ def compute_precision_of(row: dict) -> str:
     return row["precision"] if row["precision"] in RECIPES else "bf16"
 
 
+# the finetune cell's recipe settings (bench/mlperf_rows.py lora_cell) -> PlanSpec fields
+FINETUNE_SETTINGS = {
+    "base": "lora_base",
+    "transpose_cache": "transpose_cache",
+    "fp8_activation_input": "fp8_activation_input",
+    "model_dropout": "model_dropout",
+}
+
+
 def finetune_of(row: dict) -> dict:
-    """PlanSpec's --finetune, --lora-rank, --lora-targets from the row's finetune cell (lora:<rank>:<targets>;
-    empty: full training)."""
+    """PlanSpec's --finetune, --lora-rank, --lora-targets from the row's finetune cell
+    (lora:<rank>:<targets>[:<setting>=<value>+...], the memory settings its launch config sets:
+    base, transpose_cache, fp8_activation_input, model_dropout; empty: full training)."""
     if not row.get("finetune"):
         return {}
-    kind, rank, targets = row["finetune"].split(":")
-    return dict(finetune=kind, lora_rank=int(rank), lora_targets=targets)
+    kind, rank, targets, *settings = row["finetune"].split(":")
+    spec: dict = dict(finetune=kind, lora_rank=int(rank), lora_targets=targets)
+    for pair in settings[0].split("+") if settings else []:
+        name, value = pair.split("=")
+        spec[FINETUNE_SETTINGS[name]] = value == "on" if name == "fp8_activation_input" else value
+    return spec
 
 
 def predict(row: dict, folder: Path, processor: str | None = None) -> Prediction:

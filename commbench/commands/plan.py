@@ -30,7 +30,7 @@ import sys
 import textwrap
 from dataclasses import fields
 
-from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS, EXECUTIONS, PRECISIONS
+from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS, EXECUTIONS, LORA_BASES, PRECISIONS
 from commbench.modeling.ledger import LEDGER, NOT_MODELLED
 from commbench.modeling.recipes import RECIPES
 from commbench.modeling.spec import FINETUNES, MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
@@ -138,6 +138,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _spec_option(parser, "--finetune", choices=FINETUNES)
     _spec_option(parser, "--lora-rank", type=int)
     _spec_option(parser, "--lora-targets")
+    _spec_option(parser, "--lora-dropout", type=float)
+    _spec_option(parser, "--lora-base", choices=LORA_BASES)
+    _spec_option(parser, "--transpose-cache", choices=TP_COMM_OVERLAPS)
+    _spec_option(parser, "--fp8-activation-input", action="store_true")
+    _spec_option(parser, "--model-dropout", choices=TP_COMM_OVERLAPS)
     parser.add_argument(
         "--layout",
         help='evaluate one layout, e.g. "tp=8,pp=4,dp=2,mbs=1,zero=1,recompute=selective"; '
@@ -223,7 +228,7 @@ def main(args) -> int:
                     "execution_picked_from": args.execution_source,
                     "execution_assumes": planner.job.execution.assumes,
                     "compute": compute_figures(planner),
-                    "finetune": finetune_figures(planner.job),
+                    "finetune": finetune_figures(planner.job, ranking.ranked[0] if ranking.ranked else None),
                     "screened": ranking.screened,
                     "fitting": ranking.fitting,
                     "layouts_per_second": ranking.layouts_per_second,
@@ -265,7 +270,7 @@ def _one_layout(planner, args) -> int:
                     "execution": planner.job.execution.name,
                     "execution_picked_from": args.execution_source,
                     "compute": compute_figures(planner),
-                    "finetune": finetune_figures(planner.job),
+                    "finetune": finetune_figures(planner.job, result),
                     "warnings": warnings,
                     "bandwidth_pricing": pricing_summary(planner),
                     **_ep_skew_json(planner, args, [result]),
@@ -300,19 +305,39 @@ def compute_figures(planner) -> dict:
     }
 
 
-def finetune_figures(job) -> dict:
-    """What the step trains (plan --json's `finetune`): full training, or LoRA with its adapters."""
+def finetune_figures(job, result=None) -> dict:
+    """What the step trains (plan --json's `finetune`): full training, or LoRA with its adapters and,
+    for `result`'s layout, LoRA's parts of the memory ledger (`memory`, bytes on one GPU of the
+    stage the ledger reports)."""
     if job.lora is None:
         return {"mode": "full", "trained_params": job.model.total_params}
-    return {
+    figures = {
         "mode": "lora",
         "rank": job.lora.rank,
         "targets": list(job.lora.targets),
+        "dropout": job.lora.dropout,
         "trained_params": job.lora.params(job.model),
         "trained_share": job.trained_share,
         "frozen": "base weights: forward and input gradients only; no weight gradients, optimizer state, "
-        "master weights, gradient buffers or DP gradient reduction",
+        "master weights, gradient buffers or DP gradient reduction; a frozen linear layer keeps no input",
+        "base": job.lora.base,
+        "base_columnwise_copy": job.lora.columnwise_copy,
+        "fp8_activation_input": job.fp8_activation_input,
     }
+    if result is not None:
+        from commbench.modeling.layout import LayoutBatch
+        from commbench.modeling.memory import lora_memory_parts
+
+        parts = lora_memory_parts(job, LayoutBatch.from_layouts([result.layout]), [result.memory_stage])
+        figures["memory"] = {
+            "layout": str(result.layout),
+            "stage": result.memory_stage,
+            **{name: float(value[0]) for name, value in parts.items()},
+            "parts_of": "frozen_base_weights + adapter_weights = parameters; adapter_gradients = gradients; "
+            "adapter_optimizer = optimizer; adapter_activations_per_layer: inside activations, per layer "
+            "and micro-batch",
+        }
+    return figures
 
 
 def _quantised_gemm_factor(processor, recipe) -> dict:

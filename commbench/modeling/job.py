@@ -264,6 +264,7 @@ class MoEExecution:
 
 
 LORA_TARGETS = ("qkv", "o", "mlp")
+LORA_BASES = ("bf16", "quantised")
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,24 @@ class LoRA:
 
     rank: int = 16
     targets: tuple[str, ...] = ("qkv", "o")
+    # dropout on each adapter's input (NeMo's dropout_position "pre"; MLPerf's train.py: 0.1): the adapter
+    # keeps the dropped-out input for its A's weight gradient and the dropout's 1-byte mask
+    dropout: float = 0.1
+    # how the frozen base weights are held: "bf16" (a 16-bit copy, plus Transformer Engine's cached
+    # quantised copies under a quantised recipe) or "quantised" (created in the recipe's format only:
+    # TE's fp8_model_init, NeMo's fp8_params; MLPerf v5.1's NVFP4 runs replace them in place)
+    base: str = "bf16"
+    # a quantised base also holds a column-wise copy of each weight for the input-gradient GEMM: the
+    # transposed FP8 copy Hopper's TN-only FP8 GEMMs need, kept between steps unless the transpose cache
+    # is off (Megatron/NeMo's disable_parameter_transpose_cache); block-scaled formats (NVFP4, MXFP8)
+    # quantise both ways and hold both. spec.build_planner decides it from the recipe and the GPU
+    columnwise_copy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base not in LORA_BASES:
+            raise ValueError(f"LoRA base is one of {', '.join(LORA_BASES)}, not {self.base!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoRA dropout is in [0, 1), not {self.dropout!r}")
 
     def projections(self, model: ModelSpec) -> list[tuple[float, float]]:
         """(k, n) of every adapted projection of one layer, unsplit."""
@@ -323,6 +342,9 @@ class TrainingJob:
     moe_execution: MoEExecution = field(default_factory=MoEExecution)
     # None: every weight is trained; else LoRA fine-tuning of a frozen base
     lora: LoRA | None = None
+    # Megatron's activation_func_fp8_input_store: the MLP activation function's input (the gate/up
+    # GEMM's output) is kept for backward in FP8, 1 byte per element (a quantised recipe only)
+    fp8_activation_input: bool = False
 
     @property
     def capacity_factor(self) -> float | None:

@@ -21,14 +21,17 @@ LEDGER = (
         "parameters",
         True,
         "working weights of the stage, param bytes each (ZeRO-3: sharded; with "
-        "--fp8-param-gather the quantised primary weights, the recipe's element bytes each)",
+        "--fp8-param-gather the quantised primary weights, the recipe's element bytes each); under LoRA the "
+        "frozen base plus the adapters (16-bit); with --lora-base quantised (TE fp8_model_init, NeMo's "
+        "fp8_params) the base's linear weights at the recipe's element bytes, twice where a column-wise copy "
+        "is held (Hopper FP8 with the transpose cache; NVFP4, MXFP8), the rest 16-bit",
     ),
     LedgerItem(
         "quantised weights",
         True,
         "a quantised compute precision: Transformer Engine's cached copies of the "
         "linear weights in the recipe's format, row- and column-wise (one copy with --fp8-param-gather; "
-        "ZeRO-3: of the two layers gathered); 0 in bf16",
+        "ZeRO-3: of the two layers gathered); 0 in bf16 and for a quantised LoRA base (its weights are them)",
     ),
     LedgerItem(
         "gradients",
@@ -61,7 +64,9 @@ LEDGER = (
         "x the stage's layers x its in-flight micro-batches under 1F1B or interleaved 1F1B; per recompute mode: none, "
         "selective with Megatron's --recompute-modules (layout key recompute_modules=core_attn+mlp+layernorm+moe_act"
         "+mla_up_proj, default core_attn), full uniform (layer inputs only) or full block (recompute_layers=N "
-        "per chunk)",
+        "per chunk); under LoRA a frozen linear layer keeps no input (Transformer Engine saves it only for a "
+        "weight that requires grad) and each adapter keeps its dropped-out input (activation bytes + a 1-byte "
+        "mask) and its rank-wide A output; --fp8-activation-input keeps the MLP activation's input at 1 byte",
     ),
     LedgerItem("recompute_buffer", True, "full recompute: one layer's activations rebuilt during its backward"),
     LedgerItem(
@@ -121,6 +126,11 @@ NOT_MODELLED = {
     "activation_offloading": "Megatron's activation offloading to host memory (--cpu-offloading and its fine-grained "
     "variant): the ledger keeps every activation on the device",
     "fused_cross_entropy": "--cross-entropy-loss-fusion: the ledger keeps the unfused fp32 copy of the logits",
+    "fp8_attention": "Transformer Engine's FP8 attention (fp8_dot_product_attention with NVTE_FP8_DPA_BWD): the "
+    "ledger keeps Q, K, V and the attention output at the activation width, not in FP8",
+    "lora_dropout_variants": "LoRA dropout kernels that keep no mask (NeMo's NEMO_LORA_MEMORY_SAVING_DROPOUT, "
+    "NEMO_LORA_USE_THUNDER_DROPOUT as the MLPerf v4.1-v5.1 configs set them): the ledger keeps PyTorch "
+    "dropout's 1-byte mask",
 }
 # when the allocator peaks: at the backward start of the last in-flight micro-batch, or in the optimizer step
 PEAK_MOMENTS = ("backward start", "optimizer step")

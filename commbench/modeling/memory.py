@@ -49,6 +49,22 @@ A quantised compute precision (job.compute, commbench.modeling.recipes) adds and
   activations        the linear layers' saved inputs (QKV and gate/up inputs, the attention output,
                      the MLP down-projection's input) are kept in the recipe's format: element_bytes
                      instead of the activation width, on the recipe's quantised layers
+
+LoRA (job.lora): the frozen base keeps no gradient, master copy or Adam state (trained_share: the
+adapters' only), and as MLPerf's Llama 2 70B LoRA recipes run it:
+  parameters         with LoRA.base "quantised" (TE's fp8_model_init: NeMo's fp8_params follows FP8 in
+                     the MLPerf configs; v5.1's NVFP4 runs replace the weights in place) the linear
+                     weights are the recipe's elements only, no 16-bit copy and no cached copies:
+                     element_bytes each, twice with a column-wise copy (LoRA.columnwise_copy: Hopper's
+                     TN-only FP8 GEMMs need the transposed copy, kept unless the transpose cache is off;
+                     Blackwell's take either layout, TE's is_non_tn_fp8_gemm_supported; NVFP4 and MXFP8
+                     quantise both ways). Embedding, output layer and norms stay 16-bit.
+  activations        a frozen linear layer keeps no input (TE saves it only when the weight requires
+                     grad): the QKV and gate/up inputs (the norms' outputs) and the down-projection's
+                     input (f per token) go; each adapter keeps its dropped-out input (the activation
+                     width plus a 1-byte mask with dropout "pre") and its rank-wide A output.
+  fp8_activation_input  Megatron-Core's activation_func_fp8_input_store: the MLP activation function's
+                     input (the gate/up output, (mlp_matrices - 1) * f per token) at 1 byte.
 """
 
 from __future__ import annotations
@@ -208,12 +224,20 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     kept = sbh * (
         (8 * wide + masks) * replicated + wide * (attention + mlp) / t
     ) + wide * s * batch.mbs * 2 * _latent_width(model)
+    # what FP8 activation-function inputs and LoRA's frozen layers change, bytes per s*b*h (before /t)
+    lora = _lora_activation_terms(job)
+    mlp_change = lora["mlp"] - _fp8_activation_input_saving(job)
+    if mlp_change or lora["adapter_ranks"]:
+        kept = kept + sbh * (lora["norm_outputs"] * replicated + (mlp_change + lora["o"]) / t)
+        kept = kept + s * batch.mbs * lora["adapter_ranks"]
     # what each of Megatron's --recompute-modules leaves out (RECOMPUTE_MODULES order)
     dropped = (
         # core_attn: softmax output and dropout output (16-bit), and the dropout mask (1 byte), per score
         _score_bytes(job, batch, 4.0 * wide + masks / 2) if _unfused_attention(job) else 0.0,
-        sbh * wide * mlp / t,  # mlp: everything inside the MLP but its input
-        sbh * 4 * wide * replicated,  # layernorm: the two norms' outputs (QKV and MLP inputs)
+        sbh * wide * mlp / t + sbh * mlp_change / t,  # mlp: everything inside the MLP but its input
+        # layernorm: the two norms' outputs (QKV and MLP inputs); under LoRA none are kept (the adapters
+        # keep their own dropped-out inputs, which norm recompute does not rebuild)
+        sbh * 4 * wide * replicated * (job.lora is None),
         sbh * wide * 2 * _expert_activation_width(job) / h / t,  # moe_act: the experts' activation outputs
         sbh * wide * 2 * (model.q_dim + model.kv_dim + model.v_dim) / h / t if model.mla else 0.0,  # mla_up_proj
     )
@@ -222,6 +246,45 @@ def activation_bytes_per_layer(job: TrainingJob, batch: LayoutBatch, recompute: 
     layer_input = 2 * wide * sbh * replicated
     result: np.ndarray = np.where(recompute == FULL_RECOMPUTE, layer_input, selective)
     return result
+
+
+def _fp8_activation_input_saving(job: TrainingJob) -> float:
+    """Bytes per s*b*h saved by keeping the MLP activation function's input (the gate/up GEMM's
+    output: (mlp_matrices - 1) * f per token, dense layers) in FP8 (Megatron-Core's
+    activation_func_fp8_input_store): 1 byte per element instead of the activation width."""
+    model = job.model
+    if not job.fp8_activation_input or model.moe:
+        return 0.0
+    return (job.activation_bytes - 1.0) * (model.mlp_matrices - 1) * model.ffn_hidden / model.hidden
+
+
+def _lora_activation_terms(job: TrainingJob) -> dict[str, float]:
+    """What LoRA changes in one layer's kept activations, in bytes per s*b*h (before the TP split, as
+    the terms they adjust) and, for `adapter_ranks`, bytes per token.
+
+    A frozen linear layer needs its input only for the weight gradient it does not compute, and does
+    not keep it (Transformer Engine's Linear and LayerNormLinear save their input only when
+    backward_needs_input, i.e. the weight requires grad): the QKV and gate/up inputs (the norms'
+    outputs) and the down-projection's input (the activation function's output, f per token) go.
+    Still kept: the norms' inputs, Q, K, V and the attention output (the attention kernel's own backward
+    needs them) and the activation function's input. Each adapter keeps its own input for its A's
+    weight gradient: with dropout before the adapter (NeMo's dropout_position "pre") the dropped-out
+    copy at the activation width plus PyTorch's 1-byte mask (the width alone without dropout), and
+    A's rank-wide output for B's weight gradient."""
+    terms = {"norm_outputs": 0.0, "mlp": 0.0, "o": 0.0, "adapter_ranks": 0.0}
+    lora = job.lora
+    if lora is None:
+        return terms
+    model, a = job.model, float(job.activation_bytes)
+    adapter_input = a + (1.0 if lora.dropout > 0 else 0.0)
+    targets = set(lora.targets)
+    terms["norm_outputs"] = -2 * a + adapter_input * (("qkv" in targets) + ("mlp" in targets))
+    down_input = model.ffn_hidden / model.hidden
+    terms["mlp"] = (-a + (adapter_input if "mlp" in targets else 0.0)) * down_input
+    terms["o"] = adapter_input * model.attention_out_dim / model.hidden if "o" in targets else 0.0
+    adapters = ("qkv" in targets) + ("o" in targets) + 2 * ("mlp" in targets)
+    terms["adapter_ranks"] = a * lora.rank * adapters
+    return terms
 
 
 def _expert_activation_width(job: TrainingJob) -> float:
@@ -275,8 +338,9 @@ def in_flight_micro_batches(batch: LayoutBatch, m: np.ndarray) -> np.ndarray:
 
 def per_layout_terms(job: TrainingJob, batch: LayoutBatch) -> dict[str, np.ndarray]:
     """The ledger's terms that do not depend on the stage, computed once for all stages priced."""
-    # a quantised recipe keeps the linear layers' inputs in its narrower format
-    saved_quantised = quantised_activation_saving(job, batch)
+    # a quantised recipe keeps the linear layers' inputs in its narrower format (under LoRA the frozen
+    # layers keep none: _lora_activation_terms)
+    saved_quantised = quantised_activation_saving(job, batch) * (job.lora is None)
     kept = activation_bytes_per_layer(job, batch, batch.recompute) - np.where(
         batch.recompute == FULL_RECOMPUTE, 0.0, saved_quantised
     )
@@ -327,8 +391,8 @@ def stage_memory(
     layers = stage_layers(job, batch, stage)
     chunks = in_flight_chunks(batch, m, stage)
     items = {name: np.zeros(len(batch)) for name in ALLOCATOR_ITEMS}
-    items["parameters"] = sharded(job.weight_bytes_per_param, 3)
-    items["quantised weights"] = quantised_weight_bytes(job, batch, layers)
+    items["parameters"] = sharded(job.weight_bytes_per_param, 3) - quantised_base_saving(job, batch, layers, dp_group)
+    items["quantised weights"] = quantised_weight_bytes(job, batch, layers) * (not quantised_base(job))
     items["gradients"] = sharded(prec.grad_bytes * job.trained_share, 2)
     items["optimizer"] = sharded(prec.optimizer_bytes * job.trained_share, 1)
     items["grad_buckets"] = _grad_buckets(job, batch, dense, expert)
@@ -345,6 +409,86 @@ def stage_memory(
     items["moe_dispatch"] = np.where(layers > 0, terms["moe_dispatch"], 0.0)
     items["gemm_workspace"] = np.full(len(batch), _gemm_workspace(job))
     return _at_peak(job, batch, items, chunks < m * batch.vpp)
+
+
+def quantised_base(job: TrainingJob) -> bool:
+    """The frozen LoRA base is held in the recipe's format only (no 16-bit copy, no cached copies)."""
+    return job.lora is not None and job.lora.base == "quantised" and job.compute.quantised
+
+
+def quantised_linear_weights(job: TrainingJob, batch: LayoutBatch, n_layers: np.ndarray) -> np.ndarray:
+    """Linear weights of `n_layers` layers on one rank that the recipe quantises (not its BF16 layers)."""
+    from commbench.modeling.compute import quantised_operands  # compute imports this module
+
+    result: np.ndarray = n_layers * quantised_operands(job, batch, 1.0)[2] * (1 - job.compute.bf16_layer_share)
+    return result
+
+
+def quantised_base_bytes_per_weight(job: TrainingJob) -> float:
+    """Bytes per frozen linear weight of a quantised LoRA base: the recipe's element bytes (scales
+    included), twice where a column-wise copy is held too (LoRA.columnwise_copy)."""
+    return job.compute.element_bytes * (2 if job.lora is not None and job.lora.columnwise_copy else 1)
+
+
+def quantised_base_saving(
+    job: TrainingJob, batch: LayoutBatch, n_layers: np.ndarray, dp_group: np.ndarray
+) -> np.ndarray:
+    """Bytes a quantised LoRA base saves on the `parameters` item against its 16-bit copy: the
+    quantised linear weights at quantised_base_bytes_per_weight instead of the kept width (embedding,
+    output layer, norms and the recipe's BF16 layers stay 16-bit). ZeRO-3 shards it as the weights."""
+    if not quantised_base(job):
+        return np.zeros(len(batch))
+    per_weight = job.gathered_param_bytes - quantised_base_bytes_per_weight(job)
+    result: np.ndarray = (
+        per_weight * quantised_linear_weights(job, batch, n_layers) / np.where(batch.zero >= 3, dp_group, 1)
+    )
+    return result
+
+
+def lora_memory_parts(job: TrainingJob, batch: LayoutBatch, stage: ArrayLike) -> dict[str, np.ndarray]:
+    """LoRA's parts of stage `stage`'s ledger items, bytes on one rank (`plan --json`'s
+    finetune.memory): the frozen base weights and the adapters' weights, gradients and optimizer
+    state (the `parameters`, `gradients` and `optimizer` items), and per layer and micro-batch what
+    the adapters keep for backward (inside `activations`). Empty for full training."""
+    if job.lora is None:
+        return {}
+    prec, stage = job.precision, np.asarray(stage)
+    dense, expert = _stage_parameters(job, batch, stage)
+    layers = stage_layers(job, batch, stage)
+    dp_group = batch.dp * batch.cp
+
+    def sharded(nbytes: float, from_stage: int) -> np.ndarray:
+        result: np.ndarray = nbytes * (dense + expert) / np.where(batch.zero >= from_stage, dp_group, 1)
+        return result
+
+    adapters = job.trained_share
+    base = sharded(job.gathered_param_bytes, 3) - quantised_base_saving(job, batch, layers, dp_group)
+    terms = _lora_activation_terms(job)
+    sbh = job.seq_len / batch.cp * batch.mbs * job.model.hidden
+    replicated = np.where(batch.seq_parallel, 1.0 / batch.tp, 1.0)
+    adapter_input = job.activation_bytes + (1.0 if job.lora.dropout > 0 else 0.0)
+    targets = set(job.lora.targets)
+    kept_inputs = (
+        sbh
+        * adapter_input
+        * (
+            (("qkv" in targets) + ("mlp" in targets)) * replicated
+            + (("o" in targets) * job.model.attention_out_dim + ("mlp" in targets) * job.model.ffn_hidden)
+            / job.model.hidden
+            / batch.tp
+        )
+    )
+    return {
+        "frozen_base_weights": base,
+        "frozen_base_bytes_per_linear_weight": np.full(
+            len(batch),
+            quantised_base_bytes_per_weight(job) if quantised_base(job) else job.gathered_param_bytes,
+        ),
+        "adapter_weights": sharded(prec.param_bytes * adapters, 3),
+        "adapter_gradients": sharded(prec.grad_bytes * adapters, 2),
+        "adapter_optimizer": sharded(prec.optimizer_bytes * adapters, 1),
+        "adapter_activations_per_layer": kept_inputs + job.seq_len / batch.cp * batch.mbs * terms["adapter_ranks"],
+    }
 
 
 def quantised_weight_bytes(job: TrainingJob, batch: LayoutBatch, n_layers: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.job import (
     EXECUTIONS,
+    LORA_BASES,
     LORA_TARGETS,
     PRECISIONS,
     Execution,
@@ -107,6 +108,37 @@ class PlanSpec:
     lora_targets: str = _with_default(
         "comma-separated projections that get LoRA adapters: qkv, o, mlp (default qkv,o, MLPerf's Llama 2 70B LoRA)",
         "qkv,o",
+    )
+    lora_dropout: float = _with_default(
+        "dropout on each LoRA adapter's input (NeMo's dropout_position pre; default 0.1, MLPerf's Llama 2 70B "
+        "LoRA): the adapter keeps the dropped-out input and its 1-byte mask for backward",
+        0.1,
+    )
+    lora_base: str = _with_default(
+        "how LoRA's frozen base weights are held: bf16 (the default: a 16-bit copy, plus Transformer Engine's "
+        "cached copies under a quantised --compute-precision) or quantised (created in the recipe's format only, "
+        "TE's fp8_model_init: NeMo's fp8_params, which MLPerf's LoRA configs set with FP8; their NVFP4 runs "
+        "replace the weights in place): element bytes per linear weight, twice where a column-wise copy is held "
+        "(Hopper FP8 with the transpose cache, NVFP4, MXFP8); no gradient or optimizer state either way",
+        "bf16",
+    )
+    transpose_cache: str = _with_default(
+        "on (default) or off: a quantised LoRA base keeps the transposed FP8 copy Hopper's FP8 GEMMs need for "
+        "the input gradient between steps (off: Megatron/NeMo's disable_parameter_transpose_cache, built per "
+        "GEMM and freed); Blackwell's FP8 GEMMs take either layout and need none (Transformer Engine's "
+        "is_non_tn_fp8_gemm_supported: compute capability 10.x)",
+        "on",
+    )
+    model_dropout: str = _with_default(
+        "on (default) or off: the model applies hidden and attention dropout, whose 1-byte masks are kept for "
+        "backward (Megatron's GPT does; Llama recipes such as MLPerf's LoRA yaml set hidden_dropout and "
+        "attention_dropout to 0.0: off)",
+        "on",
+    )
+    fp8_activation_input: bool = _with_default(
+        "keep the MLP activation function's input (the gate/up GEMM's output) for backward in FP8, 1 byte per "
+        "element (Megatron-Core's activation_func_fp8_input_store; a quantised --compute-precision only)",
+        False,
     )
     execution: str = _with_default(
         "how the framework runs the step (kernels fused, attention, collectives overlapped): "
@@ -210,11 +242,43 @@ class PlanSpec:
                 f"{option('lora_targets')} is a comma-separated list of {', '.join(LORA_TARGETS)}, not {self.lora_targets!r}"
             )
 
-    def lora(self) -> LoRA | None:
-        """The LoRA fine-tuning --finetune lora asks for (None: full training)."""
+        try:
+            dropout = float(self.lora_dropout)
+        except (TypeError, ValueError):
+            dropout = -1.0
+        if not 0.0 <= dropout < 1.0:
+            raise UsageError(f"{option('lora_dropout')} is a probability in [0, 1), not {self.lora_dropout!r}")
+        object.__setattr__(self, "lora_dropout", dropout)
+        if self.lora_base not in LORA_BASES:
+            raise UsageError(f"{option('lora_base')} is {' or '.join(LORA_BASES)}, not {self.lora_base!r}")
+        if self.lora_base == "quantised" and self.compute_precision == "bf16":
+            raise UsageError(f"{option('lora_base')} quantised needs a quantised {option('compute_precision')}")
+        if self.transpose_cache not in TP_COMM_OVERLAPS:
+            raise UsageError(f"{option('transpose_cache')} is on or off, not {self.transpose_cache!r}")
+        if self.model_dropout not in TP_COMM_OVERLAPS:
+            raise UsageError(f"{option('model_dropout')} is on or off, not {self.model_dropout!r}")
+        if self.fp8_activation_input not in (True, False):
+            raise UsageError(f"{option('fp8_activation_input')} is on or off, not {self.fp8_activation_input!r}")
+        if self.fp8_activation_input and self.compute_precision == "bf16":
+            raise UsageError(f"{option('fp8_activation_input')} needs a quantised {option('compute_precision')}")
+
+    def lora(self, compute_capability: str | None = None) -> LoRA | None:
+        """The LoRA fine-tuning --finetune lora asks for (None: full training); `compute_capability`,
+        the GPU's, decides whether a quantised base holds a column-wise copy (LoRA.columnwise_copy)."""
         if self.finetune != "lora":
             return None
-        return LoRA(self.lora_rank, tuple(t.strip() for t in self.lora_targets.split(",")))
+        recipe = RECIPES[self.compute_precision]
+        per_tensor_fp8 = recipe.peak == "fp8" and recipe.element_bytes == 1.0  # delayed, current scaling
+        major = int(compute_capability.split(".")[0]) if compute_capability else 0
+        any_layout = 10 <= major < 12 or major >= 13  # TE's is_non_tn_fp8_gemm_supported
+        columnwise = (not per_tensor_fp8) or (self.transpose_cache == "on" and not any_layout)
+        return LoRA(
+            self.lora_rank,
+            tuple(t.strip() for t in self.lora_targets.split(",")),
+            dropout=self.lora_dropout,
+            base=self.lora_base,
+            columnwise_copy=columnwise,
+        )
 
     def execution_model(self) -> Execution:
         """The execution preset, with the forward TP overlap --tp-comm-overlap sets where it is given."""
@@ -338,7 +402,9 @@ def build_planner(spec: PlanSpec) -> Planner:
         compute=checked_recipe(spec.compute_precision, system.processor),
         quantised_param_gather=spec.fp8_param_gather,
         moe_execution=spec.moe_execution(),
-        lora=spec.lora(),
+        lora=spec.lora(system.processor.compute_capability),
+        fp8_activation_input=spec.fp8_activation_input,
+        dropout=spec.model_dropout == "on",
     )
     return Planner(job, cluster)
 

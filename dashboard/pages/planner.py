@@ -6,7 +6,7 @@ from dash import Input, Output, State, callback, dcc, html
 from commbench.errors import CommbenchError, UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
 from commbench.modeling.hardware import load_processor, load_system
-from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS
+from commbench.modeling.job import DISPATCH_DTYPES, DISPATCHERS, LORA_BASES
 from commbench.modeling.spec import FINETUNES, MOE_OVERLAPS, TP_COMM_OVERLAPS, PlanSpec
 from dashboard.app import plan_cache, results
 from dashboard.data import safe_path
@@ -60,6 +60,11 @@ SPEC_CONTROLS = {
     "plan-finetune": "finetune",
     "plan-lora-rank": "lora_rank",
     "plan-lora-targets": "lora_targets",
+    "plan-lora-dropout": "lora_dropout",
+    "plan-lora-base": "lora_base",
+    "plan-transpose-cache": "transpose_cache",
+    "plan-fp8-activation-input": "fp8_activation_input",
+    "plan-model-dropout": "model_dropout",
     "plan-framework": "framework",
     "plan-processor": "processor",
     "plan-inter-network": "inter_network",
@@ -163,6 +168,28 @@ def _job_controls() -> list:
         _control(
             "LoRA targets",
             dcc.Input(id="plan-lora-targets", type="text", debounce=True, value=PlanSpec.default("lora_targets")),
+        ),
+        _control("LoRA dropout", _number("plan-lora-dropout", PlanSpec.default("lora_dropout"), fraction=True)),
+        _control(
+            "LoRA base", _choice("plan-lora-base", list(LORA_BASES), PlanSpec.default("lora_base"), clearable=False)
+        ),
+        _control(
+            "transpose cache",
+            _choice(
+                "plan-transpose-cache", list(TP_COMM_OVERLAPS), PlanSpec.default("transpose_cache"), clearable=False
+            ),
+        ),
+        _control(
+            "FP8 activation input",
+            dcc.Checklist(
+                id="plan-fp8-activation-input",
+                value=[],
+                options=[{"label": " kept in FP8 (activation_func_fp8_input_store)", "value": "on"}],
+            ),
+        ),
+        _control(
+            "model dropout",
+            _choice("plan-model-dropout", list(TP_COMM_OVERLAPS), PlanSpec.default("model_dropout"), clearable=False),
         ),
         _control(
             "framework",
@@ -304,8 +331,12 @@ def _request(*values) -> PlanRequest:
         "tp_comm_overlap",
     ):  # empty means the preset's (the model's for the capacity factor)
         chosen[name] = chosen[name] or None
-    for name in ("finetune", "lora_rank", "lora_targets"):  # empty means full training, MLPerf's rank and targets
-        chosen[name] = chosen[name] or PlanSpec.default(name)
+    for name in ("finetune", "lora_rank", "lora_targets", "lora_base", "transpose_cache", "model_dropout"):
+        chosen[name] = chosen[name] or PlanSpec.default(name)  # empty means full training, MLPerf's rank and targets
+    chosen["lora_dropout"] = (
+        PlanSpec.default("lora_dropout") if chosen["lora_dropout"] is None else chosen["lora_dropout"]
+    )
+    chosen["fp8_activation_input"] = bool(chosen["fp8_activation_input"])  # the checklist's ["on"] or []
     store = results()
     chosen["model"] = _chosen_file(chosen["model"], model_names(), store.model_files(), "model")
     chosen["processor"] = _chosen_file(chosen["processor"], processor_names(), store.processor_files(), "processor")
