@@ -148,7 +148,7 @@ def megatron2024_flops(row: dict) -> float:
         return 12 * row["global_batch"] * s * L * h * h * (weights + s / h * q_ratio)
     # LoRA: a frozen weight's GEMM has no weight gradient (2 of its 3 passes); attention's own matmuls keep all
     # three; each adapter (rank r on QKV and O) trains fully: 6 FLOPs per adapter parameter per token
-    _, rank, _ = row["finetune"].split(":")
+    rank = row["finetune"].split(":")[1]
     kv = h * row["kv_heads"] // row["heads"]
     adapters = L * int(rank) * ((h + h + 2 * kv) + (h + h))
     frozen = 12 * row["global_batch"] * s * L * h * h * (weights * 2 / 3 + s / h * q_ratio)

@@ -142,3 +142,19 @@ def test_plan_json_names_the_lora_memory_parts():
     assert parts["frozen_base_weights"] + parts["adapter_weights"] == pytest.approx(ledger["parameters"])
     assert parts["adapter_gradients"] == pytest.approx(ledger["gradients"])
     assert parts["adapter_optimizer"] == pytest.approx(ledger["optimizer"])
+
+
+def test_the_scorecard_reads_the_settings_field_of_a_lora_cell():
+    row = _rows()[H200]
+    assert row["finetune"].count(":") == 3  # lora:<rank>:<targets>:<settings>
+    bare = {**row, "finetune": ":".join(row["finetune"].split(":")[:3])}
+    assert scorecard.megatron2024_flops(row) == scorecard.megatron2024_flops(bare) > 0
+    assert scorecard.finetune_of(row) == {
+        "finetune": "lora",
+        "lora_rank": 16,
+        "lora_targets": "qkv,o",
+        "lora_base": "quantised",
+        "transpose_cache": "off",
+        "fp8_activation_input": True,
+        "model_dropout": "off",
+    }
