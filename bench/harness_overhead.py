@@ -12,8 +12,9 @@ Two ways to set them side by side, both built to survive a noisy host:
             budget is spent), the raw loop, and the raw loop again (the A/A control). Their order
             rotates with the round, so no contender keeps the warmer slot.
   --cli     as a user sees it: `commbench run --nproc 2 -b 8 -e 64K --ops all_reduce` at its
-            defaults, the raw loop in a pair of processes of its own, and that raw pair again,
-            in an order that rotates with the round. With --against DIR, `commbench run` from the
+            defaults, the raw loop in a pair of processes of its own (started by commbench's
+            launcher, so placed as its ranks are), and that raw pair again, in an order that
+            rotates with the round. With --against DIR, `commbench run` from the
             checkout DIR joins the rotation (a before/after of a change under the same load), and
             its ratio to the raw loop, and this tree's to it, are printed beside the others.
 Per round and size the ratio is harness / raw (and raw again / raw for the control); per size the
@@ -49,6 +50,7 @@ RAW_WARMUP, RAW_ITERS = 20, 200
 CONTENDERS = ("commbench", "raw", "raw again")
 AGAINST = "commbench at --against"
 GOAL_GEO, GOAL_WORST = 1.05, 1.10
+NOT_SHOWN = "NOT SHOWN (the A/A control breaks the goal itself)"
 
 
 def raw_loop(numel: int, in_place: bool) -> float:
@@ -130,6 +132,32 @@ def raw_only(rank: int, port: int, out: dict) -> None:
     dist.destroy_process_group()
 
 
+def raw_rank(out_file: str) -> None:
+    """One rank of the raw loop's pair as commbench's launcher starts it (RANK etc. in the
+    environment); rank 0 writes the figures to `out_file` as JSON."""
+    rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
+    out: dict = {}
+    raw_only(rank, port, out)
+    if rank == 0:
+        Path(out_file).write_text(json.dumps([[size, variant, value] for (size, variant), value in out.items()]))
+
+
+def launched_raw() -> dict:
+    """The raw loop in a pair of processes started by commbench's own launcher (spawn_local), so
+    they are placed as `commbench run`'s ranks are: a session (and, where the kernel groups by
+    session, a CPU-share autogroup) each, and the launcher's process waiting beside them. A pair
+    that mp.spawn starts shares the bench's session instead, and on a busy host gets one share
+    for both ranks where commbench's get one each (bench/RESULTS.md, harness overhead)."""
+    from commbench.measure.launch import spawn_local
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = str(Path(tmp, "raw.json"))
+        code = spawn_local(2, "{}", "raw", argv=[sys.executable, os.path.abspath(__file__), "--raw-rank", out_file])
+        if code != 0:
+            raise SystemExit(f"the raw loop's ranks failed (exit {code})")
+        return {(size, variant): value for size, variant, value in json.loads(Path(out_file).read_text())}
+
+
 def spawn(target, *args) -> dict:
     from commbench.measure.launch import free_port
 
@@ -161,7 +189,7 @@ def cli_sweep(tree: str | None = None, attempts: int = 2) -> dict:
 
 def cli_rounds(rounds: int, against: str | None = None) -> dict:
     """As side_by_side's result, each contender a whole run of its own processes."""
-    ways = {"commbench": cli_sweep, "raw": lambda: spawn(raw_only), "raw again": lambda: spawn(raw_only)}
+    ways = {"commbench": cli_sweep, "raw": launched_raw, "raw again": launched_raw}
     if against:
         ways[AGAINST] = lambda: cli_sweep(against)
     contenders = tuple(ways)
@@ -188,7 +216,7 @@ def verdict(variant: str, ratios: list[float], control: list[float], label: str)
     control_geo, control_worst = statistics.geometric_mean(control), max(control)
     met = geo <= GOAL_GEO and worst <= GOAL_WORST
     noisy = control_geo > GOAL_GEO or control_worst > GOAL_WORST or min(control) < 1 / GOAL_WORST
-    outcome = "PASS" if met else ("NOT SHOWN (the A/A control breaks the goal itself)" if noisy else "FAIL")
+    outcome = "PASS" if met else (NOT_SHOWN if noisy else "FAIL")
     return (
         f"VERDICT harness_overhead {label} {variant}: geometric mean {geo:.3f} (goal <= {GOAL_GEO}), "
         f"worst {worst:.3f} (goal <= {GOAL_WORST}); A/A control {control_geo:.3f} / "
@@ -232,7 +260,11 @@ def main() -> None:
     parser.add_argument(
         "--against", metavar="DIR", help="with --cli: also `commbench run` from the checkout DIR (a before/after)"
     )
+    parser.add_argument("--raw-rank", metavar="FILE", help=argparse.SUPPRESS)  # one rank of launched_raw's pair
     args = parser.parse_args()
+    if args.raw_rank:
+        raw_rank(args.raw_rank)
+        return
     rounds = args.rounds or (6 if args.cli else 9)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -245,6 +277,21 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     print(f"\n{time.perf_counter() - start:.0f} s; load average {load_before:.1f} before, {load_after:.1f} after")
     print("\n".join(verdicts))
+    print(overall(verdicts, label, load_before, load_after))
+
+
+def overall(verdicts: list[str], label: str, load_before: float, load_after: float) -> str:
+    """The one line a run ends with: PASS only when every variant passed; a run whose control says
+    the machine was too busy to tell is NOT SHOWN (take it again), never PASS or FAIL."""
+    mine = [line for line in verdicts if line.startswith("VERDICT")]
+    outcome = (
+        "FAIL"
+        if any(line.endswith("FAIL") for line in mine)
+        else "PASS"
+        if all(line.endswith("PASS") for line in mine)
+        else "NOT SHOWN: too busy to tell, run it again when the load is lower"
+    )
+    return f"RESULT harness_overhead {label}: {outcome} (load average {load_before:.1f} -> {load_after:.1f})"
 
 
 if __name__ == "__main__":

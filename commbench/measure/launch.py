@@ -106,13 +106,22 @@ def default_nproc() -> int:
     return 2
 
 
-def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0, leader_decides: bool = False) -> int:
+def spawn_local(
+    nproc: int,
+    config_json: str,
+    driver: str,
+    grace_s: float = 10.0,
+    leader_decides: bool = False,
+    argv: list[str] | None = None,
+) -> int:
     """Start nproc ranks of the worker (WORKER_MODULE) running `driver` on this host and wait for them.
 
     When one rank fails, the others get `grace_s` to notice through their own timeouts, then
     are stopped, so the launcher never waits forever. Returns the first non-zero exit code.
     With `leader_decides` (diagnose: a rank that fails or hangs is what it reports on) rank 0's
     exit code is the answer, and the others get `grace_s` after rank 0 ends, then are stopped.
+    `argv` replaces the worker's command line: bench/harness_overhead.py starts its raw loop's
+    ranks here, so they sit in sessions, autogroups and a waiting parent like commbench's own.
     """
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {nproc})")
@@ -133,7 +142,7 @@ def spawn_local(nproc: int, config_json: str, driver: str, grace_s: float = 10.0
         env[WORKER_DRIVER_ENV] = driver
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE],
+                argv or [sys.executable, "-m", WORKER_MODULE],
                 env=env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent(os.getpid()),
