@@ -15,6 +15,10 @@ see tests/conftest.py):
 
 - ``emulated_cluster_factory``: ``make(**kwargs) -> EmulatedCluster`` (started), any number,
   all torn down at the end of the test.
+- ``module_emulated_cluster``: one started `EmulatedCluster` shared by the tests of a module
+  (module scope), built from the module's ``EMULATED_CLUSTER`` dict (default: 2 nodes at
+  1 Gbit/s). A test that cuts a link or reshapes a node puts it back before it returns, so the
+  next test of the module finds the cluster as the dict describes it.
 - ``slurm_cluster``: a started `SlurmCluster` on its own 2-node emulated cluster, shared by the
   tests of a module (module scope; ``slurm_cluster.ec`` is the emulated cluster). Indirect
   parametrization takes ``dict(nodes=..., rate=..., slurm=dict(cpus_per_node=...))``.
@@ -35,6 +39,7 @@ from .slurm import SlurmCluster, slurm_missing
 __all__ = [
     "emulated_cluster",
     "emulated_cluster_factory",
+    "module_emulated_cluster",
     "require_cluster",
     "require_slurm",
     "slurm_cluster",
@@ -102,6 +107,21 @@ def emulated_cluster(request, emulated_cluster_factory):
     kwargs.setdefault("nodes", 2)
     kwargs.setdefault("rate", "1gbit")
     return emulated_cluster_factory(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def module_emulated_cluster(request):
+    require_cluster()
+    kwargs = dict(getattr(request.module, "EMULATED_CLUSTER", None) or {})
+    kwargs.setdefault("nodes", 2)
+    kwargs.setdefault("rate", "1gbit")
+    closer = _Closer()
+    try:
+        c = EmulatedCluster(**kwargs)
+        closer.items.append(c)
+        yield c.start()
+    finally:
+        closer.close()
 
 
 def _make_slurm(closer: _Closer, nodes: int = 2, rate="1gbit", slurm=None, **ec_kwargs) -> SlurmCluster:
