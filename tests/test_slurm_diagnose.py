@@ -5,7 +5,8 @@ the diagnosis names it, Slurm ends the job NODE_FAIL, and submit still prints th
 
 Four nodes keep the job short (about 15 s on the 2-core test VM; the eight-node acceptance without
 Slurm is tests/test_diagnose_cluster.py's); each is a network namespace with its own slurmd, gloo
-between them over their 1 Gbit/s eth0.
+between them over their 1 Gbit/s eth0. The two tests share one Slurm cluster (module scope); the
+second, which cuts a node off, runs last and puts the link back.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ NODES = 4
 SLOW = 2  # the node whose link is shaped to 300 Mbit/s both ways
 # diagnose's own options: a per-round timeout, and few iterations to keep the job short
 DIAGNOSE = ["--timeout", "60", "--iters", "3"]
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.slurm,
+    pytest.mark.parametrize("slurm_cluster", [dict(nodes=NODES, rate="1gbit")], indirect=True),
+]
 
 
 def submit_diagnose(sc, tmp_path: Path, *diagnose_args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -58,10 +65,8 @@ def submit_diagnose(sc, tmp_path: Path, *diagnose_args: str) -> tuple[subprocess
     return p, env
 
 
-@pytest.mark.cluster
-@pytest.mark.slurm
-def test_submit_diagnose_wait_names_the_slow_node_in_the_exclude_list(slurm_cluster_factory, tmp_path):
-    sc = slurm_cluster_factory(nodes=NODES, rate="1gbit")
+def test_submit_diagnose_wait_names_the_slow_node_in_the_exclude_list(slurm_cluster, tmp_path):
+    sc = slurm_cluster
     sc.ec.shape(SLOW, rate="300mbit")
     p, env = submit_diagnose(sc, tmp_path, *DIAGNOSE)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -78,21 +83,19 @@ def test_submit_diagnose_wait_names_the_slow_node_in_the_exclude_list(slurm_clus
     ]
 
 
-@pytest.mark.cluster
-@pytest.mark.slurm
-@pytest.mark.alone  # slurmctld must see the cut node die before srun's steps end on their own
-def test_a_node_cut_off_mid_diagnosis_is_named_and_the_failed_job_still_shows_the_diagnosis(
-    slurm_cluster_factory, tmp_path
-):
+def test_a_node_cut_off_mid_diagnosis_is_named_and_the_failed_job_still_shows_the_diagnosis(slurm_cluster, tmp_path):
     """The templates start diagnose without --kill-on-bad-exit and submit shows a failed job's diagnosis:
     Slurm ends the job NODE_FAIL when it loses the cut node, after rank 0 has written its report."""
-    sc = slurm_cluster_factory(nodes=NODES, rate="1gbit")
+    sc = slurm_cluster
     sc.ec.shape(SLOW, rate="300mbit")  # so the diagnosis has rounds after the first
     cut = NODES - 1
     watcher = threading.Thread(target=_cut_after_round_one, args=(sc, cut, tmp_path / "results"), daemon=True)
     watcher.start()
-    p, _ = submit_diagnose(sc, tmp_path, "--timeout", "10", "--iters", "3")
-    watcher.join(timeout=1)
+    try:
+        p, _ = submit_diagnose(sc, tmp_path, "--timeout", "10", "--iters", "3")
+    finally:
+        watcher.join(timeout=1)
+        sc.ec.set_link(cut, up=True)  # the cluster is the module's
     names = sc.ec.names
     assert p.returncode == 1, p.stdout + p.stderr
     assert "NODE_FAIL" in p.stderr and "the job failed, but its diagnosis was written:" in p.stdout
