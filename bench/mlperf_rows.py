@@ -273,6 +273,13 @@ def sourced_env(repo: Path, folders: list[str], config: str) -> dict[str, str]:
                 found = re.search(rf"^\s*{name}\s*[:=]\s*([\w.]+)", text, re.MULTILINE)
                 if found:
                     literals.setdefault(name.upper(), found.group(1))
+        # v5.x train.py builds NeMo 2's llm.Llama2Config70B without dropout arguments: NeMo's LlamaConfig
+        # (nemo/collections/llm/gpt/model/llama.py) sets attention_dropout and hidden_dropout to 0.0
+        train = work / "train.py"
+        if train.exists() and "Llama2Config70B(" in (code := train.read_text(encoding="utf-8")):
+            for name in ("HIDDEN_DROPOUT", "ATTENTION_DROPOUT"):
+                if name.lower() not in code:
+                    literals.setdefault(name, "0.0")
     pairs = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
     wanted = (*ENV_KEYS, *LORA_ENV)
     merged = {k: defaults[k] for k in wanted if k in defaults} | {k: v for k, v in pairs.items() if k in wanted}
