@@ -154,6 +154,26 @@ def test_a_heavy_tail_of_descheduled_ops_does_not_cut_the_row_short(one_rank_gro
     assert measured.stop_reason == "budget" and measured.iters >= 20
 
 
+def test_a_row_costs_two_barriers_and_one_agreement_a_window_or_chunk(one_rank_group, monkeypatch):
+    """Control round trips cost milliseconds each on a loaded host (bench/RESULTS.md, the sweep's
+    profile): a gloo world-scope row has one barrier before its first call and one before its first
+    chunk (the group is the control group), later chunks start as the last agreement ends, and
+    each warm-up window agrees on whether to go on and its pace at once."""
+    rng = random.Random(3)
+    scattered = [rng.choice([100.0, 300.0]) for _ in range(1000)]  # never converges: several chunks
+    clock = ScriptedClock(Script(FALLING_THEN_FLAT, scattered).times())
+    calls = {"barrier": 0, "agreed": 0}
+    barrier, agreed = dist.barrier, harness._agreed
+    monkeypatch.setattr(
+        dist, "barrier", lambda *a, **k: calls.__setitem__("barrier", calls["barrier"] + 1) or barrier(*a, **k)
+    )
+    monkeypatch.setattr(harness, "_agreed", lambda *a: calls.__setitem__("agreed", calls["agreed"] + 1) or agreed(*a))
+    measured, _, _ = _measure(one_rank_group, clock, monkeypatch, time_budget_ms=10.0)
+    windows, chunks = 4, len(clock.asked) - 5  # asked: the first call, four windows, then the chunks
+    assert measured.stop_reason == "budget" and chunks >= 3
+    assert calls == {"barrier": 2, "agreed": 1 + windows + chunks}
+
+
 def test_warm_up_is_bounded_when_times_keep_falling(one_rank_group, monkeypatch):
     falling = [10_000.0 - 50 * i for i in range(WARMUP_LIMIT - 1)]  # never settles
     clock = ScriptedClock(Script(falling, [100.0] * 50).times())

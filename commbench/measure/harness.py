@@ -7,7 +7,8 @@ For one row (an op on every group of a scope at one size) and one variant:
      rank (`wrong` elements), the row's first correctness check;
   3. warm-up until the per-op time stops falling on every rank (or -w ops); a sweep's WarmState
      lets a latency-bound size reuse the previous size's warm-up and timed count;
-  4. a barrier over all ranks, then one inside the group, so all groups start together;
+  4. a barrier over all ranks, then one inside the group (where it is another), so all groups
+     start together; later chunks start as the last chunk's agreement over every rank ends;
   5. back-to-back timed ops (CUDA events on NCCL, host clock on gloo), in chunks, until every
      rank's median is known within --ci-pct or the budget is spent (or -n ops); the record's
      stop_reason says which (commbench.measure.timing holds the rules);
@@ -277,7 +278,6 @@ def measure(session: Session, row: Row, variant: Variant, warm: WarmState | None
     key = (row.scope, row.collective.name, variant.label)
     reference = warm.reference_us(key) if warm is not None else 0.0
     warmups, op_time, reused = _warm_up(session, run_op if ctx is not None else None, first, reference)
-    dist.barrier()
     samples, iters, reason = _timed(session, ctx, run_op, op_time, warm.iters if reused else 0)
     if ctx is None:
         measured = Measured(None, iters, warmups, reason, op_time)
@@ -329,12 +329,14 @@ def _warm_up(session: Session, run_op, first_us: float, reference_us: float) -> 
         warm_pace = run_op is None or (count == 1 + WARMUP_WINDOW and latency_bound(window, reference_us))
         settled = warm_pace or warmed_up(times)
         spent_here = spent_budget(times, count) if run_op is not None else 0.0  # as _timed counts it
-        not_settled, spent, not_warm_pace = _agreed([0.0 if settled else 1.0, spent_here, 0.0 if warm_pace else 1.0])
+        recent = statistics.median(times[-WARMUP_WINDOW:]) if run_op is not None else 0.0
+        # one round trip a window: whether to go on, and the pace the last one would leave
+        not_settled, spent, not_warm_pace, pace = _agreed(
+            [0.0 if settled else 1.0, spent_here, 0.0 if warm_pace else 1.0, recent]
+        )
         reused = count == 1 + WARMUP_WINDOW and reference_us > 0 and not not_warm_pace
         if not not_settled or count >= WARMUP_LIMIT or spent >= budget_us:
-            break
-    recent = statistics.median(times[-WARMUP_WINDOW:]) if run_op is not None else 0.0
-    return count, _agreed([recent])[0], reused
+            return count, pace, reused
 
 
 def _timed(
@@ -350,8 +352,9 @@ def _timed(
     chunk = max(cfg.min_iters, min(opening, cfg.max_iters))
     samples: list[float] = []
     done = 0
+    _start_together(session, ctx)
     while True:
-        _start_together(session, ctx)
+        # later chunks start as the last chunk's agreement (an all_reduce over every rank) ends
         if ctx is not None:
             samples += timer.time(run_op, chunk)
         done += chunk
@@ -366,8 +369,9 @@ def _timed(
 def _start_together(session: Session, ctx: GroupContext | None) -> None:
     """A barrier over all ranks, then one inside the group, so all groups start together."""
     dist.barrier()
-    if ctx is not None:
-        dist.barrier(group=ctx.group) if session.backend == "gloo" else _device_barrier(session, ctx)
+    if ctx is None or (session.backend == "gloo" and ctx.group is dist.group.WORLD):
+        return  # gloo's world group is the control group: the barrier above was on it
+    dist.barrier(group=ctx.group) if session.backend == "gloo" else _device_barrier(session, ctx)
 
 
 def _device_barrier(session: Session, ctx: GroupContext) -> None:
