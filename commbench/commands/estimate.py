@@ -33,8 +33,12 @@ SEED_PEAK_FLOPS = 1e15
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
     parser.add_argument("--tokens", type=float, default=1e12, help="training tokens D (default 1e12)")
+    from commbench.modeling.hardware import preset_names
+
     parser.add_argument(
-        "--gpu", help="processor preset for peak FLOP/s and memory (a100, h100, h200); default: 1e15 FLOP/s, 80 GB"
+        "--gpu",
+        help=f"processor preset for peak FLOP/s and memory ({', '.join(preset_names('processor'))}) or a JSON file "
+        "in its format; default: 1e15 FLOP/s, 80 GB",
     )
     parser.add_argument("--gpus", type=int, default=1024, help="N for the time on N GPUs (default 1024)")
     parser.add_argument("--mfu", type=float, default=0.5, help="model FLOPs utilisation (default 0.5)")

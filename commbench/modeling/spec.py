@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UsageError
 from commbench.modeling.cluster import DEFAULT_SLOWDOWN_WORDS
+from commbench.modeling.hardware import preset_names
 from commbench.modeling.job import (
     EXECUTIONS,
     LORA_BASES,
@@ -77,11 +78,11 @@ class PlanSpec:
     )
     bandwidth: str | None = _with_default("price collectives from this measured run directory")
     inter_network: str | None = _with_default(
-        "replace the preset's inter-node network (ib-hdr, ib-ndr, roce-400g, eth-25g)"
+        f"replace the preset's inter-node network: a network preset ({', '.join(preset_names('network'))})"
     )
     processor: str | None = _with_default(
-        "replace the hardware preset's processor: a processor preset (a100, h100, h200, b200, gb200, gb300) or a "
-        "JSON file in its format"
+        f"replace the hardware preset's processor: a processor preset ({', '.join(preset_names('processor'))}) or "
+        "a JSON file in its format"
     )
     precision: str = _with_default("bytes per parameter variant (default 16); fp32 also means 4-byte activations", "16")
     compute_precision: str = _with_default(
