@@ -188,28 +188,32 @@ class EventSimulation:
     def _try_run(self, s: int, op: tuple[str, int, int]) -> bool:
         kind, mb, chunk = op
         producer = self._producer(kind, s, mb, chunk)
+        free = self.compute_free[s]
         ready = 0.0
         if producer is not None:
-            if producer not in self.arrived:
+            arrived = self.arrived.get(producer)
+            if arrived is None:
                 return False
-            ready = self.arrived[producer]
-            wait = max(0.0, ready - self.compute_free[s])
+            ready = arrived
+            wait = max(0.0, ready - free)
             in_flight = min(wait, ready - self.finished[producer])
             self.pp_wait[s] += in_flight
             self.bubble[s] += wait - in_flight
-        start = max(self.compute_free[s], ready)
+        start = max(free, ready)
         dur = self._duration(kind, s, chunk)
         end = self.compute_free[s] = start + dur
         self.busy[s] += dur
         key = (kind, s, mb, chunk)
         self.finished[key] = end
-        self._emit(f"pp{s}.compute", start, dur, f"{kind} mb{mb} c{chunk}", "compute")
-        for name, seconds in (self.eval.ops.comm_fwd if kind == "F" else self.eval.ops.comm_bwd).items():
-            self._emit(f"pp{s}.{name}", start, float(seconds[0]), f"{name} {kind} mb{mb} c{chunk}", name)
+        if self.record:  # the planner's search records no timeline: no event names to format
+            self._emit(f"pp{s}.compute", start, dur, f"{kind} mb{mb} c{chunk}", "compute")
+            for name, seconds in (self.eval.ops.comm_fwd if kind == "F" else self.eval.ops.comm_bwd).items():
+                self._emit(f"pp{s}.{name}", start, float(seconds[0]), f"{name} {kind} mb{mb} c{chunk}", name)
         self.arrived[key] = self._send(kind, s, mb, chunk, end)
-        released = self._buckets_released(kind, mb)
-        if released:
-            self._reduce_buckets(s, start, dur, released)
+        if kind == "B":
+            released = self._buckets_released(kind, mb)
+            if released:
+                self._reduce_buckets(s, start, dur, released)
         return True
 
     def _reduce_buckets(self, s: int, start: float, dur: float, count: int) -> None:
@@ -240,7 +244,8 @@ class EventSimulation:
             return end
         begin = max(self.pp_free[s], end)
         self.pp_free[s] = begin + self.p2p
-        self._emit(f"pp{s}.pp", begin, self.p2p, f"send {kind} mb{mb} c{chunk}", "pp")
+        if self.record:
+            self._emit(f"pp{s}.pp", begin, self.p2p, f"send {kind} mb{mb} c{chunk}", "pp")
         return self.pp_free[s]
 
     def run(self) -> StepResult:
