@@ -34,7 +34,7 @@ def _skip_reason(report) -> str:
 
 
 def _allowed_in_ci(nodeid: str, reason: str) -> bool:
-    needed = CI_ALLOWED_SKIPS.get(nodeid)
+    needed = CI_ALLOWED_SKIPS.get(_written_nodeid(nodeid))
     return needed is not None and needed in reason
 
 
@@ -67,9 +67,14 @@ def pytest_make_collect_report(collector):
 
 
 # Modules whose tests mostly wait (emulated clusters, Slurm, a browser) start first: the README's
-# test command spreads whole modules over pytest-xdist workers (--dist loadfile, so a module's
-# shared cluster stays one), and a long module begun last would run alone at the end.
+# test command spreads the suite over pytest-xdist workers, and a long module begun last would run
+# alone at the end.
 _WAITING_MARKS = ("slow", "slurm", "cluster", "browser")
+# Modules of many independent, CPU-bound cases with nothing costly shared between them (no
+# module-scoped cluster, server or browser): their tests go one by one to whichever worker is free,
+# after every other module, so that they fill the end of the run instead of one worker running a
+# long module alone. test_mfu_sanity: 245 planner searches, a third of a worker's time.
+SPREAD_MODULES = ("tests/test_mfu_sanity.py",)
 
 
 def _module_rank(items) -> int:
@@ -77,13 +82,26 @@ def _module_rank(items) -> int:
     return next((rank for rank, name in enumerate(_WAITING_MARKS) if name in marks), len(_WAITING_MARKS))
 
 
+def _written_nodeid(nodeid: str) -> str:
+    """The test's id as written, without the `@group` that `--dist loadgroup` appends on a worker."""
+    head, at, group = nodeid.rpartition("@")
+    return head if at and group.endswith(".py") and "::" not in group else nodeid
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks on a worker
 def pytest_collection_modifyitems(session, config, items):
-    """Order whole modules (each module's tests stay together and in their written order)."""
+    """Order whole modules (each module's tests stay together and in their written order), and under
+    `--dist loadgroup` keep each module on one worker (its module-scoped cluster, Slurm or browser
+    stays one), except SPREAD_MODULES, which go last."""
     modules: dict[str, list] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(modules.values(), key=_module_rank)
-    items[:] = [item for module in ordered for item in module]
+    for module, module_items in modules.items():
+        if module not in SPREAD_MODULES:
+            for item in module_items:
+                item.add_marker(pytest.mark.xdist_group(module))
+    ordered = sorted(modules.items(), key=lambda entry: (entry[0] in SPREAD_MODULES, _module_rank(entry[1])))
+    items[:] = [item for _, module_items in ordered for item in module_items]
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
