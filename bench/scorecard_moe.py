@@ -314,11 +314,12 @@ def mlperf_report(mlperf: list[dict], bridge: list[dict], mfu: float) -> str:
     """The MLPerf v6.0 MoE rows: per family and half, the model beside the baseline (at the Megatron-Bridge
     calibration half's MFU, not refitted), then every MoE row's held-out half with and without them."""
     lines = [
-        "## MLPerf Training v6.0 MoE rows (issue 26): the frozen model on NVIDIA's DeepSeek-V3 and GPT-OSS 20B runs",
+        "## MLPerf Training v6.0 MoE rows (issue 26): the model on NVIDIA's DeepSeek-V3 and GPT-OSS 20B runs",
         "",
         f"Rows: bench/published/moe_mlperf_runs.csv (`python bench/mlperf_rows.py --moe`; bench/published/SOURCES.md), "
         f"the step time measured in each submission's result logs, layout and recipe from its launch config. The "
-        f"model is the one scored above, nothing refitted; the baseline keeps the MFU above ({mfu:.1%}).",
+        f"model is the one scored above, nothing refitted (the scores of the model as it stood when the rows were "
+        f"entered, 0e8ed7b, are in the hand-written part below); the baseline keeps the MFU above ({mfu:.1%}).",
         "",
         "| family | half | model | baseline |",
         "|---|---|---|---|",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.modeling.layout import Layout, LayoutBatch
+from commbench.modeling.layout import Layout, LayoutBatch, pipeline_layout_chunks
 from commbench.modeling.limits import MAX_SIMULATED_OPS, MAX_TIMELINE_EVENTS
 from commbench.modeling.memory import layers_per_chunk, stage_layers, stages_memory
 from commbench.modeling.step import CATEGORIES, Evaluation, StepModel
@@ -144,6 +144,13 @@ class EventSimulation:
         chunk = float(layers_per_chunk(evaluation.job, one)[0])
         # an uneven split's stages run ops of their own chunk's layers (ops are priced at the busiest chunk)
         self.scale = [layers / layout.vpp / chunk if chunk else 0.0 for layers in self.layers]
+        # an explicit pp_layout names each chunk's layers (chunk c of stage s is its entry c*pp + s): a chunk
+        # runs its own, not its stage's average (DeepSeek-V3's last chunk: 1 layer beside the MTP layer and loss)
+        named = pipeline_layout_chunks(layout.pp_layout) if layout.pp_layout else None
+        self.chunk_scale = [
+            [named[c * p + s] / chunk if named and chunk else self.scale[s] for c in range(layout.vpp)]
+            for s in range(p)
+        ]
         self.busy = [0.0] * p
         self.finished: dict[OpKey, float] = {}  # (kind, stage, mb, chunk) -> compute end
         self.arrived: dict[OpKey, float] = {}  # same key -> when its output reached the next stage
@@ -161,7 +168,7 @@ class EventSimulation:
             )
 
     def _duration(self, kind: str, stage: int, chunk: int) -> float:
-        base = (self.f if kind == "F" else self.b) * self.scale[stage]
+        base = (self.f if kind == "F" else self.b) * self.chunk_scale[stage][chunk]
         if stage == self.layout.pp - 1 and chunk == self.layout.vpp - 1:
             base += self.head[0] if kind == "F" else self.head[1]
         return base
