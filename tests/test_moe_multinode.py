@@ -23,8 +23,9 @@ SCOPES = {"uniform": "world,inter", "zipf:1.2": "inter"}
 # busy workers zipf:1.2's penalty came out 1.18 (load average 19 on 2 cores) and 1.30 (11, beside
 # tests/test_multinode.py and two busy loops) against max/mean 1.62 (2026-12-02). A slower link
 # does not help: at 200 Mbit/s the penalty was 1.02, as if the link carried the pair's total
-# bytes rather than the hottest rank's (gloo's sendrecv on these links moves each direction at
-# about half the link's rate, at 200 Mbit/s and at 1 Gbit/s alike).
+# bytes rather than the hottest rank's (commbench's sendrecv then moved each direction at half
+# the link's rate, because it posted its send before its receive: bench/RESULTS.md, "gloo
+# point-to-point"; gloo's own all_to_all_single was not re-measured).
 @pytest.mark.alone
 def test_all_to_allv_over_emulated_inter_node_links(emulated_cluster, tmp_path):
     rows = {}

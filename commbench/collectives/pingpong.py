@@ -2,7 +2,8 @@
 
 uni: rank 0 sends S to rank 1, which sends it back; the round trip is timed and half of it is
      reported, so time = one-way latency + S/bandwidth and algbw = busbw = S/time.
-bi:  both ranks send S and receive S at the same time; algbw = S/time per direction and
+bi:  both ranks send S and receive S at the same time (receive posted first, see
+     commbench.collectives.sendrecv.exchange); algbw = S/time per direction and
      busbw = 2 x algbw, the bytes the link carried in both directions together.
 nccl-tests has no ping-pong (its sendrecv is a ring shift); these rows are labelled by direction.
 """
@@ -10,25 +11,16 @@ nccl-tests has no ping-pong (its sendrecv is a ring shift); these rows are label
 import torch.distributed as dist
 
 from commbench.collectives.base import Collective, Variant, pattern, same_buffer, same_count
+from commbench.collectives.sendrecv import exchange
 
 UNI = Variant("uni", direction="uni", round_trip=True)
 BI = Variant("bi", direction="bi")
 
 
-def _wait_all(ops):
-    for request in dist.batch_isend_irecv(ops):
-        request.wait()
-
-
 def _launch(buffers, ctx, variant):
     peer = ctx.peer(+1)
     if variant.direction == "bi":
-        _wait_all(
-            [
-                dist.P2POp(dist.isend, buffers.send, peer, group=ctx.group),
-                dist.P2POp(dist.irecv, buffers.recv, peer, group=ctx.group),
-            ]
-        )
+        exchange(buffers.send, peer, buffers.recv, peer, ctx.group)
     elif ctx.rank == 0:
         dist.send(buffers.send, peer, group=ctx.group)
         dist.recv(buffers.recv, peer, group=ctx.group)
