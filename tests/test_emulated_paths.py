@@ -26,15 +26,28 @@ def goodput(c: EmulatedCluster, src: int, dst: int, port: int) -> float:
     return goodputs(c, [(src, dst)], port)[0]
 
 
+def wait_connected(c: EmulatedCluster, node: int, port: int, timeout_s: float = 30) -> None:
+    """Until node has an established TCP connection on its local port (a receiver's accepted stream)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if c.node(node).run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"], timeout=10).stdout.strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no stream reached node {node} port {port} within {timeout_s} s")
+
+
 def goodputs(
     c: EmulatedCluster, pairs: list[tuple[int, int]], port: int, nbytes: list[int] | None = None, stagger_s: float = 0.0
 ) -> list[float]:
     """GB/s of one TCP stream per (src, dst) pair, each timed by its receiver; each stream starts
-    `stagger_s` after the one before (0: all at once)."""
+    `stagger_s` after the one before is connected (0: all at once)."""
     procs = []
     for k, (src, dst) in enumerate(pairs):
         size = str(nbytes[k] if nbytes else NBYTES)
         if k and stagger_s:
+            # from the earlier stream's connection, not its process start: beside busy xdist workers a
+            # sender's Python took longer than the stagger to start, and the streams did not overlap
+            wait_connected(c, pairs[k - 1][1], port + k - 1)
             time.sleep(stagger_s)
         procs.append(
             c.node(dst).popen(
