@@ -26,7 +26,18 @@ except KeyboardInterrupt:
     print("launcher left", flush=True)
 """
 
-STUCK_RANK = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)\n"
+# each rank says it is ready (SIGINT ignored) with a file of its own before it sleeps
+STUCK_RANK = (
+    "import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "open(f'ready-{os.getpid()}', 'w').close()\ntime.sleep(120)\n"
+)
+
+
+def _wait_ready(folder: Path, ranks: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(list(folder.glob("ready-*"))) < ranks:
+        assert time.monotonic() < deadline, f"the {ranks} ranks did not start within {timeout_s} s"
+        time.sleep(0.1)
 
 
 def test_ctrl_c_ends_the_launcher_when_a_rank_ignores_it(tmp_path):
@@ -41,7 +52,9 @@ def test_ctrl_c_ends_the_launcher_when_a_rank_ignores_it(tmp_path):
         start_new_session=True,
     )
     try:
-        time.sleep(3.0)  # the ranks are started
+        # the ranks are started and ignore SIGINT (a fixed 3 s sleep was too short beside busy xdist
+        # workers: the signal came while the launcher was still starting them)
+        _wait_ready(tmp_path, 2)
         started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
