@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from foreground import as_foreground_job, signal_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,13 +44,19 @@ def test_a_signal_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, sig, code, 
         text=True,
         cwd=REPO,
         start_new_session=True,
+        preexec_fn=as_foreground_job,
     )
     _first_rows(out, proc)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # what Ctrl-C does: the launcher's process group
     else:
         proc.send_signal(sig)  # kill, systemd, a batch system: the launcher alone
-    _, stderr = proc.communicate(timeout=120)
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        state = signal_state(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"the launcher did not leave within 120 s of {sig.name}: {state}") from None
     lines = stderr.strip().splitlines()
     assert proc.returncode == code, stderr
     assert len(lines) <= 3 and "Traceback" not in stderr, stderr

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from foreground import as_foreground_job, signal_state
+
 REPO = Path(__file__).resolve().parents[1]
 
 # A launcher whose ranks ignore SIGINT and sleep: the stuck rank, without needing a real hang.
@@ -50,6 +52,7 @@ def test_ctrl_c_ends_the_launcher_when_a_rank_ignores_it(tmp_path):
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_foreground_job,
     )
     try:
         # the ranks are started and ignore SIGINT (a fixed 3 s sleep was too short beside busy xdist
@@ -57,7 +60,10 @@ def test_ctrl_c_ends_the_launcher_when_a_rank_ignores_it(tmp_path):
         _wait_ready(tmp_path, 2)
         started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the launcher did not leave within 60 s: {signal_state(proc.pid)}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # its ranks follow it (PDEATHSIG)
