@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Runs one launched rank in-process and reports whether its run (with the session and groups it
@@ -54,3 +56,28 @@ def test_a_finished_rank_holds_no_run_or_process_group(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exit=0 runs=1 alive=0" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_an_interrupted_rank_leaves_without_the_interpreters_teardown(monkeypatch):
+    """Ctrl-C mid-collective: the rank exits 130 through os._exit, so the gloo threads of the cut-short
+    collective are not torn down under it (that aborted ranks with "terminate called ..." in a
+    fresh-clone CI run, 2026-12-02)."""
+    from commbench.measure import worker
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setenv(worker.WORKER_DRIVER_ENV, "sweep")
+    monkeypatch.setenv(worker.WORKER_CONFIG_ENV, worker.RunConfig().to_json())
+    monkeypatch.setattr(worker, "require_launched", lambda: None)
+    monkeypatch.setattr(worker, "run_driver", interrupted)
+    monkeypatch.setattr(worker.os, "_exit", fake_exit)
+    with pytest.raises(SystemExit):
+        worker.main()
+    assert exits == [130]

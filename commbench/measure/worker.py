@@ -96,7 +96,18 @@ def main() -> int:
     try:
         return run_driver(name, options.from_json(os.environ[WORKER_CONFIG_ENV]), require_launched())
     except KeyboardInterrupt:  # rank 0 has recorded it; the launcher says it once, for every rank
-        return 130
+        _leave_interrupted()
+    return 130  # not reached: _leave_interrupted does not return
+
+
+def _leave_interrupted() -> None:
+    """Exit 130 without the interpreter's teardown. The run's files are closed by now (the
+    exception unwound through the writer), but the collective the Ctrl-C cut short may still have
+    gloo threads at work, and destroying the process group under them aborts the rank with
+    "terminate called without an active exception" on the launcher's stderr."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 if __name__ == "__main__":
