@@ -144,6 +144,10 @@ def test_a_slow_and_a_lossy_node_are_both_named_with_their_reasons(cluster):
     assert report["links"] == [] and concurrent_rounds(report) <= round_bound(2)
 
 
+# alone: the screen tells the 300 Mbit/s path from the 1 Gbit/s ones by their measured rates, and
+# beside busy xdist workers 8 nodes' ranks on 2 cores slowed every path alike: in a fresh-clone
+# parallel run (2026-12-02 16:07 UTC) it named no link; it passed in two other parallel runs
+@pytest.mark.alone
 def test_a_slow_path_between_two_nodes_is_that_link_and_neither_node(cluster):
     # nodes 2 and 3 share a screen ring (groups of 2 in node order), so the path is tested
     cluster.shape_path(2, 3, "300mbit")
